@@ -1,0 +1,375 @@
+//! The cluster traits over real Kafka, through the protocol layer.
+//!
+//! Fetching is shared per source broker, as Kafka's own replica fetchers do:
+//! one task per broker keeps a multi-partition fetch going for every open
+//! partition that broker leads and still has room in its buffer, and hands
+//! each partition its data through a small bounded channel. A partition
+//! whose consumer is slow simply drops out of the next request until it has
+//! room again — back-pressure without a growing queue.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use kmirror_events::TopicId;
+use tokio::sync::mpsc;
+
+use super::{
+    Ack, BoxFuture, DestinationCluster, LogBounds, PartitionFetch, PartitionSink, SourceCluster,
+    TopicInfo,
+};
+use crate::kafka::admin::{Admin, ConfigResource, NewTopic, OffsetSpec};
+use crate::kafka::batch::OutgoingBatch;
+use crate::kafka::fetch::{
+    FetchError, FetchOptions, FetchSession, FetchedPartition, IsolationLevel, TopicPartition,
+};
+use crate::kafka::produce::{IdempotentProducer, PartitionProducer};
+use crate::kafka::{KafkaClient, KafkaError};
+
+/// Buffered fetch responses per partition: one being processed, one ready.
+const PARTITION_BUFFER: usize = 2;
+/// How long a settled-bounds check waits for the destination's high
+/// watermark to reach its log end before giving up (retryable).
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn topic_id(uuid: uuid::Uuid) -> TopicId {
+    TopicId(*uuid.as_bytes())
+}
+
+async fn describe_topics(client: &KafkaClient) -> Result<Vec<TopicInfo>, KafkaError> {
+    let md = client.refresh_metadata(None).await?;
+    Ok(md
+        .topics
+        .values()
+        .map(|t| TopicInfo {
+            name: t.name.clone(),
+            topic_id: topic_id(t.topic_id),
+            partitions: t.partitions.len() as i32,
+            internal: t.is_internal,
+        })
+        .collect())
+}
+
+async fn bounds(admin: &Admin, tp: &TopicPartition) -> Result<LogBounds, KafkaError> {
+    let start = admin
+        .list_offset(
+            &tp.topic,
+            tp.partition,
+            OffsetSpec::Earliest,
+            IsolationLevel::ReadUncommitted,
+        )
+        .await?;
+    let end = admin
+        .list_offset(
+            &tp.topic,
+            tp.partition,
+            OffsetSpec::Latest,
+            IsolationLevel::ReadUncommitted,
+        )
+        .await?;
+    Ok(LogBounds {
+        log_start: start.offset,
+        end: end.offset,
+        leader_epoch: end.leader_epoch,
+    })
+}
+
+/// The source cluster over Kafka.
+pub struct KafkaSource {
+    client: KafkaClient,
+    admin: Admin,
+    options: FetchOptions,
+    fetchers: Mutex<HashMap<i32, mpsc::UnboundedSender<Register>>>,
+}
+
+impl KafkaSource {
+    pub fn new(client: KafkaClient, options: FetchOptions) -> Self {
+        KafkaSource {
+            admin: Admin::new(client.clone()),
+            client,
+            options,
+            fetchers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The fetch task of broker `node`, started on first use.
+    fn fetcher(&self, node: i32) -> mpsc::UnboundedSender<Register> {
+        let mut fetchers = self.fetchers.lock().expect("fetcher map poisoned");
+        if let Some(tx) = fetchers.get(&node).filter(|tx| !tx.is_closed()) {
+            return tx.clone();
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let session = FetchSession::new(self.client.clone(), node, self.options.clone());
+        tokio::spawn(broker_fetcher(session, rx));
+        fetchers.insert(node, tx.clone());
+        tx
+    }
+}
+
+/// A partition joining a broker's fetch stream.
+struct Register {
+    tp: TopicPartition,
+    offset: i64,
+    leader_epoch: i32,
+    tx: mpsc::Sender<Result<FetchedPartition, FetchError>>,
+}
+
+/// One broker's fetch loop: a request for every registered partition with
+/// buffer room, results handed out, positions advanced. Ends when no
+/// partition is left and nobody can register any more.
+async fn broker_fetcher(mut session: FetchSession, mut rx: mpsc::UnboundedReceiver<Register>) {
+    let mut parts: IndexMap<TopicPartition, mpsc::Sender<Result<FetchedPartition, FetchError>>> =
+        IndexMap::new();
+    let mut paused: HashMap<TopicPartition, (i64, i32)> = HashMap::new();
+    let mut epochs: HashMap<TopicPartition, i32> = HashMap::new();
+    loop {
+        // Take in new registrations; wait for one if nothing is open.
+        if parts.is_empty() {
+            match rx.recv().await {
+                Some(r) => add(&mut session, &mut parts, &mut epochs, &mut paused, r),
+                None => return,
+            }
+        }
+        while let Ok(r) = rx.try_recv() {
+            add(&mut session, &mut parts, &mut epochs, &mut paused, r);
+        }
+        // Drop closed partitions; sit out full ones, bring back drained ones.
+        parts.retain(|tp, tx| {
+            if tx.is_closed() {
+                session.remove(tp);
+                paused.remove(tp);
+                false
+            } else {
+                true
+            }
+        });
+        for (tp, tx) in &parts {
+            let full = tx.capacity() == 0;
+            match (full, paused.contains_key(tp)) {
+                (true, false) => {
+                    if let Some(offset) = session.remove(tp) {
+                        paused.insert(tp.clone(), (offset, epochs.get(tp).copied().unwrap_or(-1)));
+                    }
+                }
+                (false, true) => {
+                    let (offset, epoch) = paused.remove(tp).expect("paused entry");
+                    session.add(tp.clone(), offset, epoch);
+                }
+                _ => {}
+            }
+        }
+        if session.is_empty() {
+            // Everyone is full: wait briefly for room or a registration.
+            if let Ok(Some(r)) = tokio::time::timeout(Duration::from_millis(2), rx.recv()).await {
+                add(&mut session, &mut parts, &mut epochs, &mut paused, r);
+            }
+            continue;
+        }
+        match session.fetch().await {
+            Ok(results) => {
+                for (tp, result) in results {
+                    let failed = result.is_err();
+                    if let Some(tx) = parts.get(&tp) {
+                        // Room was checked before the request and only this
+                        // task sends, so this cannot be full.
+                        let _ = tx.try_send(result);
+                    }
+                    if failed {
+                        // The partition's owner decides where to resume.
+                        session.remove(&tp);
+                        parts.shift_remove(&tp);
+                        epochs.remove(&tp);
+                    }
+                }
+            }
+            Err(e) => {
+                // The whole request failed (connection, timeout): every
+                // partition gets the error and re-registers after deciding.
+                let msg = e.to_string();
+                for (tp, tx) in parts.drain(..) {
+                    session.remove(&tp);
+                    let _ = tx.try_send(Err(FetchError::Other(KafkaError::Unknown(msg.clone()))));
+                }
+                paused.clear();
+                epochs.clear();
+            }
+        }
+    }
+}
+
+fn add(
+    session: &mut FetchSession,
+    parts: &mut IndexMap<TopicPartition, mpsc::Sender<Result<FetchedPartition, FetchError>>>,
+    epochs: &mut HashMap<TopicPartition, i32>,
+    paused: &mut HashMap<TopicPartition, (i64, i32)>,
+    r: Register,
+) {
+    paused.remove(&r.tp);
+    session.add(r.tp.clone(), r.offset, r.leader_epoch);
+    epochs.insert(r.tp.clone(), r.leader_epoch);
+    parts.insert(r.tp, r.tx);
+}
+
+struct KafkaPartitionFetch {
+    rx: mpsc::Receiver<Result<FetchedPartition, FetchError>>,
+}
+
+impl PartitionFetch for KafkaPartitionFetch {
+    fn next(&mut self) -> BoxFuture<'_, Result<FetchedPartition, FetchError>> {
+        Box::pin(async move {
+            match self.rx.recv().await {
+                Some(r) => r,
+                None => Err(FetchError::Other(KafkaError::Closed)),
+            }
+        })
+    }
+}
+
+impl SourceCluster for KafkaSource {
+    fn cluster_id(&self) -> BoxFuture<'_, Result<String, KafkaError>> {
+        Box::pin(async move { Ok(self.admin.describe_cluster().await?.cluster_id) })
+    }
+
+    fn topics(&self) -> BoxFuture<'_, Result<Vec<TopicInfo>, KafkaError>> {
+        Box::pin(describe_topics(&self.client))
+    }
+
+    fn bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>> {
+        let tp = tp.clone();
+        Box::pin(async move { bounds(&self.admin, &tp).await })
+    }
+
+    fn open(
+        &self,
+        tp: TopicPartition,
+        offset: i64,
+    ) -> BoxFuture<'_, Result<Box<dyn PartitionFetch>, KafkaError>> {
+        Box::pin(async move {
+            let (leader, epoch) = self.client.leader(&tp.topic, tp.partition).await?;
+            let (tx, rx) = mpsc::channel(PARTITION_BUFFER);
+            self.fetcher(leader)
+                .send(Register {
+                    tp,
+                    offset,
+                    leader_epoch: epoch,
+                    tx,
+                })
+                .map_err(|_| KafkaError::Closed)?;
+            Ok(Box::new(KafkaPartitionFetch { rx }) as Box<dyn PartitionFetch>)
+        })
+    }
+}
+
+/// The destination cluster over Kafka.
+pub struct KafkaDestination {
+    client: KafkaClient,
+    admin: Admin,
+}
+
+impl KafkaDestination {
+    pub fn new(client: KafkaClient) -> Self {
+        KafkaDestination {
+            admin: Admin::new(client.clone()),
+            client,
+        }
+    }
+}
+
+struct KafkaSink {
+    producer: Arc<PartitionProducer>,
+}
+
+impl PartitionSink for KafkaSink {
+    fn send(&mut self, batch: OutgoingBatch) -> BoxFuture<'_, Result<Ack, KafkaError>> {
+        Box::pin(async move {
+            let ticket = self.producer.send(batch).await?;
+            Ok(Box::pin(ticket) as Ack)
+        })
+    }
+}
+
+impl DestinationCluster for KafkaDestination {
+    fn cluster_id(&self) -> BoxFuture<'_, Result<String, KafkaError>> {
+        Box::pin(async move { Ok(self.admin.describe_cluster().await?.cluster_id) })
+    }
+
+    fn topics(&self) -> BoxFuture<'_, Result<Vec<TopicInfo>, KafkaError>> {
+        Box::pin(describe_topics(&self.client))
+    }
+
+    fn settled_bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>> {
+        let tp = tp.clone();
+        Box::pin(async move {
+            let deadline = tokio::time::Instant::now() + SETTLE_TIMEOUT;
+            loop {
+                let b = bounds(&self.admin, &tp).await?;
+                // For the current epoch the leader answers with its log end
+                // offset, which is ahead of the high watermark while a batch
+                // is appended but not yet replicated.
+                let (_, log_end) = self
+                    .admin
+                    .offset_for_leader_epoch(&tp.topic, tp.partition, b.leader_epoch)
+                    .await?;
+                if log_end <= b.end || b.leader_epoch < 0 {
+                    return Ok(b);
+                }
+                if tokio::time::Instant::now() > deadline {
+                    return Err(KafkaError::Unknown(format!(
+                        "{tp}: high watermark {} did not reach the log end {log_end} within {SETTLE_TIMEOUT:?}",
+                        b.end
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    }
+
+    fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        configs: Vec<(String, String)>,
+    ) -> BoxFuture<'_, Result<(), KafkaError>> {
+        let topic = NewTopic {
+            name: name.to_string(),
+            partitions,
+            replication_factor: -1,
+            configs: configs.into_iter().collect(),
+        };
+        Box::pin(async move {
+            for (_, r) in self.admin.create_topics(&[topic], false).await? {
+                r?;
+            }
+            Ok(())
+        })
+    }
+
+    fn max_message_bytes(&self, topic: &str) -> BoxFuture<'_, Result<usize, KafkaError>> {
+        let resource = ConfigResource::Topic(topic.to_string());
+        Box::pin(async move {
+            let entries = self.admin.describe_configs(&resource).await?;
+            Ok(entries
+                .iter()
+                .find(|e| e.name == "max.message.bytes")
+                .and_then(|e| e.value.as_deref()?.parse().ok())
+                .unwrap_or(1_048_588))
+        })
+    }
+
+    fn open_sink(
+        &self,
+        tp: TopicPartition,
+    ) -> BoxFuture<'_, Result<Box<dyn PartitionSink>, KafkaError>> {
+        Box::pin(async move {
+            // A fresh producer id per opened sink: a sink is reopened after a
+            // failure, and sequences restart at 0 only under a new producer id
+            // (the broker would refuse them as out of order otherwise).
+            let producer = IdempotentProducer::new(self.client.clone()).await?;
+            let p = producer.partition(&tp.topic, tp.partition)?;
+            Ok(Box::new(KafkaSink {
+                producer: Arc::new(p),
+            }) as Box<dyn PartitionSink>)
+        })
+    }
+}

@@ -1,0 +1,477 @@
+//! In-memory clusters for actor unit tests, with injectable faults.
+//!
+//! The source stores real v2 record batches (built with the protocol
+//! layer's encoder) and serves them the way a broker does: from the batch
+//! that contains the fetch offset, up to the high watermark. The destination
+//! decodes what it is sent with the protocol layer's decoder and assigns
+//! offsets densely. So a PartitionActor under test runs the production
+//! classification, rewrite and re-encode code; only the network is fake.
+//! Never used to claim Kafka behaviour: that is what `tests/` is for.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use bytes::{Bytes, BytesMut};
+use kmirror_events::TopicId;
+
+use super::{
+    Ack, BoxFuture, DestinationCluster, LogBounds, PartitionFetch, PartitionSink, SourceCluster,
+    TopicInfo,
+};
+use crate::kafka::batch::{
+    decode_records, encode_batch, Codec, OutgoingBatch, Record, RecordBatch,
+};
+use crate::kafka::fetch::{FetchError, FetchedPartition, TopicPartition};
+use crate::kafka::produce::ProduceAck;
+use crate::kafka::KafkaError;
+
+/// One stored batch and the offsets it covers.
+#[derive(Clone, Debug)]
+struct StoredBatch {
+    last: i64,
+    bytes: Bytes,
+}
+
+#[derive(Default, Debug)]
+struct SourcePartition {
+    batches: Vec<StoredBatch>,
+    log_start: i64,
+    end: i64,
+    leader_epoch: i32,
+    fetch_faults: VecDeque<FetchError>,
+}
+
+#[derive(Default, Debug)]
+struct SourceState {
+    cluster_id: String,
+    topics: BTreeMap<String, (TopicId, Vec<SourcePartition>)>,
+    fetches: u64,
+}
+
+/// A source cluster in memory.
+#[derive(Clone, Default, Debug)]
+pub struct MemorySource {
+    state: Arc<Mutex<SourceState>>,
+}
+
+/// A record to append in a test: key, value, headers, timestamp.
+pub fn record(key: Option<&str>, value: Option<&str>, timestamp: i64) -> Record {
+    Record {
+        offset_delta: 0,
+        timestamp,
+        key: key.map(|k| Bytes::copy_from_slice(k.as_bytes())),
+        value: value.map(|v| Bytes::copy_from_slice(v.as_bytes())),
+        headers: Vec::new(),
+    }
+}
+
+/// A zigzag varint: (value, bytes used).
+fn read_varint(b: &[u8]) -> (i64, usize) {
+    let mut v: u64 = 0;
+    for (i, byte) in b.iter().enumerate() {
+        v |= ((byte & 0x7f) as u64) << (7 * i);
+        if byte & 0x80 == 0 {
+            return (((v >> 1) as i64) ^ -((v & 1) as i64), i + 1);
+        }
+    }
+    panic!("truncated varint")
+}
+
+fn set_base_offset(bytes: &mut BytesMut, base: i64) {
+    bytes[0..8].copy_from_slice(&base.to_be_bytes());
+}
+
+impl MemorySource {
+    pub fn new(cluster_id: &str) -> Self {
+        let s = MemorySource::default();
+        s.state.lock().unwrap().cluster_id = cluster_id.to_string();
+        s
+    }
+
+    pub fn create_topic(&self, name: &str, id: TopicId, partitions: i32) {
+        let parts = (0..partitions)
+            .map(|_| SourcePartition::default())
+            .collect();
+        self.state
+            .lock()
+            .unwrap()
+            .topics
+            .insert(name.to_string(), (id, parts));
+    }
+
+    fn with<R>(&self, tp: &TopicPartition, f: impl FnOnce(&mut SourcePartition) -> R) -> R {
+        let mut s = self.state.lock().unwrap();
+        let (_, parts) = s.topics.get_mut(&*tp.topic).expect("test topic exists");
+        f(&mut parts[tp.partition as usize])
+    }
+
+    /// Appends one batch of `records` (offsets assigned densely), returning
+    /// its base offset.
+    pub fn append(&self, tp: &TopicPartition, records: &[Record], codec: Codec) -> i64 {
+        let records: Vec<Record> = records
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Record {
+                offset_delta: i as i32,
+                ..r.clone()
+            })
+            .collect();
+        self.with(tp, |p| {
+            let mut bytes = encode_batch(&records, codec).expect("encode");
+            let base = p.end;
+            set_base_offset(&mut bytes, base);
+            crate::kafka::batch::stamp_producer(&mut bytes, -1, -1, -1);
+            let last = base + records.len() as i64 - 1;
+            p.batches.push(StoredBatch {
+                last,
+                bytes: bytes.freeze(),
+            });
+            p.end = last + 1;
+            base
+        })
+    }
+
+    /// Appends a batch whose records sit at the given offset deltas, as a
+    /// compacted batch does (`span` offsets, fewer records). Uncompressed,
+    /// deltas below 64 (each a one-byte varint, rewritten in place).
+    pub fn append_compacted(
+        &self,
+        tp: &TopicPartition,
+        records: &[(i32, Record)],
+        span: i64,
+    ) -> i64 {
+        assert!(span <= 64 && records.iter().all(|(d, _)| (0..64).contains(d)));
+        let plain: Vec<Record> = records.iter().map(|(_, r)| r.clone()).collect();
+        let mut bytes = encode_batch(&plain, Codec::None).expect("encode");
+        // Walk the records (after the 61-byte header): length, attributes,
+        // timestamp delta, offset delta — and set each offset delta.
+        let mut pos = 61;
+        for (delta, _) in records {
+            let (len, n) = read_varint(&bytes[pos..]);
+            let body = pos + n;
+            let (_, ts_len) = read_varint(&bytes[body + 1..]);
+            bytes[body + 1 + ts_len] = (*delta as u8) << 1; // zigzag, one byte
+            pos = body + len as usize;
+        }
+        bytes[23..27].copy_from_slice(&((span - 1) as i32).to_be_bytes());
+        self.with(tp, |p| {
+            let base = p.end;
+            set_base_offset(&mut bytes, base);
+            crate::kafka::batch::stamp_producer(&mut bytes, -1, -1, -1);
+            let last = base + span - 1;
+            p.batches.push(StoredBatch {
+                last,
+                bytes: bytes.freeze(),
+            });
+            p.end = last + 1;
+            base
+        })
+    }
+
+    /// Retention: drops everything below `offset`.
+    pub fn delete_before(&self, tp: &TopicPartition, offset: i64) {
+        self.with(tp, |p| {
+            p.batches.retain(|b| b.last >= offset);
+            p.log_start = offset;
+        });
+    }
+
+    /// The next fetch of `tp` fails with `error`.
+    pub fn fail_next_fetch(&self, tp: &TopicPartition, error: FetchError) {
+        self.with(tp, |p| p.fetch_faults.push_back(error));
+    }
+
+    pub fn set_leader_epoch(&self, tp: &TopicPartition, epoch: i32) {
+        self.with(tp, |p| p.leader_epoch = epoch);
+    }
+
+    /// Re-creates a topic under the same name with a new id and no data.
+    pub fn recreate_topic(&self, name: &str, id: TopicId, partitions: i32) {
+        self.create_topic(name, id, partitions);
+    }
+
+    pub fn fetch_count(&self) -> u64 {
+        self.state.lock().unwrap().fetches
+    }
+
+    pub(crate) fn fetch_once(
+        &self,
+        tp: &TopicPartition,
+        offset: i64,
+    ) -> Result<FetchedPartition, FetchError> {
+        let mut s = self.state.lock().unwrap();
+        s.fetches += 1;
+        let Some((_, parts)) = s.topics.get_mut(&*tp.topic) else {
+            return Err(FetchError::Other(KafkaError::Unknown(format!(
+                "no topic {tp}"
+            ))));
+        };
+        let p = &mut parts[tp.partition as usize];
+        if let Some(e) = p.fetch_faults.pop_front() {
+            return Err(e);
+        }
+        if offset < p.log_start || offset > p.end {
+            return Err(FetchError::OffsetOutOfRange {
+                fetch_offset: offset,
+            });
+        }
+        let mut out = BytesMut::new();
+        let mut next = offset;
+        for b in p.batches.iter().filter(|b| b.last >= offset).take(8) {
+            out.extend_from_slice(&b.bytes);
+            next = b.last + 1;
+        }
+        Ok(FetchedPartition {
+            fetch_offset: offset,
+            high_watermark: p.end,
+            last_stable_offset: p.end,
+            log_start_offset: p.log_start,
+            aborted_transactions: Vec::new(),
+            records: out.freeze(),
+            next_offset: next,
+            truncated: false,
+        })
+    }
+}
+
+struct MemoryFetch {
+    source: MemorySource,
+    tp: TopicPartition,
+    position: i64,
+}
+
+impl PartitionFetch for MemoryFetch {
+    fn next(&mut self) -> BoxFuture<'_, Result<FetchedPartition, FetchError>> {
+        Box::pin(async move {
+            loop {
+                let f = self.source.fetch_once(&self.tp, self.position)?;
+                if !f.records.is_empty() {
+                    self.position = f.next_offset;
+                    return Ok(f);
+                }
+                // Long-poll like a broker's fetch.max.wait.ms.
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+    }
+}
+
+impl SourceCluster for MemorySource {
+    fn cluster_id(&self) -> BoxFuture<'_, Result<String, KafkaError>> {
+        let id = self.state.lock().unwrap().cluster_id.clone();
+        Box::pin(async move { Ok(id) })
+    }
+
+    fn topics(&self) -> BoxFuture<'_, Result<Vec<TopicInfo>, KafkaError>> {
+        let topics = self
+            .state
+            .lock()
+            .unwrap()
+            .topics
+            .iter()
+            .map(|(name, (id, parts))| TopicInfo {
+                name: name.clone(),
+                topic_id: *id,
+                partitions: parts.len() as i32,
+                internal: name.starts_with("__"),
+            })
+            .collect();
+        Box::pin(async move { Ok(topics) })
+    }
+
+    fn bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>> {
+        let b = self.with(tp, |p| LogBounds {
+            log_start: p.log_start,
+            end: p.end,
+            leader_epoch: p.leader_epoch,
+        });
+        Box::pin(async move { Ok(b) })
+    }
+
+    fn open(
+        &self,
+        tp: TopicPartition,
+        offset: i64,
+    ) -> BoxFuture<'_, Result<Box<dyn PartitionFetch>, KafkaError>> {
+        let f = MemoryFetch {
+            source: self.clone(),
+            tp,
+            position: offset,
+        };
+        Box::pin(async move { Ok(Box::new(f) as Box<dyn PartitionFetch>) })
+    }
+}
+
+/// A destination record as stored: what a consumer would read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredRecord {
+    pub offset: i64,
+    pub record: Record,
+}
+
+#[derive(Default, Debug)]
+struct DestPartition {
+    records: Vec<StoredRecord>,
+    log_start: i64,
+    produce_faults: VecDeque<KafkaError>,
+}
+
+#[derive(Default, Debug)]
+struct DestState {
+    cluster_id: String,
+    topics: BTreeMap<String, (TopicId, Vec<DestPartition>)>,
+    max_message_bytes: usize,
+    next_topic_id: u8,
+}
+
+/// A destination cluster in memory.
+#[derive(Clone, Default, Debug)]
+pub struct MemoryDestination {
+    state: Arc<Mutex<DestState>>,
+}
+
+impl MemoryDestination {
+    pub fn new(cluster_id: &str) -> Self {
+        let d = MemoryDestination::default();
+        {
+            let mut s = d.state.lock().unwrap();
+            s.cluster_id = cluster_id.to_string();
+            s.max_message_bytes = 1_048_588;
+        }
+        d
+    }
+
+    fn with<R>(&self, tp: &TopicPartition, f: impl FnOnce(&mut DestPartition) -> R) -> R {
+        let mut s = self.state.lock().unwrap();
+        let (_, parts) = s
+            .topics
+            .get_mut(&*tp.topic)
+            .expect("destination topic exists");
+        f(&mut parts[tp.partition as usize])
+    }
+
+    /// Everything a consumer would read from `tp`.
+    pub fn records(&self, tp: &TopicPartition) -> Vec<StoredRecord> {
+        self.with(tp, |p| p.records.clone())
+    }
+
+    pub fn has_topic(&self, name: &str) -> bool {
+        self.state.lock().unwrap().topics.contains_key(name)
+    }
+
+    /// The next produce to `tp` fails with `error`.
+    pub fn fail_next_produce(&self, tp: &TopicPartition, error: KafkaError) {
+        self.with(tp, |p| p.produce_faults.push_back(error));
+    }
+
+    /// Someone other than kmirror writes a record to `tp`.
+    pub fn foreign_write(&self, tp: &TopicPartition, r: Record) {
+        self.with(tp, |p| {
+            let offset = p.log_start + p.records.len() as i64;
+            p.records.push(StoredRecord { offset, record: r });
+        });
+    }
+
+    fn produce(&self, tp: &TopicPartition, batch: OutgoingBatch) -> Result<ProduceAck, KafkaError> {
+        let rb = RecordBatch::new(batch.bytes.freeze())?;
+        if !rb.verify_crc() {
+            return Err(KafkaError::InvalidBatch("CRC mismatch".into()));
+        }
+        let decoded = decode_records(&rb)?;
+        self.with(tp, |p| {
+            if let Some(e) = p.produce_faults.pop_front() {
+                return Err(e);
+            }
+            let base = p.log_start + p.records.len() as i64;
+            for (i, r) in decoded.records.into_iter().enumerate() {
+                p.records.push(StoredRecord {
+                    offset: base + i as i64,
+                    record: r,
+                });
+            }
+            Ok(ProduceAck {
+                base_offset: base,
+                record_count: batch.record_count,
+                source_offsets: batch.source_offsets,
+                log_append_time: -1,
+                log_start_offset: p.log_start,
+                base_sequence: 0,
+            })
+        })
+    }
+}
+
+struct MemorySink {
+    dest: MemoryDestination,
+    tp: TopicPartition,
+}
+
+impl PartitionSink for MemorySink {
+    fn send(&mut self, batch: OutgoingBatch) -> BoxFuture<'_, Result<Ack, KafkaError>> {
+        let result = self.dest.produce(&self.tp, batch);
+        Box::pin(async move { Ok(Box::pin(async move { result }) as Ack) })
+    }
+}
+
+impl DestinationCluster for MemoryDestination {
+    fn cluster_id(&self) -> BoxFuture<'_, Result<String, KafkaError>> {
+        let id = self.state.lock().unwrap().cluster_id.clone();
+        Box::pin(async move { Ok(id) })
+    }
+
+    fn topics(&self) -> BoxFuture<'_, Result<Vec<TopicInfo>, KafkaError>> {
+        let topics = self
+            .state
+            .lock()
+            .unwrap()
+            .topics
+            .iter()
+            .map(|(name, (id, parts))| TopicInfo {
+                name: name.clone(),
+                topic_id: *id,
+                partitions: parts.len() as i32,
+                internal: false,
+            })
+            .collect();
+        Box::pin(async move { Ok(topics) })
+    }
+
+    fn settled_bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>> {
+        let b = self.with(tp, |p| LogBounds {
+            log_start: p.log_start,
+            end: p.log_start + p.records.len() as i64,
+            leader_epoch: 0,
+        });
+        Box::pin(async move { Ok(b) })
+    }
+
+    fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        _configs: Vec<(String, String)>,
+    ) -> BoxFuture<'_, Result<(), KafkaError>> {
+        let mut s = self.state.lock().unwrap();
+        s.next_topic_id += 1;
+        let id = TopicId([s.next_topic_id; 16]);
+        let parts = (0..partitions).map(|_| DestPartition::default()).collect();
+        s.topics.entry(name.to_string()).or_insert((id, parts));
+        Box::pin(async move { Ok(()) })
+    }
+
+    fn max_message_bytes(&self, _topic: &str) -> BoxFuture<'_, Result<usize, KafkaError>> {
+        let m = self.state.lock().unwrap().max_message_bytes;
+        Box::pin(async move { Ok(m) })
+    }
+
+    fn open_sink(
+        &self,
+        tp: TopicPartition,
+    ) -> BoxFuture<'_, Result<Box<dyn PartitionSink>, KafkaError>> {
+        let sink = MemorySink {
+            dest: self.clone(),
+            tp,
+        };
+        Box::pin(async move { Ok(Box::new(sink) as Box<dyn PartitionSink>) })
+    }
+}

@@ -1,0 +1,105 @@
+//! What the actors need from a source and a destination cluster, as traits.
+//!
+//! The actors never call the protocol layer directly: they hold a
+//! [`SourceCluster`] and a [`DestinationCluster`]. The Kafka implementations
+//! ([`kafka`]) are what the daemon runs; the in-memory ones ([`memory`]) let
+//! every state and failure of a PartitionActor be unit-tested in
+//! milliseconds, with errors, timeouts and leader moves injected. Both speak
+//! the protocol layer's own types (raw batches in [`FetchedPartition`],
+//! [`OutgoingBatch`] out), so the in-memory runs exercise the same batch
+//! classification and re-encoding code as production.
+
+pub mod kafka;
+pub mod memory;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use kmirror_events::TopicId;
+
+use crate::kafka::batch::OutgoingBatch;
+use crate::kafka::fetch::{FetchError, FetchedPartition, TopicPartition};
+use crate::kafka::produce::ProduceAck;
+use crate::kafka::KafkaError;
+
+/// A boxed, sendable future: the trait methods below return these so the
+/// traits stay object-safe (`Arc<dyn SourceCluster>`).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The bounds of a partition's log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogBounds {
+    /// First offset still in the log.
+    pub log_start: i64,
+    /// High watermark: one past the last committed offset.
+    pub end: i64,
+    /// Current leader epoch of the partition (−1 unknown).
+    pub leader_epoch: i32,
+}
+
+/// A topic as the source describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicInfo {
+    pub name: String,
+    pub topic_id: TopicId,
+    pub partitions: i32,
+    /// Kafka marks its own internal topics; they are never mirrored.
+    pub internal: bool,
+}
+
+/// A continuous read of one source partition, from a position onwards.
+///
+/// Implementations prefetch: data may already be buffered when `next` is
+/// called. After an error the stream is finished; the caller opens a new
+/// one at the position it decides.
+pub trait PartitionFetch: Send {
+    fn next(&mut self) -> BoxFuture<'_, Result<FetchedPartition, FetchError>>;
+}
+
+/// The acknowledgement of one produced batch, resolved in send order.
+pub type Ack = BoxFuture<'static, Result<ProduceAck, KafkaError>>;
+
+/// An ordered, pipelined, idempotent writer into one destination partition.
+pub trait PartitionSink: Send {
+    /// Queues a batch, waiting while the pipeline is full (back-pressure).
+    fn send(&mut self, batch: OutgoingBatch) -> BoxFuture<'_, Result<Ack, KafkaError>>;
+}
+
+/// The source cluster, read-only.
+pub trait SourceCluster: Send + Sync {
+    fn cluster_id(&self) -> BoxFuture<'_, Result<String, KafkaError>>;
+    /// Every topic the source has (internal ones marked).
+    fn topics(&self) -> BoxFuture<'_, Result<Vec<TopicInfo>, KafkaError>>;
+    fn bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>>;
+    /// Starts reading `tp` at `offset`, sharing one fetch stream per source
+    /// broker with every other open partition that broker leads.
+    fn open(
+        &self,
+        tp: TopicPartition,
+        offset: i64,
+    ) -> BoxFuture<'_, Result<Box<dyn PartitionFetch>, KafkaError>>;
+}
+
+/// The destination cluster, which kmirror writes.
+pub trait DestinationCluster: Send + Sync {
+    fn cluster_id(&self) -> BoxFuture<'_, Result<String, KafkaError>>;
+    fn topics(&self) -> BoxFuture<'_, Result<Vec<TopicInfo>, KafkaError>>;
+    /// Log bounds once every record the leader holds is committed: an
+    /// appended but uncommitted batch of an earlier (crashed) producer would
+    /// otherwise become visible after we resumed behind it, as a duplicate.
+    fn settled_bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>>;
+    /// Creates a topic with the given partition count and configs.
+    fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        configs: Vec<(String, String)>,
+    ) -> BoxFuture<'_, Result<(), KafkaError>>;
+    /// The largest batch the destination topic accepts (`max.message.bytes`).
+    fn max_message_bytes(&self, topic: &str) -> BoxFuture<'_, Result<usize, KafkaError>>;
+    /// Opens the partition's writer. At most one is open per partition.
+    fn open_sink(
+        &self,
+        tp: TopicPartition,
+    ) -> BoxFuture<'_, Result<Box<dyn PartitionSink>, KafkaError>>;
+}

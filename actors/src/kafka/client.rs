@@ -1,0 +1,498 @@
+//! A client for one cluster: bootstrap, a connection per broker (reconnected
+//! with backoff), and the metadata cache.
+//!
+//! Why one connection per broker: the mirror talks to each broker with few,
+//! large, pipelined requests (fetches and produces of whole batches), like
+//! Kafka's replica fetchers; more sockets would add no throughput because a
+//! broker processes one request per connection at a time but spreads
+//! partitions' work across its I/O threads anyway. Create a second client for
+//! traffic that must not queue behind fetches (e.g. admin calls).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{MetadataRequest, TopicName};
+use kafka_protocol::protocol::{Request, StrBytes};
+use rand::Rng;
+use uuid::Uuid;
+
+use super::config::ClientConfig;
+use super::conn::BrokerConnection;
+use super::error::{KafkaError, ResponseError, Result};
+
+/// A broker as the metadata describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerInfo {
+    /// Node id.
+    pub node_id: i32,
+    /// Advertised host.
+    pub host: String,
+    /// Advertised port.
+    pub port: u16,
+    /// Rack, if configured.
+    pub rack: Option<String>,
+}
+
+impl BrokerInfo {
+    /// `host:port`.
+    pub fn address(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// One partition's leadership as last seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionMetadata {
+    /// Partition index.
+    pub partition: i32,
+    /// Leader node id, -1 when there is none.
+    pub leader: i32,
+    /// Leader epoch: sent with fetches so a stale leader is detected (fencing).
+    pub leader_epoch: i32,
+    /// Replica node ids.
+    pub replicas: Vec<i32>,
+    /// In-sync replica node ids.
+    pub isr: Vec<i32>,
+    /// Offline replica node ids.
+    pub offline_replicas: Vec<i32>,
+    /// Partition-level error (e.g. LEADER_NOT_AVAILABLE).
+    pub error: Option<ResponseError>,
+}
+
+/// One topic as last seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicMetadata {
+    /// Name.
+    pub name: String,
+    /// Topic id: recreated topics get a new one, which is how a mirror notices
+    /// that "the same name" is not the same topic.
+    pub topic_id: Uuid,
+    /// `__consumer_offsets` and friends.
+    pub is_internal: bool,
+    /// Partitions sorted by index.
+    pub partitions: Vec<PartitionMetadata>,
+}
+
+impl TopicMetadata {
+    /// Partition by index.
+    pub fn partition(&self, p: i32) -> Option<&PartitionMetadata> {
+        self.partitions
+            .binary_search_by_key(&p, |m| m.partition)
+            .ok()
+            .map(|i| &self.partitions[i])
+    }
+}
+
+/// A snapshot of the cluster's metadata. Immutable; refreshes replace it.
+#[derive(Debug, Clone)]
+pub struct ClusterMetadata {
+    /// Cluster id.
+    pub cluster_id: Option<String>,
+    /// Active controller id as reported to clients (-1 in KRaft if hidden).
+    pub controller_id: i32,
+    /// Brokers by node id.
+    pub brokers: BTreeMap<i32, BrokerInfo>,
+    /// Topics by name.
+    pub topics: BTreeMap<String, TopicMetadata>,
+    /// When this snapshot was fetched.
+    pub fetched_at: Instant,
+}
+
+impl ClusterMetadata {
+    fn empty() -> Self {
+        ClusterMetadata {
+            cluster_id: None,
+            controller_id: -1,
+            brokers: BTreeMap::new(),
+            topics: BTreeMap::new(),
+            fetched_at: Instant::now() - Duration::from_secs(3600 * 24),
+        }
+    }
+
+    /// Topic by name.
+    pub fn topic(&self, name: &str) -> Option<&TopicMetadata> {
+        self.topics.get(name)
+    }
+
+    /// Topic by id.
+    pub fn topic_by_id(&self, id: Uuid) -> Option<&TopicMetadata> {
+        self.topics.values().find(|t| t.topic_id == id)
+    }
+}
+
+#[derive(Default)]
+struct Slot {
+    conn: Option<BrokerConnection>,
+    failures: u32,
+    next_attempt: Option<Instant>,
+}
+
+struct Inner {
+    config: ClientConfig,
+    metadata: RwLock<Arc<ClusterMetadata>>,
+    slots: Mutex<HashMap<i32, Arc<tokio::sync::Mutex<Slot>>>>,
+    refresh: tokio::sync::Mutex<()>,
+    timer: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(t) = self.timer.lock().unwrap().take() {
+            t.abort();
+        }
+    }
+}
+
+/// A client for one Kafka cluster. Cheap to clone; `Send + Sync`.
+#[derive(Clone)]
+pub struct KafkaClient {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for KafkaClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaClient")
+            .field("bootstrap", &self.inner.config.bootstrap_servers)
+            .finish()
+    }
+}
+
+/// Highest metadata version this layer asks for (v12: topic ids, nullable names).
+const METADATA_MAX_VERSION: i16 = 12;
+
+impl KafkaClient {
+    /// Connects to one of the bootstrap servers and loads the cluster metadata
+    /// (all topics). Starts the `metadata.max.age.ms` refresh timer.
+    pub async fn connect(config: ClientConfig) -> Result<Self> {
+        if config.bootstrap_servers.is_empty() {
+            return Err(super::config::config_err("bootstrap.servers", "is empty"));
+        }
+        let client = KafkaClient {
+            inner: Arc::new(Inner {
+                config,
+                metadata: RwLock::new(Arc::new(ClusterMetadata::empty())),
+                slots: Mutex::new(HashMap::new()),
+                refresh: tokio::sync::Mutex::new(()),
+                timer: Mutex::new(None),
+            }),
+        };
+        client.refresh_metadata(None).await?;
+        let weak = Arc::downgrade(&client.inner);
+        let period = client.inner.config.metadata_max_age;
+        let handle = tokio::spawn(metadata_timer(weak, period));
+        *client.inner.timer.lock().unwrap() = Some(handle);
+        Ok(client)
+    }
+
+    /// Parses Kafka client properties and connects.
+    pub async fn from_properties(props: &BTreeMap<String, String>) -> Result<Self> {
+        Self::connect(ClientConfig::from_properties(props)?).await
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.config
+    }
+
+    /// The current metadata snapshot (never blocks on the network).
+    pub fn metadata(&self) -> Arc<ClusterMetadata> {
+        self.inner.metadata.read().unwrap().clone()
+    }
+
+    /// Reloads metadata. `None` loads every topic and replaces the topic map
+    /// (topics deleted on the cluster disappear); `Some(topics)` updates only
+    /// those (a topic that no longer exists is removed).
+    pub async fn refresh_metadata(
+        &self,
+        topics: Option<&[String]>,
+    ) -> Result<Arc<ClusterMetadata>> {
+        let _guard = self.inner.refresh.lock().await;
+        let req = MetadataRequest::default()
+            .with_topics(topics.map(|ts| {
+                ts.iter()
+                    .map(|t| {
+                        MetadataRequestTopic::default()
+                            .with_name(Some(TopicName(StrBytes::from_string(t.clone()))))
+                    })
+                    .collect()
+            }))
+            .with_allow_auto_topic_creation(false);
+        let (conn, resp) = self
+            .send_to_any_with(|c| {
+                let v = c
+                    .version::<MetadataRequest>()
+                    .map(|v| v.min(METADATA_MAX_VERSION));
+                let req = req.clone();
+                let c = c.clone();
+                async move {
+                    let v = v?;
+                    c.send_versioned(&req, v, c.request_timeout()).await
+                }
+            })
+            .await?;
+        let _ = conn;
+        let old = self.metadata();
+        let mut md = ClusterMetadata {
+            cluster_id: resp.cluster_id.map(|s| s.to_string()),
+            controller_id: resp.controller_id.0,
+            brokers: resp
+                .brokers
+                .iter()
+                .map(|b| {
+                    (
+                        b.node_id.0,
+                        BrokerInfo {
+                            node_id: b.node_id.0,
+                            host: b.host.to_string(),
+                            port: b.port as u16,
+                            rack: b.rack.as_ref().map(|r| r.to_string()),
+                        },
+                    )
+                })
+                .collect(),
+            topics: if topics.is_some() {
+                old.topics.clone()
+            } else {
+                BTreeMap::new()
+            },
+            fetched_at: if topics.is_some() {
+                old.fetched_at
+            } else {
+                Instant::now()
+            },
+        };
+        for t in resp.topics {
+            let Some(name) = t.name.map(|n| n.0.to_string()) else {
+                continue;
+            };
+            if t.error_code != 0 {
+                if t.error_code == ResponseError::UnknownTopicOrPartition.code() {
+                    md.topics.remove(&name);
+                }
+                continue;
+            }
+            let mut partitions: Vec<PartitionMetadata> = t
+                .partitions
+                .iter()
+                .map(|p| PartitionMetadata {
+                    partition: p.partition_index,
+                    leader: p.leader_id.0,
+                    leader_epoch: p.leader_epoch,
+                    replicas: p.replica_nodes.iter().map(|n| n.0).collect(),
+                    isr: p.isr_nodes.iter().map(|n| n.0).collect(),
+                    offline_replicas: p.offline_replicas.iter().map(|n| n.0).collect(),
+                    error: ResponseError::try_from_code(p.error_code),
+                })
+                .collect();
+            partitions.sort_by_key(|p| p.partition);
+            md.topics.insert(
+                name.clone(),
+                TopicMetadata {
+                    name,
+                    topic_id: t.topic_id,
+                    is_internal: t.is_internal,
+                    partitions,
+                },
+            );
+        }
+        let md = Arc::new(md);
+        *self.inner.metadata.write().unwrap() = md.clone();
+        Ok(md)
+    }
+
+    /// Leader node and leader epoch of a partition, refreshing the topic's
+    /// metadata once if it is unknown or leaderless.
+    pub async fn leader(&self, topic: &str, partition: i32) -> Result<(i32, i32)> {
+        for attempt in 0..2 {
+            let md = self.metadata();
+            if let Some(p) = md.topic(topic).and_then(|t| t.partition(partition)) {
+                if p.leader >= 0 {
+                    return Ok((p.leader, p.leader_epoch));
+                }
+            }
+            if attempt == 0 {
+                self.refresh_metadata(Some(&[topic.to_owned()])).await?;
+            }
+        }
+        Err(KafkaError::Unknown(format!(
+            "leader for {topic}-{partition}"
+        )))
+    }
+
+    /// The connection to broker `node_id`, connecting (with exponential
+    /// backoff after failures, `reconnect.backoff.ms` … `reconnect.backoff.max.ms`)
+    /// if needed.
+    pub async fn connection(&self, node_id: i32) -> Result<BrokerConnection> {
+        let slot = {
+            let mut slots = self.inner.slots.lock().unwrap();
+            slots.entry(node_id).or_default().clone()
+        };
+        let mut slot = slot.lock().await;
+        if let Some(c) = &slot.conn {
+            if !c.is_closed() {
+                return Ok(c.clone());
+            }
+        }
+        slot.conn = None;
+        if let Some(at) = slot.next_attempt {
+            tokio::time::sleep_until(at.into()).await;
+        }
+        let addr = self
+            .metadata()
+            .brokers
+            .get(&node_id)
+            .map(BrokerInfo::address)
+            .ok_or_else(|| KafkaError::Unknown(format!("broker {node_id}")))?;
+        let addr = self
+            .inner
+            .config
+            .address_map
+            .get(&addr)
+            .cloned()
+            .unwrap_or(addr);
+        match BrokerConnection::connect(&addr, node_id, &self.inner.config).await {
+            Ok(c) => {
+                slot.failures = 0;
+                slot.next_attempt = None;
+                slot.conn = Some(c.clone());
+                Ok(c)
+            }
+            Err(e) => {
+                let cfg = &self.inner.config;
+                let d = backoff(
+                    cfg.reconnect_backoff,
+                    cfg.reconnect_backoff_max,
+                    slot.failures,
+                );
+                slot.failures = slot.failures.saturating_add(1);
+                slot.next_attempt = Some(Instant::now() + d);
+                Err(e)
+            }
+        }
+    }
+
+    /// A connection to some live broker: known brokers first, then the
+    /// bootstrap list (used for cluster-wide RPCs such as CreateTopics).
+    pub async fn any_connection(&self) -> Result<BrokerConnection> {
+        let ids: Vec<i32> = self.metadata().brokers.keys().copied().collect();
+        let mut last = None;
+        let start = if ids.is_empty() {
+            0
+        } else {
+            rand::rng().random_range(0..ids.len())
+        };
+        for i in 0..ids.len() {
+            match self.connection(ids[(start + i) % ids.len()]).await {
+                Ok(c) => return Ok(c),
+                Err(e) => last = Some(e),
+            }
+        }
+        for addr in &self.inner.config.bootstrap_servers {
+            match self.bootstrap_connection(addr).await {
+                Ok(c) => return Ok(c),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| KafkaError::Unknown("broker".into())))
+    }
+
+    async fn bootstrap_connection(&self, addr: &str) -> Result<BrokerConnection> {
+        let key = -1000
+            - (self
+                .inner
+                .config
+                .bootstrap_servers
+                .iter()
+                .position(|a| a == addr)
+                .unwrap_or(0) as i32);
+        let slot = {
+            let mut slots = self.inner.slots.lock().unwrap();
+            slots.entry(key).or_default().clone()
+        };
+        let mut slot = slot.lock().await;
+        if let Some(c) = &slot.conn {
+            if !c.is_closed() {
+                return Ok(c.clone());
+            }
+        }
+        let c = BrokerConnection::connect(addr, -1, &self.inner.config).await?;
+        slot.conn = Some(c.clone());
+        Ok(c)
+    }
+
+    async fn send_to_any_with<T, F, Fut>(&self, f: F) -> Result<(BrokerConnection, T)>
+    where
+        F: Fn(&BrokerConnection) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let mut last = None;
+        for _ in 0..3 {
+            let conn = match self.any_connection().await {
+                Ok(c) => c,
+                Err(e) if e.is_retriable() => {
+                    last = Some(e);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            match f(&conn).await {
+                Ok(r) => return Ok((conn, r)),
+                Err(e) if e.is_retriable() => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.expect("at least one attempt"))
+    }
+
+    /// Sends a request to any broker (retrying on another after a network
+    /// failure). For RPCs that every broker forwards or answers.
+    pub async fn send_any<R: Request + Clone>(&self, req: &R) -> Result<R::Response> {
+        self.send_to_any_with(|c| {
+            let c = c.clone();
+            let req = req.clone();
+            async move { c.send(&req).await }
+        })
+        .await
+        .map(|(_, r)| r)
+    }
+
+    /// Sends a request to broker `node_id`.
+    pub async fn send_to<R: Request>(&self, node_id: i32, req: &R) -> Result<R::Response> {
+        self.connection(node_id).await?.send(req).await
+    }
+
+    /// The backoff before retry number `attempt` (0-based), from
+    /// `retry.backoff.ms` doubling up to `retry.backoff.max.ms`, ±20% jitter.
+    pub fn retry_backoff(&self, attempt: u32) -> Duration {
+        backoff(
+            self.inner.config.retry_backoff,
+            self.inner.config.retry_backoff_max,
+            attempt,
+        )
+    }
+}
+
+/// Exponential backoff with ±20% jitter (Kafka's client formula).
+pub(crate) fn backoff(base: Duration, max: Duration, attempt: u32) -> Duration {
+    let exp = base.as_secs_f64() * 2f64.powi(attempt.min(30) as i32);
+    let capped = exp.min(max.as_secs_f64());
+    let jitter = rand::rng().random_range(0.8..1.2);
+    Duration::from_secs_f64(capped * jitter)
+}
+
+async fn metadata_timer(inner: Weak<Inner>, period: Duration) {
+    loop {
+        tokio::time::sleep(period).await;
+        let Some(inner) = inner.upgrade() else { return };
+        let client = KafkaClient { inner };
+        if let Err(e) = client.refresh_metadata(None).await {
+            tracing::warn!(error = %e, "periodic metadata refresh failed");
+        }
+    }
+}

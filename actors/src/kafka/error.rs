@@ -1,0 +1,197 @@
+//! Errors of the protocol layer.
+//!
+//! One error type for the whole layer so that callers (the PartitionActor and
+//! friends) can decide what to do from the *kind* of failure: retry after a
+//! metadata refresh, back off and reconnect, or fail the partition. Kafka error
+//! codes are kept as [`ResponseError`] so the original code is never lost.
+
+use std::time::Duration;
+
+pub use kafka_protocol::ResponseError;
+
+/// Result alias for the protocol layer.
+pub type Result<T, E = KafkaError> = std::result::Result<T, E>;
+
+/// Everything that can go wrong talking to Kafka.
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaError {
+    /// A client property is missing or invalid; `key` is the Kafka property name
+    /// so the operator knows exactly which line of the config to fix.
+    #[error("invalid client configuration `{key}`: {message}")]
+    Config {
+        /// The Kafka client property at fault.
+        key: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The TCP connection or TLS session failed.
+    #[error("I/O error talking to {broker}: {source}")]
+    Io {
+        /// `host:port` of the broker.
+        broker: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// TLS configuration or handshake problem.
+    #[error("TLS error with {broker}: {message}")]
+    Tls {
+        /// `host:port` of the broker.
+        broker: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// SASL authentication was refused (wrong password, unknown user, mechanism
+    /// not enabled). Not retriable: retrying would only lock accounts or spin.
+    #[error("authentication failed with {broker} ({mechanism}): {message}")]
+    Authentication {
+        /// `host:port` of the broker.
+        broker: String,
+        /// SASL mechanism that was attempted.
+        mechanism: String,
+        /// The broker's message, or ours.
+        message: String,
+    },
+    /// A request got no answer within `request.timeout.ms`. The connection
+    /// it was sent on is closed, as Kafka's own clients do, because a late
+    /// answer could otherwise be matched to nothing or arrive after a retry.
+    #[error("request {api} to {broker} timed out after {timeout:?}")]
+    Timeout {
+        /// Name of the API.
+        api: &'static str,
+        /// `host:port` of the broker.
+        broker: String,
+        /// The timeout that expired.
+        timeout: Duration,
+    },
+    /// The connection closed while requests were in flight, or before.
+    #[error("connection to {broker} closed: {reason}")]
+    Disconnected {
+        /// `host:port` of the broker.
+        broker: String,
+        /// Why.
+        reason: String,
+    },
+    /// The broker supports no version of an API that this layer can speak.
+    #[error("broker {broker} supports no usable version of {api} (broker {broker_range}, ours {our_range})")]
+    UnsupportedVersion {
+        /// Name of the API.
+        api: &'static str,
+        /// `host:port` of the broker.
+        broker: String,
+        /// Versions the broker advertised.
+        broker_range: String,
+        /// Versions we can encode.
+        our_range: String,
+    },
+    /// A frame could not be encoded or decoded.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// A Kafka error code in a response. `context` says which RPC and which
+    /// resource (topic, partition, group) it is about.
+    #[error("{context}: {error}{}", message.as_ref().map(|m| format!(" ({m})")).unwrap_or_default())]
+    Broker {
+        /// The error code.
+        error: ResponseError,
+        /// The RPC and resource the error is about.
+        context: String,
+        /// The broker's error message if it sent one.
+        message: Option<String>,
+    },
+    /// A record batch is malformed (bad magic, truncated, bad CRC, bad varint).
+    #[error("invalid record batch: {0}")]
+    InvalidBatch(String),
+    /// A record (or a single record of a batch being split) is larger than the
+    /// destination accepts; it can never be written without a config change.
+    #[error("record of {size} bytes exceeds the destination limit of {max} bytes")]
+    RecordTooLarge {
+        /// Encoded size of the smallest unit we could produce.
+        size: usize,
+        /// The limit (`max.message.bytes`).
+        max: usize,
+    },
+    /// Topic, partition or broker is not in the metadata.
+    #[error("unknown {0}")]
+    Unknown(String),
+    /// The producer hit a state it cannot recover from by retrying (sequence
+    /// out of order, fenced epoch, …). The caller must reconcile with the
+    /// destination's end offset and start a new producer.
+    #[error("producer for {partition} failed: {reason}")]
+    ProducerFenced {
+        /// `topic-partition`.
+        partition: String,
+        /// Why.
+        reason: String,
+    },
+    /// The client, producer or session was shut down.
+    #[error("closed")]
+    Closed,
+}
+
+impl KafkaError {
+    /// Builds a [`KafkaError::Broker`] from a response error code, or `None` for 0.
+    pub fn from_code(code: i16, context: impl Into<String>, message: Option<&str>) -> Option<Self> {
+        if code == 0 {
+            return None;
+        }
+        let error = ResponseError::try_from_code(code).unwrap_or(ResponseError::Unknown(code));
+        Some(KafkaError::Broker {
+            error,
+            context: context.into(),
+            message: message.map(str::to_owned),
+        })
+    }
+
+    /// Converts a response error code into `Ok(())` or the error.
+    pub fn check(code: i16, context: impl FnOnce() -> String, message: Option<&str>) -> Result<()> {
+        if code == 0 {
+            Ok(())
+        } else {
+            Err(Self::from_code(code, context(), message).expect("non-zero"))
+        }
+    }
+
+    /// The Kafka error code if this is a broker error.
+    pub fn response_error(&self) -> Option<ResponseError> {
+        match self {
+            KafkaError::Broker { error, .. } => Some(*error),
+            _ => None,
+        }
+    }
+
+    /// Whether retrying the same operation (after a backoff, and a metadata
+    /// refresh if [`KafkaError::needs_metadata_refresh`]) can succeed.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            KafkaError::Io { .. }
+            | KafkaError::Timeout { .. }
+            | KafkaError::Disconnected { .. } => true,
+            KafkaError::Broker { error, .. } => error.is_retriable(),
+            _ => false,
+        }
+    }
+
+    /// Whether the error means our view of leaders is stale.
+    pub fn needs_metadata_refresh(&self) -> bool {
+        matches!(
+            self.response_error(),
+            Some(
+                ResponseError::NotLeaderOrFollower
+                    | ResponseError::UnknownTopicOrPartition
+                    | ResponseError::FencedLeaderEpoch
+                    | ResponseError::UnknownLeaderEpoch
+                    | ResponseError::LeaderNotAvailable
+                    | ResponseError::UnknownTopicId
+                    | ResponseError::NotCoordinator
+                    | ResponseError::CoordinatorNotAvailable
+            )
+        ) || matches!(
+            self,
+            KafkaError::Disconnected { .. } | KafkaError::Io { .. }
+        )
+    }
+}
+
+pub(crate) fn protocol_err(context: &str, e: impl std::fmt::Display) -> KafkaError {
+    KafkaError::Protocol(format!("{context}: {e}"))
+}

@@ -1,0 +1,370 @@
+//! One multi-partition fetch stream per source broker, as Kafka's replica
+//! fetchers do: one request carries every partition this broker leads, so
+//! thousands of partitions cost one round trip, not thousands.
+//!
+//! Records come back as `Bytes` sliced out of the response frame (no copy);
+//! [`FetchedPartition::batches`] walks them header by header.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use indexmap::IndexMap;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{FetchRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
+
+use super::batch::{AbortedTransactions, BatchIter};
+use super::client::KafkaClient;
+use super::error::{KafkaError, ResponseError, Result};
+
+/// A topic partition. Topic names are shared (`Arc<str>`) because they are
+/// cloned into every request and response on the hot path.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    /// Topic name.
+    pub topic: std::sync::Arc<str>,
+    /// Partition index.
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    /// Builds one.
+    pub fn new(topic: &str, partition: i32) -> Self {
+        TopicPartition {
+            topic: topic.into(),
+            partition,
+        }
+    }
+}
+
+impl std::fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
+
+/// `isolation.level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IsolationLevel {
+    /// Everything up to the high watermark, aborted data included.
+    ReadUncommitted,
+    /// Up to the last stable offset, with the aborted-transaction list so
+    /// aborted batches can be dropped (the mirror's default).
+    ReadCommitted,
+}
+
+/// Fetch tuning (Kafka consumer names in parentheses).
+#[derive(Debug, Clone)]
+pub struct FetchOptions {
+    /// (`isolation.level`)
+    pub isolation: IsolationLevel,
+    /// How long the broker may wait for `min_bytes` (`fetch.max.wait.ms`).
+    pub max_wait: Duration,
+    /// (`fetch.min.bytes`)
+    pub min_bytes: i32,
+    /// Response size limit (`fetch.max.bytes`).
+    pub max_bytes: i32,
+    /// Per-partition limit (`max.partition.fetch.bytes`).
+    pub partition_max_bytes: i32,
+}
+
+impl Default for FetchOptions {
+    fn default() -> Self {
+        FetchOptions {
+            isolation: IsolationLevel::ReadCommitted,
+            max_wait: Duration::from_millis(500),
+            min_bytes: 1,
+            max_bytes: 52_428_800,
+            partition_max_bytes: 4 * 1_048_576,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct PartState {
+    offset: i64,
+    leader_epoch: i32,
+}
+
+/// Data for one partition from one fetch.
+#[derive(Debug, Clone)]
+pub struct FetchedPartition {
+    /// The offset that was asked for.
+    pub fetch_offset: i64,
+    /// High watermark.
+    pub high_watermark: i64,
+    /// Last stable offset (-1 if the broker did not say).
+    pub last_stable_offset: i64,
+    /// Log start offset (-1 if the broker did not say).
+    pub log_start_offset: i64,
+    /// `(producer id, first offset)` of aborted transactions overlapping the data.
+    pub aborted_transactions: Vec<(i64, i64)>,
+    /// Raw record batches, a slice of the response frame.
+    pub records: Bytes,
+    /// Where the session will fetch this partition next: after the last
+    /// complete batch (unchanged if no complete batch arrived).
+    pub next_offset: i64,
+    /// The data ended in a partial batch (the partition limit is smaller than
+    /// a batch; if `next_offset == fetch_offset`, raise `partition_max_bytes`).
+    pub truncated: bool,
+}
+
+impl FetchedPartition {
+    /// Iterates over the complete batches.
+    pub fn batches(&self) -> BatchIter {
+        BatchIter::new(self.records.clone())
+    }
+    /// The aborted-transaction filter for these batches.
+    pub fn aborted(&self) -> AbortedTransactions {
+        AbortedTransactions::new(self.aborted_transactions.clone())
+    }
+}
+
+/// Per-partition fetch failures the caller must act on.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// The position is outside `[log start, log end]` (retention deleted it,
+    /// or the log was truncated). The partition stays in the session at the
+    /// same offset; the caller must `seek`.
+    #[error("offset {fetch_offset} out of range")]
+    OffsetOutOfRange {
+        /// The offset asked for.
+        fetch_offset: i64,
+    },
+    /// Leadership moved (NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH,
+    /// UNKNOWN_TOPIC_OR_PARTITION…). The partition was removed from this
+    /// session and metadata refreshed; re-add it to the new leader's session.
+    #[error("leader changed ({error}); new leader {new_leader:?}")]
+    LeaderChanged {
+        /// The broker's error.
+        error: ResponseError,
+        /// `(node id, leader epoch)` if the broker told us.
+        new_leader: Option<(i32, i32)>,
+        /// Offset the partition was at.
+        offset: i64,
+    },
+    /// Any other error for this partition.
+    #[error(transparent)]
+    Other(KafkaError),
+}
+
+/// Result of one fetch round trip, per partition.
+pub type FetchResults = Vec<(
+    TopicPartition,
+    std::result::Result<FetchedPartition, FetchError>,
+)>;
+
+/// A fetch stream to one broker for many partitions.
+#[derive(Debug)]
+pub struct FetchSession {
+    client: KafkaClient,
+    node_id: i32,
+    options: FetchOptions,
+    partitions: IndexMap<TopicPartition, PartState>,
+}
+
+impl FetchSession {
+    /// A session to broker `node_id` (normally the partitions' leader).
+    pub fn new(client: KafkaClient, node_id: i32, options: FetchOptions) -> Self {
+        FetchSession {
+            client,
+            node_id,
+            options,
+            partitions: IndexMap::new(),
+        }
+    }
+
+    /// The broker this session fetches from.
+    pub fn node_id(&self) -> i32 {
+        self.node_id
+    }
+
+    /// Adds (or moves) a partition at `offset`. `leader_epoch` is the epoch
+    /// from metadata (-1 to skip fencing); it lets the broker refuse to serve
+    /// us from a stale leader.
+    pub fn add(&mut self, tp: TopicPartition, offset: i64, leader_epoch: i32) {
+        self.partitions.insert(
+            tp,
+            PartState {
+                offset,
+                leader_epoch,
+            },
+        );
+    }
+
+    /// Removes a partition; returns its position.
+    pub fn remove(&mut self, tp: &TopicPartition) -> Option<i64> {
+        self.partitions.shift_remove(tp).map(|p| p.offset)
+    }
+
+    /// Moves a partition's position.
+    pub fn seek(&mut self, tp: &TopicPartition, offset: i64) -> bool {
+        match self.partitions.get_mut(tp) {
+            Some(p) => {
+                p.offset = offset;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Current position of a partition.
+    pub fn position(&self, tp: &TopicPartition) -> Option<i64> {
+        self.partitions.get(tp).map(|p| p.offset)
+    }
+
+    /// Partitions in the session.
+    pub fn partitions(&self) -> impl Iterator<Item = &TopicPartition> {
+        self.partitions.keys()
+    }
+
+    /// Whether the session has no partitions.
+    pub fn is_empty(&self) -> bool {
+        self.partitions.is_empty()
+    }
+
+    /// One fetch round trip for every partition. Positions advance past the
+    /// complete batches returned. A request-level failure (network, timeout)
+    /// is an `Err`; per-partition failures are in the results.
+    pub async fn fetch(&mut self) -> Result<FetchResults> {
+        if self.partitions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let md = self.client.metadata();
+        let mut topics: IndexMap<std::sync::Arc<str>, FetchTopic> = IndexMap::new();
+        let mut ids: HashMap<Uuid, std::sync::Arc<str>> = HashMap::new();
+        for (tp, st) in &self.partitions {
+            let topic_id = md.topic(&tp.topic).map(|t| t.topic_id).unwrap_or_default();
+            ids.insert(topic_id, tp.topic.clone());
+            let t = topics.entry(tp.topic.clone()).or_insert_with(|| {
+                FetchTopic::default()
+                    .with_topic(TopicName(StrBytes::from_string(tp.topic.to_string())))
+                    .with_topic_id(topic_id)
+            });
+            t.partitions.push(
+                FetchPartition::default()
+                    .with_partition(tp.partition)
+                    .with_current_leader_epoch(st.leader_epoch)
+                    .with_fetch_offset(st.offset)
+                    .with_partition_max_bytes(self.options.partition_max_bytes),
+            );
+        }
+        let req = FetchRequest::default()
+            .with_max_wait_ms(self.options.max_wait.as_millis() as i32)
+            .with_min_bytes(self.options.min_bytes)
+            .with_max_bytes(self.options.max_bytes)
+            .with_isolation_level(match self.options.isolation {
+                IsolationLevel::ReadUncommitted => 0,
+                IsolationLevel::ReadCommitted => 1,
+            })
+            .with_topics(topics.into_values().collect());
+        let conn = self.client.connection(self.node_id).await?;
+        let mut version = conn.version::<FetchRequest>()?;
+        if ids.contains_key(&Uuid::nil()) {
+            // Some topic id unknown: stay on name-addressed versions.
+            version = version.min(12);
+        }
+        let timeout = conn.request_timeout() + self.options.max_wait;
+        let resp = conn.send_versioned(&req, version, timeout).await?;
+        if resp.error_code != 0 {
+            return Err(KafkaError::from_code(
+                resp.error_code,
+                format!("Fetch from broker {}", self.node_id),
+                None,
+            )
+            .expect("non-zero"));
+        }
+        let mut out = Vec::with_capacity(self.partitions.len());
+        let mut refresh = Vec::new();
+        for topic in resp.responses {
+            let name: std::sync::Arc<str> = if version >= 13 {
+                match ids.get(&topic.topic_id) {
+                    Some(n) => n.clone(),
+                    None => continue,
+                }
+            } else {
+                topic.topic.0.as_str().into()
+            };
+            for p in topic.partitions {
+                let tp = TopicPartition {
+                    topic: name.clone(),
+                    partition: p.partition_index,
+                };
+                let Some(state) = self.partitions.get_mut(&tp) else {
+                    continue;
+                };
+                let fetch_offset = state.offset;
+                let result = match ResponseError::try_from_code(p.error_code) {
+                    None => {
+                        let records = p.records.unwrap_or_default();
+                        let mut next = fetch_offset;
+                        let mut it = BatchIter::new(records.clone());
+                        for b in it.by_ref() {
+                            match b {
+                                Ok(b) => next = next.max(b.next_offset()),
+                                Err(_) => break,
+                            }
+                        }
+                        state.offset = next;
+                        Ok(FetchedPartition {
+                            fetch_offset,
+                            high_watermark: p.high_watermark,
+                            last_stable_offset: p.last_stable_offset,
+                            log_start_offset: p.log_start_offset,
+                            aborted_transactions: p
+                                .aborted_transactions
+                                .unwrap_or_default()
+                                .iter()
+                                .map(|a| (a.producer_id.0, a.first_offset))
+                                .collect(),
+                            records,
+                            next_offset: next,
+                            truncated: it.truncated(),
+                        })
+                    }
+                    Some(ResponseError::OffsetOutOfRange) => {
+                        Err(FetchError::OffsetOutOfRange { fetch_offset })
+                    }
+                    Some(
+                        e @ (ResponseError::NotLeaderOrFollower
+                        | ResponseError::FencedLeaderEpoch
+                        | ResponseError::UnknownLeaderEpoch
+                        | ResponseError::UnknownTopicOrPartition
+                        | ResponseError::UnknownTopicId
+                        | ResponseError::LeaderNotAvailable),
+                    ) => {
+                        refresh.push(tp.topic.to_string());
+                        let l = &p.current_leader;
+                        Err(FetchError::LeaderChanged {
+                            error: e,
+                            new_leader: (l.leader_id.0 >= 0)
+                                .then_some((l.leader_id.0, l.leader_epoch)),
+                            offset: fetch_offset,
+                        })
+                    }
+                    Some(e) => Err(FetchError::Other(KafkaError::Broker {
+                        error: e,
+                        context: format!("Fetch {tp} at {fetch_offset}"),
+                        message: None,
+                    })),
+                };
+                out.push((tp, result));
+            }
+        }
+        for (tp, r) in &out {
+            if matches!(r, Err(FetchError::LeaderChanged { .. })) {
+                self.partitions.shift_remove(tp);
+            }
+        }
+        if !refresh.is_empty() {
+            refresh.sort();
+            refresh.dedup();
+            if let Err(e) = self.client.refresh_metadata(Some(&refresh)).await {
+                tracing::warn!(error = %e, "metadata refresh after leader change failed");
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,478 @@
+//! The idempotent producer: our own producer id and epoch (InitProducerId),
+//! our own sequence per partition, acks=all, up to 5 batches in flight per
+//! partition with order kept, and retries that never duplicate.
+//!
+//! Why this shape: the broker deduplicates a retried batch only if it has the
+//! same producer id, epoch and *exactly the same sequence range* as one of the
+//! last 5 batches it appended for that partition (`ProducerStateEntry`,
+//! `NUM_BATCHES_TO_RETAIN = 5`). So a batch's bytes are stamped with its
+//! sequence once and re-sent unchanged on every retry; at most 5 are ever
+//! unacknowledged; and when one fails, it and everything after it are re-sent
+//! in order. A duplicate comes back as success with the offset of the first
+//! copy, so the caller's offset map stays exact.
+//!
+//! Each [`PartitionProducer`] is a small tokio task fed by a bounded channel:
+//! [`PartitionProducer::send`] waits when the pipeline is full, which is the
+//! back-pressure the fetch side needs.
+
+use std::collections::{HashSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures_util::stream::{FuturesOrdered, StreamExt};
+use kafka_protocol::messages::init_producer_id_request::InitProducerIdRequest;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{ProduceRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use tokio::sync::{mpsc, oneshot};
+
+use super::batch::{stamp_producer, OutgoingBatch, SourceOffsets};
+use super::client::KafkaClient;
+use super::conn::BrokerConnection;
+use super::error::{KafkaError, ResponseError, Result};
+use super::fetch::TopicPartition;
+
+/// The broker's deduplication window; also our in-flight limit per partition.
+pub const MAX_IN_FLIGHT: usize = 5;
+
+/// What the destination said about one produced batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProduceAck {
+    /// Destination offset of the batch's first record.
+    pub base_offset: i64,
+    /// Number of records.
+    pub record_count: i32,
+    /// Source offsets of the records (from the [`OutgoingBatch`]).
+    pub source_offsets: SourceOffsets,
+    /// Broker append time if the destination topic uses LogAppendTime, else -1.
+    pub log_append_time: i64,
+    /// Destination log start offset.
+    pub log_start_offset: i64,
+    /// Sequence we gave the batch.
+    pub base_sequence: i32,
+}
+
+/// An idempotent producer on one destination cluster. Create one
+/// [`PartitionProducer`] per destination partition from it.
+#[derive(Debug, Clone)]
+pub struct IdempotentProducer {
+    client: KafkaClient,
+    producer_id: i64,
+    producer_epoch: i16,
+    active: Arc<Mutex<HashSet<TopicPartition>>>,
+}
+
+impl IdempotentProducer {
+    /// Gets a producer id and epoch from the destination (InitProducerId
+    /// without a transactional id), retrying retriable errors.
+    pub async fn new(client: KafkaClient) -> Result<Self> {
+        let req = InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(i32::MAX)
+            .with_producer_id((-1).into())
+            .with_producer_epoch(-1);
+        let mut attempt = 0;
+        loop {
+            let resp = client.send_any(&req).await;
+            let err = match resp {
+                Ok(r) if r.error_code == 0 => {
+                    return Ok(IdempotentProducer {
+                        client,
+                        producer_id: r.producer_id.0,
+                        producer_epoch: r.producer_epoch,
+                        active: Arc::new(Mutex::new(HashSet::new())),
+                    })
+                }
+                Ok(r) => {
+                    KafkaError::from_code(r.error_code, "InitProducerId", None).expect("non-zero")
+                }
+                Err(e) => e,
+            };
+            if !err.is_retriable() || attempt >= 10 {
+                return Err(err);
+            }
+            tokio::time::sleep(client.retry_backoff(attempt)).await;
+            attempt += 1;
+        }
+    }
+
+    /// `(producer id, epoch)`.
+    pub fn id(&self) -> (i64, i16) {
+        (self.producer_id, self.producer_epoch)
+    }
+
+    /// The client this producer writes through.
+    pub fn client(&self) -> &KafkaClient {
+        &self.client
+    }
+
+    /// A pipeline to one destination partition. Only one may exist per
+    /// partition per producer (two would interleave sequences).
+    pub fn partition(&self, topic: &str, partition: i32) -> Result<PartitionProducer> {
+        let tp = TopicPartition::new(topic, partition);
+        if !self.active.lock().unwrap().insert(tp.clone()) {
+            return Err(KafkaError::ProducerFenced {
+                partition: tp.to_string(),
+                reason: "a PartitionProducer for this partition already exists".into(),
+            });
+        }
+        let (tx, rx) = mpsc::channel(1);
+        let driver = Driver {
+            client: self.client.clone(),
+            tp: tp.clone(),
+            producer_id: self.producer_id,
+            producer_epoch: self.producer_epoch,
+            next_sequence: 0,
+            rx,
+            queue: VecDeque::new(),
+            sent: 0,
+            conn: None,
+            failed: None,
+            attempts: 0,
+        };
+        let task = tokio::spawn(driver.run());
+        Ok(PartitionProducer {
+            tp,
+            tx,
+            task,
+            active: self.active.clone(),
+        })
+    }
+}
+
+struct Job {
+    bytes: Bytes,
+    record_count: i32,
+    base_sequence: i32,
+    source_offsets: SourceOffsets,
+    ack: oneshot::Sender<Result<ProduceAck>>,
+    first_sent: Option<Instant>,
+}
+
+/// The ordered, pipelined producer for one destination partition.
+#[derive(Debug)]
+pub struct PartitionProducer {
+    tp: TopicPartition,
+    tx: mpsc::Sender<(OutgoingBatch, oneshot::Sender<Result<ProduceAck>>)>,
+    task: tokio::task::JoinHandle<()>,
+    active: Arc<Mutex<HashSet<TopicPartition>>>,
+}
+
+impl Drop for PartitionProducer {
+    fn drop(&mut self) {
+        self.active.lock().unwrap().remove(&self.tp);
+        // The driver finishes the batches it has and exits when the channel closes.
+        let _ = &self.task;
+    }
+}
+
+/// Resolves to the outcome of one [`PartitionProducer::send`].
+#[derive(Debug)]
+pub struct ProduceTicket(oneshot::Receiver<Result<ProduceAck>>);
+
+impl Future for ProduceTicket {
+    type Output = Result<ProduceAck>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(KafkaError::Closed)))
+    }
+}
+
+impl PartitionProducer {
+    /// Queues a batch; waits while the pipeline is full (back-pressure).
+    /// Acks arrive in send order. After a fatal error every later batch fails
+    /// too and this producer must be replaced.
+    pub async fn send(&self, batch: OutgoingBatch) -> Result<ProduceTicket> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send((batch, tx))
+            .await
+            .map_err(|_| KafkaError::Closed)?;
+        Ok(ProduceTicket(rx))
+    }
+
+    /// The destination partition.
+    pub fn topic_partition(&self) -> &TopicPartition {
+        &self.tp
+    }
+}
+
+type InFlight = Pin<
+    Box<
+        dyn Future<
+                Output = Result<
+                    kafka_protocol::messages::produce_response::PartitionProduceResponse,
+                >,
+            > + Send,
+    >,
+>;
+
+struct Driver {
+    client: KafkaClient,
+    tp: TopicPartition,
+    producer_id: i64,
+    producer_epoch: i16,
+    next_sequence: i32,
+    rx: mpsc::Receiver<(OutgoingBatch, oneshot::Sender<Result<ProduceAck>>)>,
+    /// Unacknowledged jobs in sequence order; the first `sent` are in flight.
+    queue: VecDeque<Job>,
+    sent: usize,
+    conn: Option<(BrokerConnection, uuid::Uuid)>,
+    failed: Option<String>,
+    attempts: u32,
+}
+
+enum Outcome {
+    Ok(kafka_protocol::messages::produce_response::PartitionProduceResponse),
+    Retry(KafkaError),
+    Fatal(KafkaError),
+}
+
+impl Driver {
+    async fn run(mut self) {
+        let mut inflight: FuturesOrdered<InFlight> = FuturesOrdered::new();
+        let mut closed = false;
+        let mut retry_at: Option<tokio::time::Instant> = None;
+        loop {
+            if closed && self.queue.is_empty() {
+                return;
+            }
+            // Fill the pipeline.
+            if retry_at.is_none() {
+                while self.sent < self.queue.len() && inflight.len() < MAX_IN_FLIGHT {
+                    match self.request_future(self.sent).await {
+                        Ok(f) => {
+                            inflight.push_back(f);
+                            self.sent += 1;
+                        }
+                        Err(e) => {
+                            if e.is_retriable()
+                                || e.needs_metadata_refresh()
+                                || matches!(e, KafkaError::Unknown(_))
+                            {
+                                retry_at = Some(self.schedule_retry(&e).await);
+                            } else {
+                                self.fail_all(e);
+                            }
+                            break;
+                        }
+                    }
+                }
+            }
+            let can_accept = !closed && self.queue.len() < MAX_IN_FLIGHT;
+            tokio::select! {
+                msg = self.rx.recv(), if can_accept => match msg {
+                    None => closed = true,
+                    Some((batch, ack)) => self.enqueue(batch, ack),
+                },
+                Some(res) = inflight.next(), if !inflight.is_empty() => {
+                    self.sent -= 1;
+                    match self.judge(res) {
+                        Outcome::Ok(r) => self.ack_front(r),
+                        Outcome::Retry(e) => {
+                            // Everything after the failed batch is re-sent in
+                            // order; late results of those are discarded (a
+                            // success among them comes back again as a duplicate).
+                            while inflight.next().await.is_some() {}
+                            self.sent = 0;
+                            if self.front_expired() {
+                                self.fail_all(KafkaError::Timeout {
+                                    api: "Produce",
+                                    broker: format!("{} (delivery.timeout.ms; last error: {e})", self.tp),
+                                    timeout: self.client.config().delivery_timeout,
+                                });
+                            } else {
+                                retry_at = Some(self.schedule_retry(&e).await);
+                            }
+                        }
+                        Outcome::Fatal(e) => {
+                            while inflight.next().await.is_some() {}
+                            self.sent = 0;
+                            self.fail_all(e);
+                        }
+                    }
+                },
+                _ = async { tokio::time::sleep_until(retry_at.unwrap()).await }, if retry_at.is_some() => {
+                    retry_at = None;
+                }
+            }
+        }
+    }
+
+    fn enqueue(&mut self, batch: OutgoingBatch, ack: oneshot::Sender<Result<ProduceAck>>) {
+        if let Some(reason) = &self.failed {
+            let _ = ack.send(Err(KafkaError::ProducerFenced {
+                partition: self.tp.to_string(),
+                reason: reason.clone(),
+            }));
+            return;
+        }
+        let OutgoingBatch {
+            mut bytes,
+            record_count,
+            source_offsets,
+        } = batch;
+        let seq = self.next_sequence;
+        stamp_producer(&mut bytes, self.producer_id, self.producer_epoch, seq);
+        // Sequences wrap at i32::MAX like the broker's.
+        self.next_sequence = ((seq as i64 + record_count as i64) % (i32::MAX as i64 + 1)) as i32;
+        self.queue.push_back(Job {
+            bytes: bytes.freeze(),
+            record_count,
+            base_sequence: seq,
+            source_offsets,
+            ack,
+            first_sent: None,
+        });
+    }
+
+    async fn schedule_retry(&mut self, e: &KafkaError) -> tokio::time::Instant {
+        tracing::debug!(partition = %self.tp, error = %e, attempt = self.attempts, "produce retry");
+        if e.needs_metadata_refresh() || matches!(e, KafkaError::Unknown(_)) {
+            self.conn = None;
+            let _ = self
+                .client
+                .refresh_metadata(Some(&[self.tp.topic.to_string()]))
+                .await;
+        }
+        let d = self.client.retry_backoff(self.attempts);
+        self.attempts = self.attempts.saturating_add(1);
+        tokio::time::Instant::now() + d
+    }
+
+    fn front_expired(&self) -> bool {
+        self.queue
+            .front()
+            .and_then(|j| j.first_sent)
+            .is_some_and(|t| t.elapsed() > self.client.config().delivery_timeout)
+    }
+
+    async fn request_future(&mut self, index: usize) -> Result<InFlight> {
+        if self.conn.as_ref().is_none_or(|(c, _)| c.is_closed()) {
+            let (leader, _epoch) = self
+                .client
+                .leader(&self.tp.topic, self.tp.partition)
+                .await?;
+            let conn = self.client.connection(leader).await?;
+            let topic_id = self
+                .client
+                .metadata()
+                .topic(&self.tp.topic)
+                .map(|t| t.topic_id)
+                .unwrap_or_default();
+            self.conn = Some((conn, topic_id));
+        }
+        let (conn, topic_id) = self.conn.clone().expect("set above");
+        let job = &mut self.queue[index];
+        job.first_sent.get_or_insert_with(Instant::now);
+        let mut version = conn.version::<ProduceRequest>()?;
+        if topic_id.is_nil() {
+            version = version.min(12);
+        }
+        let timeout = conn.request_timeout();
+        let req = ProduceRequest::default()
+            .with_transactional_id(None)
+            .with_acks(-1)
+            .with_timeout_ms(timeout.as_millis().min(i32::MAX as u128) as i32)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_string(self.tp.topic.to_string())))
+                .with_topic_id(topic_id)
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(self.tp.partition)
+                    .with_records(Some(job.bytes.clone()))])]);
+        let partition = self.tp.partition;
+        // Queued to the socket now, in sequence order; only the wait is deferred.
+        let pending = conn.submit(&req, version, timeout).await?;
+        Ok(Box::pin(async move {
+            let resp = pending.wait().await?;
+            resp.responses
+                .into_iter()
+                .flat_map(|t| t.partition_responses)
+                .find(|p| p.index == partition)
+                .ok_or_else(|| {
+                    KafkaError::Protocol("produce response without our partition".into())
+                })
+        }))
+    }
+
+    fn judge(
+        &self,
+        res: Result<kafka_protocol::messages::produce_response::PartitionProduceResponse>,
+    ) -> Outcome {
+        let r = match res {
+            Ok(r) => r,
+            Err(e) if e.is_retriable() => return Outcome::Retry(e),
+            Err(e) => return Outcome::Fatal(e),
+        };
+        let Some(err) = ResponseError::try_from_code(r.error_code) else {
+            return Outcome::Ok(r);
+        };
+        let message = r.error_message.as_ref().map(|m| m.to_string()).or_else(|| {
+            r.record_errors
+                .first()
+                .and_then(|e| e.batch_index_error_message.as_ref().map(|m| m.to_string()))
+        });
+        let e = KafkaError::Broker {
+            error: err,
+            context: format!("Produce to {}", self.tp),
+            message,
+        };
+        match err {
+            // Older brokers report a retried duplicate this way; it was written.
+            ResponseError::DuplicateSequenceNumber => Outcome::Ok(r),
+            ResponseError::OutOfOrderSequenceNumber
+            | ResponseError::InvalidProducerEpoch
+            | ResponseError::UnknownProducerId
+            | ResponseError::ProducerFenced
+            | ResponseError::InvalidProducerIdMapping => {
+                Outcome::Fatal(KafkaError::ProducerFenced {
+                    partition: self.tp.to_string(),
+                    reason: e.to_string(),
+                })
+            }
+            // CORRUPT_MESSAGE is "retriable" for Kafka clients but for us it is
+            // a bug in what we built: do not loop on it.
+            ResponseError::CorruptMessage => Outcome::Fatal(e),
+            _ if err.is_retriable() => Outcome::Retry(e),
+            _ => Outcome::Fatal(e),
+        }
+    }
+
+    fn ack_front(
+        &mut self,
+        r: kafka_protocol::messages::produce_response::PartitionProduceResponse,
+    ) {
+        self.attempts = 0;
+        let job = self
+            .queue
+            .pop_front()
+            .expect("a response implies a queued job");
+        let _ = job.ack.send(Ok(ProduceAck {
+            base_offset: r.base_offset,
+            record_count: job.record_count,
+            source_offsets: job.source_offsets,
+            log_append_time: r.log_append_time_ms,
+            log_start_offset: r.log_start_offset,
+            base_sequence: job.base_sequence,
+        }));
+    }
+
+    fn fail_all(&mut self, e: KafkaError) {
+        let reason = e.to_string();
+        let mut first = Some(e);
+        for job in self.queue.drain(..) {
+            let err = first.take().unwrap_or_else(|| KafkaError::ProducerFenced {
+                partition: self.tp.to_string(),
+                reason: format!("an earlier batch failed: {reason}"),
+            });
+            let _ = job.ack.send(Err(err));
+        }
+        self.sent = 0;
+        self.failed = Some(reason);
+    }
+}

@@ -1,0 +1,13 @@
+//! kmirror's running system: the actors, the cluster adapters they talk
+//! through, and the Kafka protocol layer underneath.
+//!
+//! - [`kafka`]: kmirror's only door to Kafka.
+//! - [`cluster`]: what the actors need from a source and a destination, as
+//!   traits, over Kafka and in memory.
+//! - [`coordinator`]: CoordinatorActor, the only writer of state records.
+//! - [`partition`]: PartitionActor and its data path.
+
+pub mod cluster;
+pub mod coordinator;
+pub mod kafka;
+pub mod partition;

@@ -1,0 +1,354 @@
+//! The partition's position on both clusters, and how the offset map grows.
+//!
+//! The cursor is the PartitionActor's bookkeeping without any I/O, so every
+//! rule that makes the copy exact is unit-tested here:
+//!
+//! - A record's destination offset is known before it is produced (the
+//!   destination assigns offsets densely, and kmirror is its only writer), so
+//!   the run a record belongs to can be written to the log *before* the
+//!   produce that opens it.
+//! - Only a new run needs a log write ahead of its produce. Extending the
+//!   open run is implicit: on resume its landed length is the destination's
+//!   end offset minus the run's destination start, because the destination
+//!   holds a prefix of what was sent (the idempotent producer keeps order).
+//! - The map only ever records acknowledged lengths; a run opened but never
+//!   landed is recorded with length 0 and removed at the next alignment.
+
+use kmirror_events::OffsetMapRun;
+
+/// A contiguous range of source offsets whose records are forwarded together
+/// (one source batch, or one gap-free piece of a compacted batch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub source_start: i64,
+    pub len: i64,
+}
+
+/// What planning one source batch decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// Runs to append to the log before producing: each run this batch
+    /// opens, at length 0.
+    pub runs_to_record: Vec<OffsetMapRun>,
+    /// Where the batch's first record will land on the destination.
+    pub destination_offset: i64,
+    /// Records the batch puts on the destination.
+    pub records: i64,
+}
+
+/// Why the destination disagrees with the map; both mean someone other than
+/// kmirror changed the destination partition, so neither is retried.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AlignError {
+    #[error("destination partition holds {end} records but kmirror never wrote to it (not empty before mirroring, or written by another producer)")]
+    NotEmpty { end: i64 },
+    #[error("destination end offset {end} is below {acked}, which kmirror had already mirrored (records deleted or truncated on the destination)")]
+    Truncated { end: i64, acked: i64 },
+    #[error("destination produce landed at offset {landed}, expected {expected}: another producer wrote to the mirror partition")]
+    ForeignWrite { landed: i64, expected: i64 },
+}
+
+/// The outcome of aligning the map with the destination at (re)start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Alignment {
+    /// The landed runs, each with its true length (the last one's from the
+    /// destination end offset, the others' from their successor's start).
+    pub runs: Vec<OffsetMapRun>,
+    /// Runs recorded in the log that never landed: tombstone them.
+    pub stale: Vec<OffsetMapRun>,
+    /// Landed runs whose recorded length was short of the truth: record them.
+    pub corrected: Vec<OffsetMapRun>,
+    /// Next source offset to fetch (None: nothing mirrored yet, start at the
+    /// source log start).
+    pub next_source: Option<i64>,
+    /// Destination offset the next produced record will get.
+    pub next_destination: i64,
+}
+
+/// Reconciles the recorded runs with the destination partition, whose log
+/// starts at `log_start` and ends at `end` (the high watermark once it has
+/// caught up with the leader's log end).
+///
+/// Every landed record is in a run, runs are contiguous on the destination
+/// and the destination holds a prefix of what was sent, so the landed part
+/// of the map is exactly the runs that start below `end`, the last one
+/// reaching `end`. Recorded lengths are only ever acknowledged lengths, so a
+/// destination that ends below one lost records kmirror had mirrored.
+pub fn align(
+    mut runs: Vec<OffsetMapRun>,
+    log_start: i64,
+    end: i64,
+) -> Result<Alignment, AlignError> {
+    runs.sort_by_key(|r| (r.destination_start, r.source_start));
+    let acked = runs
+        .iter()
+        .filter(|r| r.length > 0)
+        .map(|r| r.destination_end())
+        .max()
+        .unwrap_or(0);
+    if end < acked {
+        return Err(AlignError::Truncated { end, acked });
+    }
+    let (mut landed, stale): (Vec<_>, Vec<_>) =
+        runs.into_iter().partition(|r| r.destination_start < end);
+    if landed.is_empty() {
+        if end != log_start {
+            return Err(AlignError::NotEmpty {
+                end: end - log_start,
+            });
+        }
+        return Ok(Alignment {
+            runs: landed,
+            stale,
+            corrected: Vec::new(),
+            next_source: None,
+            next_destination: end,
+        });
+    }
+    let mut corrected = Vec::new();
+    let ends: Vec<i64> = landed
+        .iter()
+        .skip(1)
+        .map(|r| r.destination_start)
+        .chain(std::iter::once(end))
+        .collect();
+    for (run, run_end) in landed.iter_mut().zip(ends) {
+        let len = run_end - run.destination_start;
+        if len != run.length {
+            run.length = len;
+            corrected.push(*run);
+        }
+    }
+    let next_source = landed.last().map(|r| r.source_end());
+    Ok(Alignment {
+        runs: landed,
+        stale,
+        corrected,
+        next_source,
+        next_destination: end,
+    })
+}
+
+/// The planned position of a partition's copy: where the next fetched record
+/// comes from and where it will land, and which runs still need their
+/// acknowledged length written to the log.
+#[derive(Clone, Debug)]
+pub struct Cursor {
+    /// Next source offset to fetch.
+    pub next_source: i64,
+    /// Destination offset the next produced record will get.
+    pub next_destination: i64,
+    /// Destination offset up to which produces are acknowledged.
+    pub acked_destination: i64,
+    /// Runs with their planned lengths and the length last written to the
+    /// log, oldest first; the last is open. Closed runs leave once their
+    /// full length is written.
+    runs: std::collections::VecDeque<(OffsetMapRun, i64)>,
+}
+
+impl Cursor {
+    /// A cursor resuming after `alignment` at source offset `next_source`
+    /// (the alignment's, or the source log start for an empty map, or past
+    /// a retention gap).
+    pub fn new(alignment: &Alignment, next_source: i64) -> Self {
+        let last = alignment.runs.last().copied();
+        Cursor {
+            next_source,
+            next_destination: alignment.next_destination,
+            acked_destination: alignment.next_destination,
+            runs: last.map(|r| (r, r.length)).into_iter().collect(),
+        }
+    }
+
+    /// Plans one source batch: `segments` are its kept records in order
+    /// (empty when everything was dropped: control batches, aborted
+    /// transactions) and `batch_end` is one past its last source offset.
+    ///
+    /// Returns the runs to append to the log before the produce: each newly
+    /// opened run, at length 0.
+    pub fn plan(&mut self, segments: &[Segment], batch_end: i64) -> Plan {
+        let destination_offset = self.next_destination;
+        let mut runs_to_record = Vec::new();
+        for s in segments.iter().filter(|s| s.len > 0) {
+            match self.runs.back_mut() {
+                Some((run, _))
+                    if run.source_end() == s.source_start
+                        && run.destination_end() == self.next_destination =>
+                {
+                    run.length += s.len;
+                }
+                _ => {
+                    let run = OffsetMapRun {
+                        source_start: s.source_start,
+                        destination_start: self.next_destination,
+                        length: 0,
+                    };
+                    runs_to_record.push(run);
+                    self.runs.push_back((
+                        OffsetMapRun {
+                            length: s.len,
+                            ..run
+                        },
+                        0,
+                    ));
+                }
+            }
+            self.next_destination += s.len;
+        }
+        self.next_source = self.next_source.max(batch_end);
+        Plan {
+            runs_to_record,
+            destination_offset,
+            records: self.next_destination - destination_offset,
+        }
+    }
+
+    /// Records that the destination acknowledged a produce of `records` at
+    /// `landed`; any other offset than the planned one is a foreign write.
+    pub fn ack(&mut self, landed: i64, records: i64) -> Result<(), AlignError> {
+        if landed != self.acked_destination {
+            return Err(AlignError::ForeignWrite {
+                landed,
+                expected: self.acked_destination,
+            });
+        }
+        self.acked_destination += records;
+        Ok(())
+    }
+
+    /// Runs whose acknowledged length grew since the last checkpoint, at that
+    /// length, to write to the log (so the log alone translates offsets, for
+    /// group-offset sync and `kmirror log audit`). Closed, fully recorded runs
+    /// are forgotten.
+    pub fn checkpoint(&mut self) -> Vec<OffsetMapRun> {
+        let mut out = Vec::new();
+        for (run, recorded) in self.runs.iter_mut() {
+            let acked = (self.acked_destination - run.destination_start).clamp(0, run.length);
+            if acked > *recorded {
+                out.push(OffsetMapRun {
+                    length: acked,
+                    ..*run
+                });
+                *recorded = acked;
+            }
+        }
+        while self.runs.len() > 1 && self.runs[0].1 == self.runs[0].0.length {
+            self.runs.pop_front();
+        }
+        out
+    }
+
+    /// Whether the map is a single run starting at the same offset on both
+    /// clusters: the partition's offsets are identical.
+    pub fn offsets_identical(runs: &[OffsetMapRun]) -> bool {
+        match runs {
+            [] => true,
+            [only] => only.source_start == only.destination_start,
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(s: i64, d: i64, l: i64) -> OffsetMapRun {
+        OffsetMapRun {
+            source_start: s,
+            destination_start: d,
+            length: l,
+        }
+    }
+    fn seg(s: i64, len: i64) -> Segment {
+        Segment {
+            source_start: s,
+            len,
+        }
+    }
+
+    #[test]
+    fn a_contiguous_source_is_one_run_recorded_once() {
+        let a = align(vec![], 0, 0).unwrap();
+        let mut c = Cursor::new(&a, 0);
+        let p = c.plan(&[seg(0, 10)], 10);
+        assert_eq!(p.runs_to_record, vec![run(0, 0, 0)]);
+        assert_eq!((p.destination_offset, p.records), (0, 10));
+        let p = c.plan(&[seg(10, 5)], 15);
+        assert!(p.runs_to_record.is_empty(), "extending needs no log write");
+        assert_eq!(p.destination_offset, 10);
+        assert!(c.checkpoint().is_empty(), "nothing acknowledged yet");
+        c.ack(0, 10).unwrap();
+        assert_eq!(c.checkpoint(), vec![run(0, 0, 10)]);
+        assert!(
+            c.checkpoint().is_empty(),
+            "unchanged since the last checkpoint"
+        );
+        c.ack(10, 5).unwrap();
+        assert_eq!(c.checkpoint(), vec![run(0, 0, 15)]);
+    }
+
+    #[test]
+    fn gaps_open_runs_and_dropped_batches_only_advance_the_source() {
+        let a = align(vec![], 0, 0).unwrap();
+        let mut c = Cursor::new(&a, 100);
+        c.plan(&[seg(100, 3)], 103);
+        // A control batch at 103: nothing produced.
+        let p = c.plan(&[], 104);
+        assert_eq!((p.records, p.runs_to_record.len()), (0, 0));
+        assert_eq!(c.next_source, 104);
+        // A compacted batch 104..110 keeping 104, 105, 108.
+        let p = c.plan(&[seg(104, 2), seg(108, 1)], 110);
+        assert_eq!(p.runs_to_record, vec![run(104, 3, 0), run(108, 5, 0)]);
+        assert_eq!((p.destination_offset, p.records), (3, 3));
+        // Acks in two steps: closed runs get their final lengths, once.
+        c.ack(0, 3).unwrap();
+        c.ack(3, 1).unwrap();
+        assert_eq!(c.checkpoint(), vec![run(100, 0, 3), run(104, 3, 1)]);
+        c.ack(4, 2).unwrap();
+        assert_eq!(c.checkpoint(), vec![run(104, 3, 2), run(108, 5, 1)]);
+        assert!(c.checkpoint().is_empty());
+    }
+
+    #[test]
+    fn align_derives_lengths_and_drops_runs_that_never_landed() {
+        // Recorded: run A acked at 5, run B opened at dst 10, run C opened at
+        // dst 12 but the destination ends at 11.
+        let recorded = vec![run(0, 0, 5), run(20, 10, 0), run(40, 12, 0)];
+        let a = align(recorded, 0, 11).unwrap();
+        assert_eq!(a.runs, vec![run(0, 0, 10), run(20, 10, 1)]);
+        assert_eq!(a.stale, vec![run(40, 12, 0)]);
+        assert_eq!(a.corrected, vec![run(0, 0, 10), run(20, 10, 1)]);
+        assert_eq!(a.next_source, Some(21));
+        assert_eq!(a.next_destination, 11);
+    }
+
+    #[test]
+    fn align_refuses_foreign_and_lost_data() {
+        assert_eq!(align(vec![], 0, 7), Err(AlignError::NotEmpty { end: 7 }));
+        assert!(
+            align(vec![], 7, 7).is_ok(),
+            "an emptied topic may start above 0"
+        );
+        assert_eq!(
+            align(vec![run(0, 0, 9)], 0, 4),
+            Err(AlignError::Truncated { end: 4, acked: 9 })
+        );
+        let mut c = Cursor::new(&align(vec![], 0, 0).unwrap(), 0);
+        c.plan(&[seg(0, 2)], 2);
+        assert_eq!(
+            c.ack(1, 2),
+            Err(AlignError::ForeignWrite {
+                landed: 1,
+                expected: 0
+            })
+        );
+    }
+
+    #[test]
+    fn identical_offsets_are_reported() {
+        assert!(Cursor::offsets_identical(&[run(0, 0, 10)]));
+        assert!(!Cursor::offsets_identical(&[run(0, 0, 10), run(11, 10, 1)]));
+        assert!(!Cursor::offsets_identical(&[run(5, 0, 10)]));
+    }
+}

@@ -1,0 +1,495 @@
+//! PartitionActor: one mirrored partition, driven through the KIP's states.
+//!
+//! The actor owns the state machine; the copy itself runs in [`pump`] as a
+//! task of its own. Every transition is a record written through the
+//! CoordinatorActor first, and the side effect of the new state (start or
+//! stop the pump, record LastMirrorEpochs, schedule a retry) happens only
+//! after the coordinator replied, i.e. after the record is durable.
+//!
+//! The decision rule is the KIP's `applyStateTransition`: a desired topic
+//! state (MIRRORING / PAUSED / STOPPED, from the MirrorActor) and the
+//! partition's current state give the next state. One deliberate
+//! difference: a FAILED partition may still be stopped (the transition
+//! table allows FAILED → STOPPING), because a failover must not wait for a
+//! sick partition to heal.
+
+pub mod cursor;
+pub mod pump;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix::prelude::*;
+use kmirror_events::{
+    Command, LastMirrorEpochsValue, MirrorPartitionKey, MirrorPartitionStateValue, PartitionState,
+    RetryDecision, RetryPolicy,
+};
+use tokio::sync::watch;
+
+use self::pump::{Progress, PumpContext, PumpExit};
+use crate::cluster::{DestinationCluster, SourceCluster};
+use crate::coordinator::{CoordinatorActor, CoordinatorError, Execute, ReadPartition};
+use crate::kafka::fetch::TopicPartition;
+
+/// What the topic should be doing (the MirrorTopicStateChange's desired
+/// state): MIRRORING, PAUSED or STOPPED.
+#[derive(Message, Clone, Copy, Debug)]
+#[rtype(result = "()")]
+pub struct Desire(pub PartitionState);
+
+/// Operator recovery of a FAILED partition (`RecoverMirrorTopics`).
+#[derive(Message)]
+#[rtype(result = "Result<(), CoordinatorError>")]
+pub struct Recover;
+
+/// Stop the copy (finishing what is in flight, map durable) and stop the
+/// actor, leaving the recorded state as it is so a restart resumes.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Shutdown;
+
+/// The partition's state and live figures, for describe and metrics.
+#[derive(Message)]
+#[rtype(result = "PartitionStatus")]
+pub struct GetStatus;
+
+#[derive(Clone, Debug)]
+pub struct PartitionStatus {
+    pub key: MirrorPartitionKey,
+    pub topic: String,
+    pub state: PartitionState,
+    pub retry_attempt: i16,
+    pub error: Option<String>,
+    pub progress: Progress,
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct PumpEnded {
+    generation: u64,
+    exit: PumpExit,
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Aligned {
+    generation: u64,
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Healthy {
+    generation: u64,
+}
+
+struct RunningPump {
+    generation: u64,
+    stop: watch::Sender<bool>,
+    /// Opened once MIRRORING is durable; until then the pump only aligns.
+    may_copy: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// Everything a PartitionActor is started with.
+pub struct PartitionSpec {
+    pub key: MirrorPartitionKey,
+    pub topic: String,
+    pub source: Arc<dyn SourceCluster>,
+    pub destination: Arc<dyn DestinationCluster>,
+    pub coordinator: Addr<CoordinatorActor>,
+    pub retry: RetryPolicy,
+    /// The topic's desired state when the actor starts.
+    pub desired: PartitionState,
+}
+
+pub struct PartitionActor {
+    spec: PartitionSpec,
+    tp: TopicPartition,
+    state: MirrorPartitionStateValue,
+    desired: PartitionState,
+    progress: Arc<Mutex<Progress>>,
+    pump: Option<RunningPump>,
+    generation: u64,
+    retry_timer: Option<SpawnHandle>,
+    shutting_down: bool,
+    shutdown_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
+}
+
+fn unknown_state() -> MirrorPartitionStateValue {
+    MirrorPartitionStateValue {
+        state: PartitionState::Unknown,
+        leader_epoch: -1,
+        state_epoch: 0,
+        error_message: None,
+        retry_attempt: 0,
+        previous_state: PartitionState::Unknown,
+    }
+}
+
+impl PartitionActor {
+    pub fn new(spec: PartitionSpec) -> Self {
+        let tp = TopicPartition::new(&spec.topic, spec.key.partition);
+        let desired = spec.desired;
+        PartitionActor {
+            spec,
+            tp,
+            state: unknown_state(),
+            desired,
+            progress: Arc::new(Mutex::new(Progress::default())),
+            pump: None,
+            generation: 0,
+            retry_timer: None,
+            shutting_down: false,
+            shutdown_waiters: Vec::new(),
+        }
+    }
+
+    /// The KIP's `applyStateTransition`: where to go from the current state
+    /// given the desired one (None: stay, re-running the current side effect).
+    fn next_state(&self) -> Option<PartitionState> {
+        use PartitionState as S;
+        let current = self.state.state;
+        match (current, self.desired) {
+            (S::Failed, S::Stopped) => Some(S::Stopping),
+            (S::Failed, _) => None,
+            (S::Stopped, S::Stopped) => None,
+            (S::Stopping, S::Stopped) => None,
+            (_, S::Stopped) => Some(S::Stopping),
+            (S::Paused, S::Paused) | (S::Pausing, S::Paused) => None,
+            (S::Mirroring, S::Paused) => Some(S::Pausing),
+            (S::LogAlignment, S::Paused) => None,
+            (S::Paused, _) => Some(S::Mirroring),
+            (S::Unknown | S::Stopped, _) => Some(S::LogAlignment),
+            _ => None,
+        }
+    }
+
+    /// Writes the transition to `target`, then enters it.
+    fn transition(&mut self, target: PartitionState, ctx: &mut Context<Self>) {
+        let command = Command::TransitionPartition {
+            key: self.spec.key.clone(),
+            target,
+            leader_epoch: -1,
+            expected_state_epoch: self.state.state_epoch,
+        };
+        self.write(command, ctx);
+    }
+
+    /// Sends a command to the coordinator and, once durable, adopts the
+    /// partition state it wrote and runs that state's side effect.
+    fn write(&mut self, command: Command, ctx: &mut Context<Self>) {
+        let fut = self.spec.coordinator.send(Execute::new(command));
+        ctx.wait(fut.into_actor(self).map(|res, act, ctx| {
+            match res {
+                Ok(Ok(applied)) => {
+                    for r in applied.records {
+                        if let kmirror_events::Record::MirrorPartitionState(k, Some(v)) = r {
+                            if k == act.spec.key {
+                                act.state = v;
+                            }
+                        }
+                    }
+                    act.enter(ctx);
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(partition = %act.tp, error = %e, "state write refused; re-reading state");
+                    act.reload(ctx);
+                }
+                Err(e) => {
+                    tracing::error!(partition = %act.tp, error = %e, "coordinator unavailable");
+                }
+            }
+        }));
+    }
+
+    /// Re-reads the stored state and acts on it.
+    fn reload(&mut self, ctx: &mut Context<Self>) {
+        let fut = self
+            .spec
+            .coordinator
+            .send(ReadPartition(self.spec.key.clone()));
+        ctx.wait(fut.into_actor(self).map(|res, act, ctx| {
+            if let Ok(view) = res {
+                act.state = view.state.unwrap_or_else(unknown_state);
+            }
+            act.enter(ctx);
+        }));
+    }
+
+    /// Runs the side effect of the current state, then moves on if the
+    /// desired state asks for it.
+    fn enter(&mut self, ctx: &mut Context<Self>) {
+        use PartitionState as S;
+        if self.shutting_down {
+            return;
+        }
+        if let Some(next) = self.next_state() {
+            if next != self.state.state {
+                return self.transition(next, ctx);
+            }
+        }
+        match self.state.state {
+            S::LogAlignment | S::Mirroring => self.start_pump(ctx),
+            S::Pausing | S::Stopping => {
+                if self.pump.is_none() {
+                    self.after_pump_stopped(ctx);
+                } else {
+                    self.stop_pump();
+                }
+            }
+            S::Paused | S::Stopped | S::Unknown => self.stop_pump(),
+            S::Failed => {
+                self.stop_pump();
+                self.schedule_retry(ctx);
+            }
+            S::EpochFencing | S::UleRecovery => self.start_pump(ctx),
+        }
+    }
+
+    fn start_pump(&mut self, ctx: &mut Context<Self>) {
+        let copying = self.state.state != PartitionState::LogAlignment;
+        if let Some(p) = &mut self.pump {
+            if copying {
+                if let Some(go) = p.may_copy.take() {
+                    let _ = go.send(());
+                }
+            }
+            // Still aligning: the Aligned message moves us on.
+            return;
+        }
+        self.generation += 1;
+        let generation = self.generation;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (go_tx, go_rx) = tokio::sync::oneshot::channel();
+        let mut may_copy = Some(go_tx);
+        if copying {
+            let _ = may_copy.take().map(|go| go.send(()));
+        }
+        let addr = ctx.address();
+        let aligned_addr = addr.clone();
+        let healthy_addr = addr.clone();
+        let cx = PumpContext {
+            key: self.spec.key.clone(),
+            tp: self.tp.clone(),
+            source: self.spec.source.clone(),
+            destination: self.spec.destination.clone(),
+            coordinator: self.spec.coordinator.clone(),
+            progress: self.progress.clone(),
+            stop: stop_rx,
+            on_aligned: Some(Box::new(move || {
+                aligned_addr.do_send(Aligned { generation })
+            })),
+            may_copy: Some(go_rx),
+            on_healthy: Some(Box::new(move || {
+                healthy_addr.do_send(Healthy { generation })
+            })),
+        };
+        tokio::spawn(async move {
+            let exit = pump::run(cx).await;
+            addr.do_send(PumpEnded { generation, exit });
+        });
+        self.pump = Some(RunningPump {
+            generation,
+            stop: stop_tx,
+            may_copy,
+        });
+    }
+
+    fn stop_pump(&mut self) {
+        if let Some(p) = &self.pump {
+            let _ = p.stop.send(true);
+        }
+    }
+
+    /// PAUSING → PAUSED; STOPPING → LastMirrorEpochs, then STOPPED.
+    fn after_pump_stopped(&mut self, ctx: &mut Context<Self>) {
+        match self.state.state {
+            PartitionState::Pausing => self.transition(PartitionState::Paused, ctx),
+            PartitionState::Stopping => {
+                let p = self.progress.lock().unwrap().clone();
+                let lme = LastMirrorEpochsValue {
+                    last_mirror_epoch: p.destination_leader_epoch,
+                    last_mirror_offset: p.destination_offset,
+                    source_offset: p.source_offset,
+                    source_leader_epoch: p.source_leader_epoch,
+                    destination_end_offset: p.destination_offset,
+                    destination_leader_epoch: p.destination_leader_epoch,
+                };
+                let fut =
+                    self.spec
+                        .coordinator
+                        .send(Execute::new(Command::RecordLastMirrorEpochs {
+                            key: self.spec.key.clone(),
+                            value: lme,
+                        }));
+                ctx.wait(fut.into_actor(self).map(|res, act, ctx| match res {
+                    Ok(Ok(_)) => act.transition(PartitionState::Stopped, ctx),
+                    other => tracing::error!(partition = %act.tp, result = ?other.map(|r| r.map(|_| ())), "recording LastMirrorEpochs failed"),
+                }));
+            }
+            _ => {}
+        }
+    }
+
+    fn schedule_retry(&mut self, ctx: &mut Context<Self>) {
+        if let Some(h) = self.retry_timer.take() {
+            ctx.cancel_future(h);
+        }
+        let jitter: f64 = rand::random();
+        match self.spec.retry.decide(&self.state, jitter) {
+            RetryDecision::RetryAfter { delay_ms, target } => {
+                tracing::info!(partition = %self.tp, attempt = self.state.retry_attempt, delay_ms, %target, "retrying failed partition");
+                self.retry_timer = Some(ctx.run_later(
+                    Duration::from_millis(delay_ms),
+                    move |act, ctx| {
+                        act.retry_timer = None;
+                        if act.state.state == PartitionState::Failed {
+                            act.transition(target, ctx);
+                        }
+                    },
+                ));
+            }
+            other => {
+                tracing::warn!(partition = %self.tp, decision = ?other, error = ?self.state.error_message,
+                    "failed partition requires manual intervention (kmirror mirror recover)");
+            }
+        }
+    }
+}
+
+impl Actor for PartitionActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.reload(ctx);
+    }
+}
+
+impl Handler<Desire> for PartitionActor {
+    type Result = ();
+    fn handle(&mut self, msg: Desire, ctx: &mut Context<Self>) {
+        self.desired = msg.0;
+        self.enter(ctx);
+    }
+}
+
+impl Handler<Aligned> for PartitionActor {
+    type Result = ();
+    fn handle(&mut self, msg: Aligned, ctx: &mut Context<Self>) {
+        if msg.generation == self.generation && self.state.state == PartitionState::LogAlignment {
+            self.transition(PartitionState::Mirroring, ctx);
+        }
+    }
+}
+
+impl Handler<Healthy> for PartitionActor {
+    type Result = ();
+    fn handle(&mut self, msg: Healthy, ctx: &mut Context<Self>) {
+        let failure_stored = self.state.error_message.is_some() || self.state.retry_attempt != 0;
+        if msg.generation == self.generation && failure_stored {
+            self.write(
+                Command::ClearFailure {
+                    key: self.spec.key.clone(),
+                    leader_epoch: -1,
+                },
+                ctx,
+            );
+        }
+    }
+}
+
+impl Handler<PumpEnded> for PartitionActor {
+    type Result = ();
+    fn handle(&mut self, msg: PumpEnded, ctx: &mut Context<Self>) {
+        if self.pump.as_ref().map(|p| p.generation) != Some(msg.generation) {
+            return;
+        }
+        self.pump = None;
+        if self.shutting_down {
+            for w in self.shutdown_waiters.drain(..) {
+                let _ = w.send(());
+            }
+            ctx.stop();
+            return;
+        }
+        match msg.exit {
+            PumpExit::Stopped => self.after_pump_stopped(ctx),
+            PumpExit::Failed { message, retryable } => {
+                tracing::warn!(partition = %self.tp, retryable, error = %message, "partition failed");
+                self.write(
+                    Command::FailPartition {
+                        key: self.spec.key.clone(),
+                        leader_epoch: -1,
+                        error_message: message,
+                        retryable,
+                    },
+                    ctx,
+                );
+            }
+        }
+    }
+}
+
+impl Handler<Recover> for PartitionActor {
+    type Result = ResponseActFuture<Self, Result<(), CoordinatorError>>;
+    fn handle(&mut self, _msg: Recover, _ctx: &mut Context<Self>) -> Self::Result {
+        let fut = self
+            .spec
+            .coordinator
+            .send(Execute::new(Command::RecoverPartition {
+                key: self.spec.key.clone(),
+                leader_epoch: -1,
+            }));
+        Box::pin(fut.into_actor(self).map(|res, act, ctx| {
+            let applied = res.map_err(|e| CoordinatorError::Store(e.to_string()))??;
+            for r in applied.records {
+                if let kmirror_events::Record::MirrorPartitionState(k, Some(v)) = r {
+                    if k == act.spec.key {
+                        act.state = v;
+                    }
+                }
+            }
+            if let Some(h) = act.retry_timer.take() {
+                ctx.cancel_future(h);
+            }
+            act.enter(ctx);
+            Ok(())
+        }))
+    }
+}
+
+impl Handler<GetStatus> for PartitionActor {
+    type Result = MessageResult<GetStatus>;
+    fn handle(&mut self, _msg: GetStatus, _ctx: &mut Context<Self>) -> Self::Result {
+        MessageResult(PartitionStatus {
+            key: self.spec.key.clone(),
+            topic: self.spec.topic.clone(),
+            state: self.state.state,
+            retry_attempt: self.state.retry_attempt,
+            error: self.state.error_message.clone(),
+            progress: self.progress.lock().unwrap().clone(),
+        })
+    }
+}
+
+impl Handler<Shutdown> for PartitionActor {
+    type Result = ResponseFuture<()>;
+    fn handle(&mut self, _msg: Shutdown, ctx: &mut Context<Self>) -> Self::Result {
+        self.shutting_down = true;
+        if let Some(h) = self.retry_timer.take() {
+            ctx.cancel_future(h);
+        }
+        if self.pump.is_none() {
+            ctx.stop();
+            return Box::pin(async {});
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.shutdown_waiters.push(tx);
+        self.stop_pump();
+        Box::pin(async move {
+            let _ = rx.await;
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,478 @@
+//! The data path of one partition: align, then fetch → forward → extend the
+//! offset map → acknowledge, until told to stop or something fails.
+//!
+//! It runs as its own task (so a slow broker never blocks the actor's
+//! mailbox) and reports back through [`Progress`] (cheap, shared, for
+//! describe and metrics) and its return value (why it ended). Every record
+//! it needs goes through the CoordinatorActor and is durable before the
+//! produce that depends on it.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix::Addr;
+use futures_util::stream::{FuturesOrdered, StreamExt};
+use kmirror_events::{Command, GapDetected, MirrorPartitionKey, OffsetMapRun};
+use tokio::sync::watch;
+
+use super::cursor::{align, AlignError, Cursor, Segment};
+use crate::cluster::{Ack, DestinationCluster, PartitionFetch, PartitionSink, SourceCluster};
+use crate::coordinator::{CoordinatorActor, Execute, ReadPartition};
+use crate::kafka::batch::{classify, prepare, RecordBatch, SourceOffsets};
+use crate::kafka::fetch::{FetchError, TopicPartition};
+use crate::kafka::KafkaError;
+
+/// How often acknowledged run lengths are written to the log.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(1000);
+
+/// Live figures of a running partition, read by describe and metrics.
+#[derive(Clone, Debug, Default)]
+pub struct Progress {
+    /// Next source offset not yet acknowledged on the destination.
+    pub source_offset: i64,
+    /// Destination end offset as far as acknowledged.
+    pub destination_offset: i64,
+    /// Source high watermark at the last fetch.
+    pub source_high_watermark: i64,
+    /// Newest timestamp fetched from the source, and newest acknowledged.
+    pub newest_source_timestamp: i64,
+    pub newest_mirrored_timestamp: i64,
+    /// Source leader epoch of the last acknowledged batch (−1 unknown).
+    pub source_leader_epoch: i32,
+    /// Destination leader epoch at alignment (−1 unknown).
+    pub destination_leader_epoch: i32,
+    pub records_mirrored: u64,
+    pub bytes_mirrored: u64,
+    /// Whether the offset map is one run from equal offsets.
+    pub offsets_identical: bool,
+}
+
+impl Progress {
+    /// Lag in records: source high watermark − mirrored position.
+    pub fn lag(&self) -> i64 {
+        (self.source_high_watermark - self.source_offset).max(0)
+    }
+    /// Lag in seconds: newest source timestamp − newest mirrored timestamp.
+    pub fn lag_seconds(&self) -> f64 {
+        if self.lag() == 0 {
+            return 0.0;
+        }
+        ((self.newest_source_timestamp - self.newest_mirrored_timestamp).max(0)) as f64 / 1000.0
+    }
+}
+
+/// Why the pump ended.
+#[derive(Debug)]
+pub enum PumpExit {
+    /// Stopped on request after finishing what was in flight.
+    Stopped,
+    /// Failed; `retryable` decides between a backoff retry and manual
+    /// recovery.
+    Failed { message: String, retryable: bool },
+}
+
+impl PumpExit {
+    fn retryable(message: impl Into<String>) -> Self {
+        PumpExit::Failed {
+            message: message.into(),
+            retryable: true,
+        }
+    }
+    fn fatal(message: impl Into<String>) -> Self {
+        PumpExit::Failed {
+            message: message.into(),
+            retryable: false,
+        }
+    }
+}
+
+/// Everything the pump needs.
+pub struct PumpContext {
+    pub key: MirrorPartitionKey,
+    pub tp: TopicPartition,
+    pub source: Arc<dyn SourceCluster>,
+    pub destination: Arc<dyn DestinationCluster>,
+    pub coordinator: Addr<CoordinatorActor>,
+    pub progress: Arc<Mutex<Progress>>,
+    /// Becomes `true` when the pump must stop.
+    pub stop: watch::Receiver<bool>,
+    /// Called once the partition is aligned; the actor then records
+    /// LOG_ALIGNMENT → MIRRORING and opens `may_copy`. No record is copied
+    /// before MIRRORING is durable.
+    pub on_aligned: Option<Box<dyn FnOnce() + Send + Sync>>,
+    pub may_copy: Option<tokio::sync::oneshot::Receiver<()>>,
+    /// Called once the first record is copied (or a fetch finds nothing to
+    /// copy), so the actor clears a stored failure.
+    pub on_healthy: Option<Box<dyn FnOnce() + Send + Sync>>,
+}
+
+impl PumpContext {
+    async fn execute(&self, command: Command) -> Result<(), PumpExit> {
+        match self.coordinator.send(Execute::new(command)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(PumpExit::retryable(format!("event log: {e}"))),
+            Err(e) => Err(PumpExit::retryable(format!("coordinator unavailable: {e}"))),
+        }
+    }
+
+    async fn record_runs(&self, runs: Vec<OffsetMapRun>) -> Result<(), PumpExit> {
+        if runs.is_empty() {
+            return Ok(());
+        }
+        self.execute(Command::SetOffsetRuns {
+            key: self.key.clone(),
+            upsert: runs,
+            remove: Vec::new(),
+        })
+        .await
+    }
+}
+
+fn kafka_failure(what: &str, e: KafkaError) -> PumpExit {
+    PumpExit::retryable(format!("{what}: {e}"))
+}
+
+/// Source offsets of an outgoing batch as contiguous segments.
+fn segments(offsets: &SourceOffsets) -> Vec<Segment> {
+    match offsets {
+        SourceOffsets::Range { first, last } => vec![Segment {
+            source_start: *first,
+            len: last - first + 1,
+        }],
+        SourceOffsets::List(list) => {
+            let mut out: Vec<Segment> = Vec::new();
+            for &o in list {
+                match out.last_mut() {
+                    Some(s) if s.source_start + s.len == o => s.len += 1,
+                    _ => out.push(Segment {
+                        source_start: o,
+                        len: 1,
+                    }),
+                }
+            }
+            out
+        }
+    }
+}
+
+/// One acknowledgement we are waiting for, with what it means once it comes.
+struct Pending {
+    destination_offset: i64,
+    records: i64,
+    source_end: i64,
+    max_timestamp: i64,
+    leader_epoch: i32,
+    bytes: u64,
+}
+
+/// Runs the partition until stopped or failed.
+pub async fn run(mut cx: PumpContext) -> PumpExit {
+    match run_inner(&mut cx).await {
+        Ok(()) => PumpExit::Stopped,
+        Err(exit) => exit,
+    }
+}
+
+async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
+    // Alignment: the map and the destination decide where we are.
+    let view = cx
+        .coordinator
+        .send(ReadPartition(cx.key.clone()))
+        .await
+        .map_err(|e| PumpExit::retryable(format!("coordinator unavailable: {e}")))?;
+    let source_topics = cx
+        .source
+        .topics()
+        .await
+        .map_err(|e| kafka_failure("describe source topics", e))?;
+    match source_topics.iter().find(|t| *t.name == *cx.tp.topic) {
+        None => return Err(PumpExit::retryable(format!("source topic {} not found", cx.tp.topic))),
+        Some(t) if t.topic_id != cx.key.topic_id => {
+            return Err(PumpExit::fatal(format!(
+                "source topic {} was deleted and re-created: its topic id is now {}, the mirror copies {}",
+                cx.tp.topic, t.topic_id, cx.key.topic_id
+            )))
+        }
+        Some(_) => {}
+    }
+    let dest = cx
+        .destination
+        .settled_bounds(&cx.tp)
+        .await
+        .map_err(|e| kafka_failure("destination offsets", e))?;
+    let alignment =
+        align(view.runs, dest.log_start, dest.end).map_err(|e| PumpExit::fatal(e.to_string()))?;
+    if !alignment.stale.is_empty() || !alignment.corrected.is_empty() {
+        cx.execute(Command::SetOffsetRuns {
+            key: cx.key.clone(),
+            upsert: alignment.corrected.clone(),
+            remove: alignment.stale.iter().map(|r| r.source_start).collect(),
+        })
+        .await?;
+    }
+    let src = cx
+        .source
+        .bounds(&cx.tp)
+        .await
+        .map_err(|e| kafka_failure("source offsets", e))?;
+    let mut next_source = alignment.next_source.unwrap_or(src.log_start);
+    if next_source > src.end {
+        return Err(PumpExit::fatal(format!(
+            "Detected log truncation during mirroring: the source partition ends at {} but {} records up to {} were already mirrored. This implies unclean leader election in source cluster, but mirror.support.unclean.leader.election is disabled.",
+            src.end, next_source - src.end, next_source
+        )));
+    }
+    if next_source < src.log_start {
+        record_gap(cx, next_source, src.log_start).await?;
+        next_source = src.log_start;
+    }
+    let mut cursor = Cursor::new(&alignment, next_source);
+    {
+        let mut p = cx.progress.lock().unwrap();
+        p.source_offset = cursor.next_source;
+        p.destination_offset = cursor.acked_destination;
+        p.source_high_watermark = src.end;
+        p.destination_leader_epoch = dest.leader_epoch;
+        p.offsets_identical = Cursor::offsets_identical(&alignment.runs)
+            && alignment
+                .runs
+                .first()
+                .is_none_or(|r| r.source_start == r.destination_start);
+    }
+
+    let max_message_bytes = cx
+        .destination
+        .max_message_bytes(&cx.tp.topic)
+        .await
+        .map_err(|e| kafka_failure("destination max.message.bytes", e))?;
+    let mut sink = cx
+        .destination
+        .open_sink(cx.tp.clone())
+        .await
+        .map_err(|e| kafka_failure("open destination producer", e))?;
+    let mut fetch = cx
+        .source
+        .open(cx.tp.clone(), cursor.next_source)
+        .await
+        .map_err(|e| kafka_failure("open source fetch", e))?;
+
+    let mut on_healthy = cx.on_healthy.take();
+    if let Some(aligned) = cx.on_aligned.take() {
+        aligned();
+    }
+    if let Some(may_copy) = cx.may_copy.take() {
+        let mut stop = cx.stop.clone();
+        tokio::select! {
+            r = may_copy => if r.is_err() { return Ok(()) },
+            _ = stop.wait_for(|s| *s) => return Ok(()),
+        }
+    }
+    let cx = &*cx;
+    let mut inflight: FuturesOrdered<PendingAck> = FuturesOrdered::new();
+    let mut stop = cx.stop.clone();
+    let mut last_checkpoint = Instant::now();
+    let mut healthy = false;
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        tokio::select! {
+            biased;
+            _ = stop.changed() => break,
+            Some((pending, ack)) = inflight.next(), if !inflight.is_empty() => {
+                on_ack(cx, &mut cursor, pending, ack)?;
+                healthy = true;
+            }
+            fetched = fetch.next() => {
+                let fetched = match fetched {
+                    Ok(f) => f,
+                    Err(e) => {
+                        fetch = reopen(cx, &mut cursor, e).await?;
+                        continue;
+                    }
+                };
+                forward(cx, &mut cursor, &mut *sink, &mut inflight, fetched, max_message_bytes).await?;
+                // A fetch that left nothing to forward proves the path healthy too.
+                healthy |= inflight.is_empty();
+            }
+        }
+        // The KIP clears a stored failure on the first successful fetch; for
+        // us "successful" means copied: the first acknowledged produce (or a
+        // fetch with nothing to copy), so a partition whose produces keep
+        // failing still counts its retries up to the limit.
+        if healthy {
+            if let Some(on_healthy) = on_healthy.take() {
+                on_healthy();
+            }
+        }
+        if last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL {
+            cx.record_runs(cursor.checkpoint()).await?;
+            last_checkpoint = Instant::now();
+        }
+    }
+    // Stop: finish what is in flight, then make the map durable.
+    while let Some((pending, ack)) = inflight.next().await {
+        on_ack(cx, &mut cursor, pending, ack)?;
+    }
+    cx.record_runs(cursor.checkpoint()).await?;
+    Ok(())
+}
+
+type PendingAck = std::pin::Pin<
+    Box<
+        dyn std::future::Future<
+                Output = (
+                    Pending,
+                    Result<crate::kafka::produce::ProduceAck, KafkaError>,
+                ),
+            > + Send,
+    >,
+>;
+
+fn on_ack(
+    cx: &PumpContext,
+    cursor: &mut Cursor,
+    pending: Pending,
+    ack: Result<crate::kafka::produce::ProduceAck, KafkaError>,
+) -> Result<(), PumpExit> {
+    let ack = ack.map_err(|e| kafka_failure("produce to destination", e))?;
+    cursor
+        .ack(ack.base_offset, pending.records)
+        .map_err(|e| match e {
+            AlignError::ForeignWrite { .. } => PumpExit::fatal(e.to_string()),
+            other => PumpExit::retryable(other.to_string()),
+        })?;
+    debug_assert_eq!(ack.base_offset, pending.destination_offset);
+    let mut p = cx.progress.lock().unwrap();
+    p.source_offset = pending.source_end;
+    p.destination_offset = cursor.acked_destination;
+    p.newest_mirrored_timestamp = p.newest_mirrored_timestamp.max(pending.max_timestamp);
+    p.source_leader_epoch = pending.leader_epoch;
+    p.records_mirrored += pending.records as u64;
+    p.bytes_mirrored += pending.bytes;
+    Ok(())
+}
+
+/// Plans, records and sends one fetched chunk.
+async fn forward(
+    cx: &PumpContext,
+    cursor: &mut Cursor,
+    sink: &mut dyn PartitionSink,
+    inflight: &mut FuturesOrdered<PendingAck>,
+    fetched: crate::kafka::fetch::FetchedPartition,
+    max_message_bytes: usize,
+) -> Result<(), PumpExit> {
+    let mut aborted = fetched.aborted();
+    let mut to_send = Vec::new();
+    let mut new_runs = Vec::new();
+    let mut newest_ts = i64::MIN;
+    for batch in fetched.batches() {
+        let batch: RecordBatch = batch.map_err(|e| kafka_failure("source batch", e))?;
+        let is_aborted = aborted
+            .is_aborted(&batch)
+            .map_err(|e| kafka_failure("source batch", e))?;
+        let action = classify(&batch, is_aborted, max_message_bytes, cursor.next_source);
+        let outgoing = prepare(&batch, action, max_message_bytes, cursor.next_source)
+            .map_err(|e| kafka_failure("prepare batch", e))?;
+        if !batch.is_control() {
+            newest_ts = newest_ts.max(batch.max_timestamp());
+        }
+        if outgoing.is_empty() {
+            cursor.plan(&[], batch.next_offset());
+            continue;
+        }
+        let count = outgoing.len();
+        for (i, ob) in outgoing.into_iter().enumerate() {
+            let segs = segments(&ob.source_offsets);
+            let end = if i + 1 == count {
+                batch.next_offset()
+            } else {
+                segs.last()
+                    .map(|s| s.source_start + s.len)
+                    .unwrap_or(cursor.next_source)
+            };
+            let plan = cursor.plan(&segs, end);
+            new_runs.extend(plan.runs_to_record);
+            let pending = Pending {
+                destination_offset: plan.destination_offset,
+                records: plan.records,
+                source_end: end,
+                max_timestamp: batch.max_timestamp(),
+                leader_epoch: batch.partition_leader_epoch(),
+                bytes: ob.bytes.len() as u64,
+            };
+            to_send.push((pending, ob));
+        }
+    }
+    {
+        let mut p = cx.progress.lock().unwrap();
+        p.source_high_watermark = fetched.high_watermark;
+        if newest_ts > i64::MIN {
+            p.newest_source_timestamp = p.newest_source_timestamp.max(newest_ts);
+        }
+        if to_send.is_empty() && inflight.is_empty() {
+            // Only dropped batches: nothing to wait for, the position moves now.
+            p.source_offset = cursor.next_source;
+        }
+    }
+    // The runs these produces open are durable before any of them is sent.
+    cx.record_runs(new_runs).await?;
+    for (pending, ob) in to_send {
+        let ack: Ack = sink
+            .send(ob)
+            .await
+            .map_err(|e| kafka_failure("produce to destination", e))?;
+        inflight.push_back(Box::pin(async move { (pending, ack.await) }));
+    }
+    Ok(())
+}
+
+async fn record_gap(cx: &PumpContext, from: i64, to: i64) -> Result<(), PumpExit> {
+    tracing::warn!(
+        partition = %cx.tp, lost_from = from, lost_to = to,
+        "source retention deleted records before they were mirrored; continuing from the source log start"
+    );
+    cx.execute(Command::RecordGap {
+        key: cx.key.clone(),
+        gap: GapDetected {
+            source_start: from,
+            source_end: to,
+            reason: "source retention deleted the records before they were mirrored".into(),
+        },
+    })
+    .await
+}
+
+/// Reopens the source fetch after a fetch error, at the position it decides.
+async fn reopen(
+    cx: &PumpContext,
+    cursor: &mut Cursor,
+    error: FetchError,
+) -> Result<Box<dyn PartitionFetch>, PumpExit> {
+    match error {
+        FetchError::OffsetOutOfRange { .. } => {
+            let b = cx
+                .source
+                .bounds(&cx.tp)
+                .await
+                .map_err(|e| kafka_failure("source offsets", e))?;
+            if cursor.next_source < b.log_start {
+                record_gap(cx, cursor.next_source, b.log_start).await?;
+                cursor.next_source = b.log_start;
+            } else if cursor.next_source > b.end {
+                return Err(PumpExit::fatal(format!(
+                    "Detected log truncation during mirroring: the source partition now ends at {}, below the mirrored position {}. This implies unclean leader election in source cluster, but mirror.support.unclean.leader.election is disabled.",
+                    b.end, cursor.next_source
+                )));
+            }
+        }
+        FetchError::LeaderChanged { .. } => {
+            tracing::info!(partition = %cx.tp, "source leader moved; following it");
+        }
+        FetchError::Other(e) => return Err(kafka_failure("fetch from source", e)),
+    }
+    cx.source
+        .open(cx.tp.clone(), cursor.next_source)
+        .await
+        .map_err(|e| kafka_failure("open source fetch", e))
+}

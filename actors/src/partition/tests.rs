@@ -1,0 +1,404 @@
+//! PartitionActor on the in-memory clusters: every state and transition,
+//! with injected faults. (Kafka behaviour itself is tested in `tests/`.)
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use kmirror_events::{
+    Command, MirrorConfig, MirrorPartitionKey, MirrorStateImage, OffsetMapRun, PartitionState,
+    RetryPolicy, TopicId, TopicRef, Translation,
+};
+use kmirror_store::{EventLog, MemLog};
+
+use super::*;
+use crate::cluster::memory::{record, MemoryDestination, MemorySource};
+use crate::cluster::DestinationCluster;
+use crate::coordinator::{CoordinatorActor, Execute, ReadImage};
+use crate::kafka::batch::Codec;
+use crate::kafka::fetch::{FetchError, TopicPartition};
+use crate::kafka::KafkaError;
+
+const TOPIC: &str = "orders";
+const ID: TopicId = TopicId([7; 16]);
+
+struct Rig {
+    log: Arc<MemLog>,
+    coordinator: Addr<CoordinatorActor>,
+    source: MemorySource,
+    dest: MemoryDestination,
+    tp: TopicPartition,
+    key: MirrorPartitionKey,
+}
+
+async fn rig() -> Rig {
+    let log = Arc::new(MemLog::new());
+    let coordinator = CoordinatorActor::load(log.clone()).unwrap().start();
+    let config = MirrorConfig {
+        source_bootstrap: "memory:9092".into(),
+        topics_exclude: "__.*".into(),
+        groups_include: ".*".into(),
+        source_cluster_id: "src".into(),
+        ..Default::default()
+    };
+    for command in [
+        Command::CreateMirror {
+            name: "m".into(),
+            config,
+        },
+        Command::StartTopics {
+            mirror: "m".into(),
+            topics: vec![TopicRef {
+                topic_id: ID,
+                name: TOPIC.into(),
+                partition_count: 1,
+            }],
+        },
+    ] {
+        coordinator
+            .send(Execute::new(command))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let source = MemorySource::new("src");
+    source.create_topic(TOPIC, ID, 1);
+    let dest = MemoryDestination::new("dst");
+    dest.create_topic(TOPIC, 1, vec![]).await.unwrap();
+    Rig {
+        log,
+        coordinator,
+        source,
+        dest,
+        tp: TopicPartition::new(TOPIC, 0),
+        key: MirrorPartitionKey::new("m", ID, 0),
+    }
+}
+
+impl Rig {
+    fn start(&self, retry: RetryPolicy) -> Addr<PartitionActor> {
+        PartitionActor::new(PartitionSpec {
+            key: self.key.clone(),
+            topic: TOPIC.into(),
+            source: Arc::new(self.source.clone()),
+            destination: Arc::new(self.dest.clone()),
+            coordinator: self.coordinator.clone(),
+            retry,
+            desired: PartitionState::Mirroring,
+        })
+        .start()
+    }
+
+    fn append(&self, n: usize, from: usize) {
+        let records: Vec<_> = (from..from + n)
+            .map(|i| {
+                record(
+                    Some(&format!("k{i}")),
+                    Some(&format!("v{i}")),
+                    1_000 + i as i64,
+                )
+            })
+            .collect();
+        self.source.append(&self.tp, &records, Codec::Lz4);
+    }
+
+    async fn image(&self) -> Arc<MirrorStateImage> {
+        self.coordinator.send(ReadImage).await.unwrap()
+    }
+
+    fn values(&self) -> Vec<String> {
+        self.dest
+            .records(&self.tp)
+            .iter()
+            .map(|r| String::from_utf8(r.record.value.clone().unwrap().to_vec()).unwrap())
+            .collect()
+    }
+}
+
+/// Polls `f` until true, for at most 5 s.
+async fn eventually(what: &str, mut f: impl AsyncFnMut() -> bool) {
+    for _ in 0..500 {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+async fn state(a: &Addr<PartitionActor>) -> PartitionStatus {
+    a.send(GetStatus).await.unwrap()
+}
+
+fn fast_retry() -> RetryPolicy {
+    RetryPolicy {
+        initial_backoff_ms: 20,
+        max_backoff_ms: 200,
+        ..RetryPolicy::default()
+    }
+}
+
+fn history(log: &MemLog, key: &MirrorPartitionKey) -> Vec<(PartitionState, PartitionState, i16)> {
+    log.entries()
+        .into_iter()
+        .filter_map(|e| match e.record {
+            kmirror_events::Record::MirrorPartitionState(k, Some(v)) if &k == key => {
+                Some((v.state, v.previous_state, v.retry_attempt))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[actix::test]
+async fn mirrors_a_contiguous_partition_with_identical_offsets() {
+    let rig = rig().await;
+    rig.append(10, 0);
+    rig.append(5, 10);
+    let actor = rig.start(RetryPolicy::default());
+    eventually("15 records mirrored", async || {
+        rig.dest.records(&rig.tp).len() == 15
+    })
+    .await;
+    let expected: Vec<String> = (0..15).map(|i| format!("v{i}")).collect();
+    assert_eq!(rig.values(), expected);
+    eventually("MIRRORING and caught up", async || {
+        let s = state(&actor).await;
+        s.state == PartitionState::Mirroring && s.progress.lag() == 0
+    })
+    .await;
+    let s = state(&actor).await;
+    assert!(s.progress.offsets_identical);
+    actor.send(Shutdown).await.unwrap();
+    let image = rig.image().await;
+    assert_eq!(
+        image.offset_runs(&rig.key),
+        vec![OffsetMapRun {
+            source_start: 0,
+            destination_start: 0,
+            length: 15
+        }]
+    );
+    let states: Vec<_> = history(&rig.log, &rig.key).iter().map(|h| h.0).collect();
+    assert_eq!(
+        states,
+        vec![PartitionState::LogAlignment, PartitionState::Mirroring]
+    );
+}
+
+#[actix::test]
+async fn compacted_batches_map_every_offset_exactly() {
+    let rig = rig().await;
+    rig.append(3, 0); // offsets 0..3
+                      // A compacted batch spanning 3..10 that kept offsets 4, 5 and 9.
+    let kept = [(1, "a"), (2, "b"), (6, "c")].map(|(d, v)| (d, record(Some(v), Some(v), 5_000)));
+    rig.source.append_compacted(&rig.tp, &kept, 7);
+    rig.append(2, 100); // offsets 10, 11
+    let actor = rig.start(RetryPolicy::default());
+    eventually("8 records", async || rig.dest.records(&rig.tp).len() == 8).await;
+    assert_eq!(
+        rig.values(),
+        ["v0", "v1", "v2", "a", "b", "c", "v100", "v101"]
+    );
+    actor.send(Shutdown).await.unwrap();
+    let image = rig.image().await;
+    let expect = [
+        (0, Translation::Exact(0)),
+        (2, Translation::Exact(2)),
+        (3, Translation::InGap(3)),
+        (4, Translation::Exact(3)),
+        (5, Translation::Exact(4)),
+        (6, Translation::InGap(5)),
+        (9, Translation::Exact(5)),
+        (10, Translation::Exact(6)),
+        (11, Translation::Exact(7)),
+        (12, Translation::AtEnd(8)),
+    ];
+    for (source, t) in expect {
+        assert_eq!(
+            image.translate(&rig.key, source),
+            t,
+            "source offset {source}"
+        );
+    }
+}
+
+#[actix::test]
+async fn a_retryable_produce_failure_retries_back_to_mirroring_without_duplicates() {
+    let rig = rig().await;
+    rig.append(4, 0);
+    rig.dest.fail_next_produce(
+        &rig.tp,
+        KafkaError::Unknown("injected: broker not available".into()),
+    );
+    rig.dest.fail_next_produce(
+        &rig.tp,
+        KafkaError::Unknown("injected: broker not available".into()),
+    );
+    let actor = rig.start(fast_retry());
+    eventually("4 records", async || rig.dest.records(&rig.tp).len() == 4).await;
+    eventually("MIRRORING", async || {
+        state(&actor).await.state == PartitionState::Mirroring
+    })
+    .await;
+    rig.append(3, 4);
+    eventually("7 records", async || rig.dest.records(&rig.tp).len() == 7).await;
+    let expected: Vec<String> = (0..7).map(|i| format!("v{i}")).collect();
+    assert_eq!(rig.values(), expected, "nothing lost, nothing twice");
+    let h = history(&rig.log, &rig.key);
+    let failed: Vec<_> = h.iter().filter(|s| s.0 == PartitionState::Failed).collect();
+    assert_eq!(failed.len(), 2, "{h:?}");
+    assert_eq!(failed[0].1, PartitionState::Mirroring, "PreviousState kept");
+    assert_eq!((failed[0].2, failed[1].2), (1, 2), "RetryAttempt counts up");
+    assert_eq!(h.last().unwrap().0, PartitionState::Mirroring);
+    assert_eq!(
+        state(&actor).await.retry_attempt,
+        0,
+        "a successful fetch clears the failure"
+    );
+}
+
+#[actix::test]
+async fn a_foreign_write_fails_the_partition_for_good() {
+    let rig = rig().await;
+    rig.append(2, 0);
+    let actor = rig.start(fast_retry());
+    eventually("2 records", async || rig.dest.records(&rig.tp).len() == 2).await;
+    rig.dest
+        .foreign_write(&rig.tp, record(None, Some("intruder"), 1));
+    rig.append(1, 2);
+    eventually("FAILED", async || {
+        state(&actor).await.state == PartitionState::Failed
+    })
+    .await;
+    let s = state(&actor).await;
+    assert_eq!(s.retry_attempt, -1, "not retryable");
+    assert!(s.error.unwrap().contains("another producer"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        state(&actor).await.state,
+        PartitionState::Failed,
+        "no retry"
+    );
+}
+
+#[actix::test]
+async fn pause_resume_and_stop_record_their_states_and_last_mirror_epochs() {
+    let rig = rig().await;
+    rig.append(3, 0);
+    let actor = rig.start(RetryPolicy::default());
+    eventually("3 records", async || rig.dest.records(&rig.tp).len() == 3).await;
+    actor.send(Desire(PartitionState::Paused)).await.unwrap();
+    eventually("PAUSED", async || {
+        state(&actor).await.state == PartitionState::Paused
+    })
+    .await;
+    rig.append(2, 3);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(rig.dest.records(&rig.tp).len(), 3, "no copy while paused");
+    actor.send(Desire(PartitionState::Mirroring)).await.unwrap();
+    eventually("5 records", async || rig.dest.records(&rig.tp).len() == 5).await;
+    actor.send(Desire(PartitionState::Stopped)).await.unwrap();
+    eventually("STOPPED", async || {
+        state(&actor).await.state == PartitionState::Stopped
+    })
+    .await;
+    let states: Vec<_> = history(&rig.log, &rig.key).iter().map(|h| h.0).collect();
+    use PartitionState as S;
+    assert_eq!(
+        states,
+        [
+            S::LogAlignment,
+            S::Mirroring,
+            S::Pausing,
+            S::Paused,
+            S::Mirroring,
+            S::Stopping,
+            S::Stopped
+        ]
+    );
+    let image = rig.image().await;
+    let lme = image
+        .last_mirror_epochs(&rig.key)
+        .expect("LastMirrorEpochs recorded");
+    assert_eq!((lme.source_offset, lme.destination_end_offset), (5, 5));
+}
+
+#[actix::test]
+async fn retention_overtaking_the_mirror_is_recorded_as_a_gap() {
+    let rig = rig().await;
+    rig.append(5, 0);
+    let actor = rig.start(RetryPolicy::default());
+    eventually("5 records", async || rig.dest.records(&rig.tp).len() == 5).await;
+    actor.send(Shutdown).await.unwrap();
+    // While kmirror is down, 5 more arrive and retention deletes up to 8.
+    rig.append(5, 5);
+    rig.source.delete_before(&rig.tp, 8);
+    let actor = rig.start(RetryPolicy::default());
+    eventually("7 records", async || rig.dest.records(&rig.tp).len() == 7).await;
+    assert_eq!(rig.values(), ["v0", "v1", "v2", "v3", "v4", "v8", "v9"]);
+    actor.send(Shutdown).await.unwrap();
+    let image = rig.image().await;
+    let gaps = image.gaps(&rig.key);
+    assert_eq!(gaps.len(), 1);
+    assert_eq!((gaps[0].source_start, gaps[0].source_end), (5, 8));
+    assert_eq!(image.translate(&rig.key, 6), Translation::InGap(5));
+    assert_eq!(image.translate(&rig.key, 8), Translation::Exact(5));
+}
+
+#[actix::test]
+async fn a_recreated_source_topic_fails_naming_both_ids() {
+    let rig = rig().await;
+    let new_id = TopicId([9; 16]);
+    rig.source.recreate_topic(TOPIC, new_id, 1);
+    let actor = rig.start(fast_retry());
+    eventually("FAILED", async || {
+        state(&actor).await.state == PartitionState::Failed
+    })
+    .await;
+    let s = state(&actor).await;
+    assert_eq!(s.retry_attempt, -1);
+    let e = s.error.unwrap();
+    assert!(
+        e.contains(&new_id.to_string()) && e.contains(&ID.to_string()),
+        "{e}"
+    );
+}
+
+#[actix::test]
+async fn a_restart_resumes_from_the_map_and_the_destination() {
+    let rig = rig().await;
+    rig.append(6, 0);
+    let actor = rig.start(RetryPolicy::default());
+    eventually("6 records", async || rig.dest.records(&rig.tp).len() == 6).await;
+    actor.send(Shutdown).await.unwrap();
+    rig.append(4, 6);
+    // A new actor over the same log, as after a daemon restart.
+    let actor = rig.start(RetryPolicy::default());
+    eventually("10 records", async || rig.dest.records(&rig.tp).len() == 10).await;
+    let expected: Vec<String> = (0..10).map(|i| format!("v{i}")).collect();
+    assert_eq!(rig.values(), expected);
+    assert_eq!(state(&actor).await.state, PartitionState::Mirroring);
+}
+
+#[actix::test]
+async fn fetch_errors_are_retried_with_the_position_kept() {
+    let rig = rig().await;
+    rig.append(3, 0);
+    rig.source.fail_next_fetch(
+        &rig.tp,
+        FetchError::Other(KafkaError::Unknown("injected".into())),
+    );
+    let actor = rig.start(fast_retry());
+    eventually("3 records", async || rig.dest.records(&rig.tp).len() == 3).await;
+    eventually("MIRRORING", async || {
+        state(&actor).await.state == PartitionState::Mirroring
+    })
+    .await;
+    assert_eq!(rig.values(), ["v0", "v1", "v2"]);
+    assert_eq!(
+        rig.log.read(0).unwrap().count() as u64,
+        rig.log.end_offset(),
+        "every record readable"
+    );
+}

@@ -1,0 +1,361 @@
+//! The folded state of the log: what replaying every record gives.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{Offset, TopicId};
+use crate::offset_map::{translate, Translation};
+use crate::record::*;
+use crate::state::PartitionState;
+
+/// A topic's mirror association, as the last `MirrorTopicStateChange` set it,
+/// plus the offset of that record — the optimistic lock's "last state change
+/// offset" (KIP §5.3).
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct TopicEntry {
+    pub change: MirrorTopicStateChange,
+    pub changed_at: Offset,
+}
+
+/// Everything kmirror knows, rebuilt by folding records in offset order.
+///
+/// Each map holds exactly the newest live value per record key, so the image
+/// depends only on the newest record of each key and its offset. That is the
+/// invariant that lets compaction drop older records without changing state.
+#[derive(Clone, PartialEq, Eq, Debug, Default, Serialize, Deserialize)]
+pub struct MirrorStateImage {
+    end_offset: Offset,
+    mirrors: BTreeMap<String, MirrorConfig>,
+    topics: BTreeMap<TopicId, TopicEntry>,
+    partitions: BTreeMap<MirrorPartitionKey, MirrorPartitionStateValue>,
+    last_mirror_epochs: BTreeMap<MirrorPartitionKey, LastMirrorEpochsValue>,
+    /// Per partition, runs by source start: the hot record type, so the
+    /// partition key is hashed once and runs are compared as integers.
+    offset_runs: HashMap<MirrorPartitionKey, BTreeMap<i64, OffsetMapRun>>,
+    gaps: HashMap<MirrorPartitionKey, BTreeMap<i64, GapDetected>>,
+    group_offsets: BTreeMap<GroupOffsetSyncKey, GroupOffsetSync>,
+    topic_configs: BTreeMap<TopicConfigSyncKey, TopicConfigSync>,
+    acls: BTreeMap<AclSyncKey, AclSync>,
+}
+
+fn put<K: Ord, V>(map: &mut BTreeMap<K, V>, k: K, v: Option<V>) {
+    match v {
+        Some(v) => {
+            map.insert(k, v);
+        }
+        None => {
+            map.remove(&k);
+        }
+    }
+}
+
+/// Sets or removes one run-keyed entry, dropping empty partitions so that
+/// equal states compare equal however they were reached.
+fn put_run<V>(
+    map: &mut HashMap<MirrorPartitionKey, BTreeMap<i64, V>>,
+    k: OffsetMapRunKey,
+    v: Option<V>,
+) {
+    match v {
+        Some(v) => {
+            map.entry(k.partition)
+                .or_default()
+                .insert(k.source_start, v);
+        }
+        None => {
+            if let Some(inner) = map.get_mut(&k.partition) {
+                inner.remove(&k.source_start);
+                if inner.is_empty() {
+                    map.remove(&k.partition);
+                }
+            }
+        }
+    }
+}
+
+impl MirrorStateImage {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Folds one record (CoordinatorShard `replay(offset, record)`). Takes the
+    /// record by value so a replay of millions of records moves rather than
+    /// clones keys and values.
+    pub fn replay(&mut self, offset: Offset, record: Record) {
+        self.end_offset = self.end_offset.max(offset + 1);
+        match record {
+            Record::LastMirrorEpochs(k, v) => put(&mut self.last_mirror_epochs, k, v),
+            Record::MirrorPartitionState(k, v) => put(&mut self.partitions, k, v),
+            Record::MirrorTopicStateChange(k, v) => match v {
+                Some(change) => {
+                    self.topics.insert(
+                        k.topic_id,
+                        TopicEntry {
+                            change,
+                            changed_at: offset,
+                        },
+                    );
+                }
+                None => {
+                    self.topics.remove(&k.topic_id);
+                }
+            },
+            Record::MirrorConfig(k, v) => put(&mut self.mirrors, k.mirror_name, v),
+            Record::OffsetMapRun(k, v) => put_run(&mut self.offset_runs, k, v),
+            Record::GapDetected(k, v) => put_run(&mut self.gaps, k, v),
+            Record::GroupOffsetSync(k, v) => put(&mut self.group_offsets, k, v),
+            Record::TopicConfigSync(k, v) => put(&mut self.topic_configs, k, v),
+            Record::AclSync(k, v) => put(&mut self.acls, k, v),
+        }
+    }
+
+    /// Like [`replay`](Self::replay) for callers that keep the record.
+    pub fn apply(&mut self, offset: Offset, record: &Record) {
+        self.replay(offset, record.clone());
+    }
+
+    /// One past the highest offset folded: the `validated_end` to pass to
+    /// `append_if_unchanged` for decisions taken on this image.
+    pub fn end_offset(&self) -> Offset {
+        self.end_offset
+    }
+
+    pub fn mirror(&self, name: &str) -> Option<&MirrorConfig> {
+        self.mirrors.get(name)
+    }
+
+    pub fn mirrors(&self) -> impl Iterator<Item = (&String, &MirrorConfig)> {
+        self.mirrors.iter()
+    }
+
+    pub fn topic(&self, topic_id: &TopicId) -> Option<&TopicEntry> {
+        self.topics.get(topic_id)
+    }
+
+    /// Every topic record, including those whose association was cleared
+    /// (empty mirror name): their lock offsets still matter.
+    pub fn topics(&self) -> impl Iterator<Item = (&TopicId, &TopicEntry)> {
+        self.topics.iter()
+    }
+
+    /// Topics currently associated with `mirror`.
+    pub fn topics_of<'a>(&'a self, mirror: &'a str) -> impl Iterator<Item = &'a TopicEntry> + 'a {
+        self.topics
+            .values()
+            .filter(move |t| t.change.mirror_name == mirror)
+    }
+
+    /// Finds a topic by name within a mirror, for admin commands that take
+    /// names.
+    pub fn topic_by_name(&self, mirror: &str, topic_name: &str) -> Option<&TopicEntry> {
+        self.topics
+            .values()
+            .find(|t| t.change.mirror_name == mirror && t.change.topic_name == topic_name)
+    }
+
+    /// The offset of the topic's last `MirrorTopicStateChange` (KIP §5.3).
+    pub fn topic_last_change(&self, topic_id: &TopicId) -> Option<Offset> {
+        self.topics.get(topic_id).map(|t| t.changed_at)
+    }
+
+    pub fn partition_state(&self, key: &MirrorPartitionKey) -> Option<&MirrorPartitionStateValue> {
+        self.partitions.get(key)
+    }
+
+    /// The state of a partition, UNKNOWN when none is recorded.
+    pub fn partition_state_or_unknown(&self, key: &MirrorPartitionKey) -> PartitionState {
+        self.partitions
+            .get(key)
+            .map(|v| v.state)
+            .unwrap_or(PartitionState::Unknown)
+    }
+
+    pub fn partition_states(
+        &self,
+    ) -> impl Iterator<Item = (&MirrorPartitionKey, &MirrorPartitionStateValue)> {
+        self.partitions.iter()
+    }
+
+    pub fn partition_states_of<'a>(
+        &'a self,
+        mirror: &'a str,
+    ) -> impl Iterator<Item = (&'a MirrorPartitionKey, &'a MirrorPartitionStateValue)> + 'a {
+        self.partitions
+            .iter()
+            .filter(move |(k, _)| k.mirror_name == mirror)
+    }
+
+    pub fn last_mirror_epochs(&self, key: &MirrorPartitionKey) -> Option<&LastMirrorEpochsValue> {
+        self.last_mirror_epochs.get(key)
+    }
+
+    pub fn all_last_mirror_epochs(
+        &self,
+    ) -> impl Iterator<Item = (&MirrorPartitionKey, &LastMirrorEpochsValue)> {
+        self.last_mirror_epochs.iter()
+    }
+
+    /// The partition's offset-map runs in source order.
+    pub fn offset_runs(&self, key: &MirrorPartitionKey) -> Vec<OffsetMapRun> {
+        self.offset_runs
+            .get(key)
+            .map(|m| m.values().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// The last run of a partition's offset map: where the next batch must
+    /// continue from.
+    pub fn last_offset_run(&self, key: &MirrorPartitionKey) -> Option<OffsetMapRun> {
+        self.offset_runs
+            .get(key)
+            .and_then(|m| m.values().next_back().copied())
+    }
+
+    /// Translates a source offset of a partition into a destination offset.
+    pub fn translate(&self, key: &MirrorPartitionKey, source_offset: i64) -> Translation {
+        translate(&self.offset_runs(key), source_offset)
+    }
+
+    pub fn gaps(&self, key: &MirrorPartitionKey) -> Vec<GapDetected> {
+        self.gaps
+            .get(key)
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn group_offsets(&self) -> impl Iterator<Item = (&GroupOffsetSyncKey, &GroupOffsetSync)> {
+        self.group_offsets.iter()
+    }
+
+    pub fn topic_configs(&self) -> impl Iterator<Item = (&TopicConfigSyncKey, &TopicConfigSync)> {
+        self.topic_configs.iter()
+    }
+
+    pub fn acls(&self) -> impl Iterator<Item = (&AclSyncKey, &AclSync)> {
+        self.acls.iter()
+    }
+
+    /// Every live key of `mirror` in the partition-scoped and sync maps: what
+    /// a mirror delete must tombstone.
+    pub(crate) fn keys_of_mirror(&self, mirror: &str) -> Vec<RecordKey> {
+        let mut out = Vec::new();
+        out.extend(
+            self.partitions
+                .keys()
+                .filter(|k| k.mirror_name == mirror)
+                .map(|k| RecordKey::MirrorPartitionState(k.clone())),
+        );
+        out.extend(
+            self.last_mirror_epochs
+                .keys()
+                .filter(|k| k.mirror_name == mirror)
+                .map(|k| RecordKey::LastMirrorEpochs(k.clone())),
+        );
+        for (runs, is_gap) in [
+            (
+                self.offset_runs
+                    .iter()
+                    .map(|(k, m)| (k, m.keys().copied().collect::<Vec<_>>()))
+                    .collect::<Vec<_>>(),
+                false,
+            ),
+            (
+                self.gaps
+                    .iter()
+                    .map(|(k, m)| (k, m.keys().copied().collect::<Vec<_>>()))
+                    .collect::<Vec<_>>(),
+                true,
+            ),
+        ] {
+            for (k, starts) in runs.into_iter().filter(|(k, _)| k.mirror_name == mirror) {
+                for source_start in starts {
+                    let key = OffsetMapRunKey {
+                        partition: k.clone(),
+                        source_start,
+                    };
+                    out.push(if is_gap {
+                        RecordKey::GapDetected(key)
+                    } else {
+                        RecordKey::OffsetMapRun(key)
+                    });
+                }
+            }
+        }
+        out.extend(
+            self.group_offsets
+                .keys()
+                .filter(|k| k.mirror_name == mirror)
+                .map(|k| RecordKey::GroupOffsetSync(k.clone())),
+        );
+        out.extend(
+            self.topic_configs
+                .keys()
+                .filter(|k| k.mirror_name == mirror)
+                .map(|k| RecordKey::TopicConfigSync(k.clone())),
+        );
+        out.extend(
+            self.acls
+                .keys()
+                .filter(|k| k.mirror_name == mirror)
+                .map(|k| RecordKey::AclSync(k.clone())),
+        );
+        out
+    }
+
+    /// Counts for summaries (`kmirror log replay`).
+    pub fn summary(&self) -> ImageSummary {
+        let mut by_state = BTreeMap::new();
+        for v in self.partitions.values() {
+            *by_state.entry(v.state).or_insert(0usize) += 1;
+        }
+        ImageSummary {
+            end_offset: self.end_offset,
+            mirrors: self.mirrors.len(),
+            topics: self
+                .topics
+                .values()
+                .filter(|t| !t.change.mirror_name.is_empty())
+                .count(),
+            partitions: self.partitions.len(),
+            partitions_by_state: by_state,
+            offset_runs: self.offset_runs.values().map(BTreeMap::len).sum(),
+            gaps: self.gaps.values().map(BTreeMap::len).sum(),
+            group_offsets: self.group_offsets.len(),
+            topic_configs: self.topic_configs.len(),
+            acls: self.acls.len(),
+        }
+    }
+}
+
+impl RecordKey {
+    /// The tombstone for this key.
+    pub fn tombstone(self) -> Record {
+        match self {
+            RecordKey::LastMirrorEpochs(k) => Record::LastMirrorEpochs(k, None),
+            RecordKey::MirrorPartitionState(k) => Record::MirrorPartitionState(k, None),
+            RecordKey::MirrorTopicStateChange(k) => Record::MirrorTopicStateChange(k, None),
+            RecordKey::MirrorConfig(k) => Record::MirrorConfig(k, None),
+            RecordKey::OffsetMapRun(k) => Record::OffsetMapRun(k, None),
+            RecordKey::GapDetected(k) => Record::GapDetected(k, None),
+            RecordKey::GroupOffsetSync(k) => Record::GroupOffsetSync(k, None),
+            RecordKey::TopicConfigSync(k) => Record::TopicConfigSync(k, None),
+            RecordKey::AclSync(k) => Record::AclSync(k, None),
+        }
+    }
+}
+
+/// Counts describing an image.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize)]
+pub struct ImageSummary {
+    pub end_offset: Offset,
+    pub mirrors: usize,
+    pub topics: usize,
+    pub partitions: usize,
+    pub partitions_by_state: BTreeMap<PartitionState, usize>,
+    pub offset_runs: usize,
+    pub gaps: usize,
+    pub group_offsets: usize,
+    pub topic_configs: usize,
+    pub acls: usize,
+}

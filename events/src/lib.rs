@@ -1,0 +1,28 @@
+//! kmirror's pure domain: the `__mirror_state` records, the partition state
+//! machine as functions, the codec, pattern filters, coordinator routing and
+//! the retry policy.
+//!
+//! Nothing here does I/O, reads a clock or draws random numbers: callers pass
+//! time and jitter in. That keeps every decision replayable and testable.
+
+pub mod codec;
+pub mod ids;
+pub mod image;
+pub mod machine;
+pub mod offset_map;
+pub mod pattern;
+pub mod record;
+pub mod retry;
+pub mod routing;
+pub mod state;
+
+pub use codec::{CodecError, Envelope, FORMAT_VERSION};
+pub use ids::{Offset, TopicId};
+pub use image::{ImageSummary, MirrorStateImage, TopicEntry};
+pub use machine::{decide, decide_and_apply, Command, DecideError, TopicRef};
+pub use offset_map::{translate, Translation};
+pub use pattern::{is_internal_topic, GroupFilter, PatternError, PatternList, TopicFilter};
+pub use record::*;
+pub use retry::{RetryDecision, RetryPolicy};
+pub use routing::{coordinator_partition, java_string_hash_code, kafka_abs};
+pub use state::{is_valid_transition, retry_target, PartitionState};

@@ -1,0 +1,869 @@
+//! Decisions: commands checked against the image, turned into records.
+//!
+//! Shaped like Kafka's `CoordinatorShard`: [`decide`] reads the current image
+//! and returns the records an operation must append (or a typed refusal);
+//! [`MirrorStateImage::replay`] folds them. Side effects happen only after
+//! the records are durably appended, and replaying the log rebuilds exactly
+//! the state the deciders saw.
+
+use crate::ids::TopicId;
+use crate::image::MirrorStateImage;
+use crate::pattern::{is_internal_topic, GroupFilter, PatternError, TopicFilter};
+use crate::record::*;
+use crate::state::{is_valid_transition, retry_target, PartitionState};
+
+/// A topic named in a start command, with what we learned from the source.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct TopicRef {
+    pub topic_id: TopicId,
+    pub name: String,
+    pub partition_count: i32,
+}
+
+/// An operation on the mirror state.
+///
+/// Epoch arguments follow KIP §4.1: `leader_epoch` is the writer's
+/// destination leader epoch and `expected_state_epoch` the state epoch it
+/// read; −1 skips the respective fencing check (admin operations).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Command {
+    CreateMirror {
+        name: String,
+        config: MirrorConfig,
+    },
+    /// Replaces the whole config; the source cluster id recorded at create
+    /// is kept (an empty one in `config` means "unchanged").
+    AlterMirror {
+        name: String,
+        config: MirrorConfig,
+    },
+    DeleteMirror {
+        name: String,
+    },
+    StartTopics {
+        mirror: String,
+        topics: Vec<TopicRef>,
+    },
+    StopTopics {
+        mirror: String,
+        topics: Vec<TopicId>,
+    },
+    PauseTopics {
+        mirror: String,
+        topics: Vec<TopicId>,
+    },
+    ResumeTopics {
+        mirror: String,
+        topics: Vec<TopicId>,
+    },
+    /// The source grew a topic's partitions (counts never shrink).
+    UpdatePartitionCount {
+        mirror: String,
+        topic_id: TopicId,
+        partition_count: i32,
+    },
+    TransitionPartition {
+        key: MirrorPartitionKey,
+        target: PartitionState,
+        leader_epoch: i32,
+        expected_state_epoch: i32,
+    },
+    /// → FAILED, keeping PreviousState and counting RetryAttempt.
+    FailPartition {
+        key: MirrorPartitionKey,
+        leader_epoch: i32,
+        error_message: String,
+        retryable: bool,
+    },
+    /// Operator recovery (`RecoverMirrorTopics`): FAILED → the retry target
+    /// of PreviousState, with RetryAttempt reset to 0.
+    RecoverPartition {
+        key: MirrorPartitionKey,
+        leader_epoch: i32,
+    },
+    /// A successful fetch in MIRRORING clears the stored failure
+    /// (`clearFailedStateAndPersist`). No-op when nothing is stored.
+    ClearFailure {
+        key: MirrorPartitionKey,
+        leader_epoch: i32,
+    },
+    RecordLastMirrorEpochs {
+        key: MirrorPartitionKey,
+        value: LastMirrorEpochsValue,
+    },
+    /// Appends runs (in source order) to the partition's offset map,
+    /// coalescing contiguous ones.
+    ExtendOffsetMap {
+        key: MirrorPartitionKey,
+        runs: Vec<OffsetMapRun>,
+    },
+    /// The PartitionActor's write-ahead map maintenance: `upsert` opens runs
+    /// (at length 0, before the produce that fills them) and records
+    /// acknowledged lengths (same `source_start`, longer length); `remove`
+    /// drops runs, by `source_start`, that alignment found never landed.
+    /// Refused if the resulting map would overlap on either cluster.
+    SetOffsetRuns {
+        key: MirrorPartitionKey,
+        upsert: Vec<OffsetMapRun>,
+        remove: Vec<i64>,
+    },
+    RecordGap {
+        key: MirrorPartitionKey,
+        gap: GapDetected,
+    },
+    RecordGroupOffsetSync {
+        key: GroupOffsetSyncKey,
+        value: GroupOffsetSync,
+    },
+    RecordTopicConfigSync {
+        key: TopicConfigSyncKey,
+        value: TopicConfigSync,
+    },
+    RecordAclCreated {
+        key: AclSyncKey,
+    },
+    RecordAclDeleted {
+        key: AclSyncKey,
+    },
+}
+
+/// Why a command was refused. Variants named after KIP error codes map to
+/// them through [`DecideError::kip_name`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecideError {
+    #[error("cluster mirror {0:?} does not exist")]
+    UnknownClusterMirror(String),
+    #[error("cluster mirror {0:?} already exists")]
+    ClusterMirrorAlreadyExists(String),
+    #[error("topic {topic} is already mirrored by cluster mirror {mirror:?}")]
+    TopicAlreadyInClusterMirror { topic: String, mirror: String },
+    #[error("topic {topic} is not in cluster mirror {mirror:?}")]
+    TopicNotInClusterMirror { topic: String, mirror: String },
+    #[error("mirror topic {0} is already paused")]
+    MirrorTopicAlreadyPaused(String),
+    #[error("mirror topic {0} is not paused")]
+    MirrorTopicNotPaused(String),
+    #[error("mirror topic {0} is being stopped or is stopped")]
+    MirrorTopicBeingStopped(String),
+    #[error("cluster mirror {mirror:?} still has active topics: {topics:?}")]
+    ClusterMirrorNotEmpty { mirror: String, topics: Vec<String> },
+    #[error("invalid cluster mirror states: {0}")]
+    InvalidClusterMirrorStates(String),
+    #[error("fenced state epoch: stored {stored}, request expected {expected}")]
+    FencedStateEpoch { stored: i32, expected: i32 },
+    #[error("fenced leader epoch: stored {stored}, request {request}")]
+    FencedLeaderEpoch { stored: i32, request: i32 },
+    /// The KIP coordinator skips such writes silently; we refuse so callers
+    /// see it, and they may treat it as a no-op.
+    #[error("transition {from} -> {to} is not allowed for {key:?}")]
+    InvalidTransition {
+        key: MirrorPartitionKey,
+        from: PartitionState,
+        to: PartitionState,
+    },
+    #[error("invalid cluster mirror name {name:?}: {reason}")]
+    InvalidClusterMirrorName { name: String, reason: String },
+    #[error(transparent)]
+    InvalidPattern(#[from] PatternError),
+    #[error("topic {topic} has {count} partitions; partition {partition} does not exist")]
+    UnknownTopicOrPartition {
+        topic: String,
+        partition: i32,
+        count: i32,
+    },
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+}
+
+impl DecideError {
+    /// The KIP / Kafka error name, for RPC-style replies and logs.
+    pub fn kip_name(&self) -> &'static str {
+        use DecideError::*;
+        match self {
+            UnknownClusterMirror(_) => "UNKNOWN_CLUSTER_MIRROR",
+            ClusterMirrorAlreadyExists(_) => "CLUSTER_MIRROR_ALREADY_EXISTS",
+            TopicAlreadyInClusterMirror { .. } => "TOPIC_ALREADY_IN_CLUSTER_MIRROR",
+            TopicNotInClusterMirror { .. } => "TOPIC_NOT_IN_CLUSTER_MIRROR",
+            MirrorTopicAlreadyPaused(_) => "MIRROR_TOPIC_ALREADY_PAUSED",
+            MirrorTopicNotPaused(_) => "MIRROR_TOPIC_NOT_PAUSED",
+            MirrorTopicBeingStopped(_) => "MIRROR_TOPIC_BEING_STOPPED",
+            ClusterMirrorNotEmpty { .. } => "CLUSTER_MIRROR_NOT_EMPTY",
+            InvalidClusterMirrorStates(_) => "INVALID_CLUSTER_MIRROR_STATES",
+            FencedStateEpoch { .. } => "FENCED_STATE_EPOCH",
+            FencedLeaderEpoch { .. } => "FENCED_LEADER_EPOCH",
+            InvalidTransition { .. } => "INVALID_STATE_TRANSITION",
+            InvalidClusterMirrorName { .. } => "INVALID_CLUSTER_MIRROR_NAME",
+            InvalidPattern(_) => "INVALID_CONFIG",
+            UnknownTopicOrPartition { .. } => "UNKNOWN_TOPIC_OR_PARTITION",
+            InvalidRequest(_) => "INVALID_REQUEST",
+        }
+    }
+}
+
+/// Mirror names follow topic-name rules (KIP AS3), so they are safe in
+/// client ids, metric tags and file names.
+pub fn validate_mirror_name(name: &str) -> Result<(), DecideError> {
+    let bad = |reason: &str| {
+        Err(DecideError::InvalidClusterMirrorName {
+            name: name.to_string(),
+            reason: reason.to_string(),
+        })
+    };
+    if name.is_empty() {
+        return bad("must not be empty");
+    }
+    if name == "." || name == ".." {
+        return bad("must not be '.' or '..'");
+    }
+    if name.len() > 249 {
+        return bad("must be at most 249 characters");
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-')
+    {
+        return bad("may contain only ASCII letters, digits, '.', '_' and '-'");
+    }
+    Ok(())
+}
+
+fn topic_label(image: &MirrorStateImage, id: &TopicId) -> String {
+    match image.topic(id) {
+        Some(t) => format!("{} ({id})", t.change.topic_name),
+        None => id.to_string(),
+    }
+}
+
+fn require_mirror<'a>(
+    image: &'a MirrorStateImage,
+    name: &str,
+) -> Result<&'a MirrorConfig, DecideError> {
+    image
+        .mirror(name)
+        .ok_or_else(|| DecideError::UnknownClusterMirror(name.to_string()))
+}
+
+fn validate_config(config: &MirrorConfig) -> Result<(), DecideError> {
+    TopicFilter::new(&config.topics_include, &config.topics_exclude)?;
+    GroupFilter::new(&config.groups_include, &config.groups_exclude)?;
+    if config.source_bootstrap.trim().is_empty() {
+        return Err(DecideError::InvalidRequest(
+            "source bootstrap servers must not be empty".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that the partition belongs to a live topic of a live mirror, so a
+/// late writer cannot resurrect keys a mirror delete tombstoned.
+fn require_partition(
+    image: &MirrorStateImage,
+    key: &MirrorPartitionKey,
+) -> Result<(), DecideError> {
+    require_mirror(image, &key.mirror_name)?;
+    let topic = image
+        .topic(&key.topic_id)
+        .filter(|t| t.change.mirror_name == key.mirror_name)
+        .ok_or_else(|| DecideError::TopicNotInClusterMirror {
+            topic: topic_label(image, &key.topic_id),
+            mirror: key.mirror_name.clone(),
+        })?;
+    if key.partition < 0 || key.partition >= topic.change.partition_count {
+        return Err(DecideError::UnknownTopicOrPartition {
+            topic: topic_label(image, &key.topic_id),
+            partition: key.partition,
+            count: topic.change.partition_count,
+        });
+    }
+    Ok(())
+}
+
+fn stored_or_default(
+    image: &MirrorStateImage,
+    key: &MirrorPartitionKey,
+) -> MirrorPartitionStateValue {
+    image
+        .partition_state(key)
+        .cloned()
+        .unwrap_or(MirrorPartitionStateValue {
+            state: PartitionState::Unknown,
+            leader_epoch: -1,
+            state_epoch: 0,
+            error_message: None,
+            retry_attempt: 0,
+            previous_state: PartitionState::Unknown,
+        })
+}
+
+fn fence(
+    stored: &MirrorPartitionStateValue,
+    leader_epoch: i32,
+    expected_state_epoch: i32,
+) -> Result<(), DecideError> {
+    if leader_epoch != -1 && stored.leader_epoch > leader_epoch {
+        return Err(DecideError::FencedLeaderEpoch {
+            stored: stored.leader_epoch,
+            request: leader_epoch,
+        });
+    }
+    if expected_state_epoch != -1 && stored.state_epoch > expected_state_epoch {
+        return Err(DecideError::FencedStateEpoch {
+            stored: stored.state_epoch,
+            expected: expected_state_epoch,
+        });
+    }
+    Ok(())
+}
+
+/// Builds the value for a transition that passed fencing and the table.
+fn transition_value(
+    stored: &MirrorPartitionStateValue,
+    target: PartitionState,
+    leader_epoch: i32,
+    failure: Option<(String, bool)>,
+) -> MirrorPartitionStateValue {
+    let mut v = stored.clone();
+    v.leader_epoch = stored.leader_epoch.max(leader_epoch);
+    v.state_epoch = stored.state_epoch.saturating_add(1);
+    v.state = target;
+    if target == PartitionState::Failed {
+        // KIP withResolvedErrorInfo: an older PreviousState is kept when
+        // already FAILED, so a retry goes back to where the trouble began.
+        v.previous_state = if stored.state == PartitionState::Failed {
+            stored.previous_state
+        } else {
+            stored.state
+        };
+        let (message, retryable) = failure.unwrap_or((String::new(), true));
+        v.error_message = Some(message);
+        v.retry_attempt = if !retryable || stored.retry_attempt == -1 {
+            -1
+        } else {
+            stored.retry_attempt.max(0).saturating_add(1)
+        };
+    } else {
+        v.previous_state = stored.state;
+        // The error stays until something proves it fixed: a successful
+        // fetch (ClearFailure), a recover, or a terminal/paused state. We do
+        // not clear on LOG_ALIGNMENT as the prototype does: a partition that
+        // keeps failing alignment would otherwise restart its attempt count
+        // and retry forever.
+        if matches!(target, PartitionState::Stopped | PartitionState::Paused) {
+            v.error_message = None;
+            v.retry_attempt = 0;
+        }
+    }
+    v
+}
+
+fn transition(
+    image: &MirrorStateImage,
+    key: &MirrorPartitionKey,
+    target: PartitionState,
+    leader_epoch: i32,
+    expected_state_epoch: i32,
+    failure: Option<(String, bool)>,
+) -> Result<Vec<Record>, DecideError> {
+    require_partition(image, key)?;
+    let stored = stored_or_default(image, key);
+    fence(&stored, leader_epoch, expected_state_epoch)?;
+    if !is_valid_transition(stored.state, target) {
+        return Err(DecideError::InvalidTransition {
+            key: key.clone(),
+            from: stored.state,
+            to: target,
+        });
+    }
+    let v = transition_value(&stored, target, leader_epoch, failure);
+    Ok(vec![Record::MirrorPartitionState(key.clone(), Some(v))])
+}
+
+fn topic_change(t: &TopicEntryView, desired: PartitionState) -> Record {
+    Record::MirrorTopicStateChange(
+        MirrorTopicStateKey {
+            topic_id: t.topic_id,
+        },
+        Some(MirrorTopicStateChange {
+            topic_id: t.topic_id,
+            mirror_name: t.mirror.clone(),
+            desired_state: desired,
+            topic_name: t.name.clone(),
+            partition_count: t.partition_count,
+        }),
+    )
+}
+
+struct TopicEntryView {
+    topic_id: TopicId,
+    mirror: String,
+    name: String,
+    partition_count: i32,
+    desired: PartitionState,
+}
+
+fn topic_in_mirror(
+    image: &MirrorStateImage,
+    mirror: &str,
+    id: &TopicId,
+) -> Result<TopicEntryView, DecideError> {
+    match image.topic(id) {
+        Some(t) if t.change.mirror_name == mirror => Ok(TopicEntryView {
+            topic_id: *id,
+            mirror: mirror.to_string(),
+            name: t.change.topic_name.clone(),
+            partition_count: t.change.partition_count,
+            desired: t.change.desired_state,
+        }),
+        _ => Err(DecideError::TopicNotInClusterMirror {
+            topic: topic_label(image, id),
+            mirror: mirror.to_string(),
+        }),
+    }
+}
+
+fn partitions_of<'a>(
+    image: &'a MirrorStateImage,
+    mirror: &str,
+    id: TopicId,
+    count: i32,
+) -> impl Iterator<Item = PartitionState> + 'a {
+    let mirror = mirror.to_string();
+    (0..count).map(move |p| {
+        image.partition_state_or_unknown(&MirrorPartitionKey::new(mirror.clone(), id, p))
+    })
+}
+
+/// Decides `command` against `image`: the records to append, or why not.
+///
+/// Multi-topic commands are all-or-nothing; send one command per topic for
+/// per-topic results.
+pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>, DecideError> {
+    use PartitionState as S;
+    match command {
+        Command::CreateMirror { name, config } => {
+            validate_mirror_name(name)?;
+            if image.mirror(name).is_some() {
+                return Err(DecideError::ClusterMirrorAlreadyExists(name.clone()));
+            }
+            validate_config(config)?;
+            Ok(vec![Record::MirrorConfig(
+                MirrorConfigKey {
+                    mirror_name: name.clone(),
+                },
+                Some(config.clone()),
+            )])
+        }
+        Command::AlterMirror { name, config } => {
+            let current = require_mirror(image, name)?;
+            validate_config(config)?;
+            let mut config = config.clone();
+            if config.source_cluster_id.is_empty() {
+                config.source_cluster_id = current.source_cluster_id.clone();
+            } else if !current.source_cluster_id.is_empty()
+                && config.source_cluster_id != current.source_cluster_id
+            {
+                return Err(DecideError::InvalidRequest(format!(
+                    "the source cluster id is recorded at create ({:?}) and cannot change to {:?}",
+                    current.source_cluster_id, config.source_cluster_id
+                )));
+            }
+            if &config == current {
+                return Ok(vec![]);
+            }
+            Ok(vec![Record::MirrorConfig(
+                MirrorConfigKey {
+                    mirror_name: name.clone(),
+                },
+                Some(config),
+            )])
+        }
+        Command::DeleteMirror { name } => {
+            require_mirror(image, name)?;
+            let active: Vec<String> = image
+                .topics_of(name)
+                .filter(|t| matches!(t.change.desired_state, S::Mirroring | S::Paused))
+                .map(|t| t.change.topic_name.clone())
+                .collect();
+            if !active.is_empty() {
+                return Err(DecideError::ClusterMirrorNotEmpty {
+                    mirror: name.clone(),
+                    topics: active,
+                });
+            }
+            if let Some((k, v)) = image
+                .partition_states_of(name)
+                .find(|(_, v)| !matches!(v.state, S::Stopped | S::Unknown | S::Failed))
+            {
+                return Err(DecideError::InvalidClusterMirrorStates(format!(
+                    "partition {} of {} is {}, not STOPPED",
+                    k.partition,
+                    topic_label(image, &k.topic_id),
+                    v.state
+                )));
+            }
+            let mut out = vec![Record::MirrorConfig(
+                MirrorConfigKey {
+                    mirror_name: name.clone(),
+                },
+                None,
+            )];
+            for t in image.topics_of(name) {
+                out.push(Record::MirrorTopicStateChange(
+                    MirrorTopicStateKey {
+                        topic_id: t.change.topic_id,
+                    },
+                    Some(MirrorTopicStateChange {
+                        mirror_name: String::new(),
+                        desired_state: S::Unknown,
+                        ..t.change.clone()
+                    }),
+                ));
+            }
+            out.extend(
+                image
+                    .keys_of_mirror(name)
+                    .into_iter()
+                    .map(RecordKey::tombstone),
+            );
+            Ok(out)
+        }
+        Command::StartTopics { mirror, topics } => {
+            let config = require_mirror(image, mirror)?;
+            let filter = TopicFilter::new(&config.topics_include, &config.topics_exclude)?;
+            let mut out = Vec::new();
+            for t in topics {
+                let label = format!("{} ({})", t.name, t.topic_id);
+                if is_internal_topic(&t.name) || filter.is_excluded(&t.name) {
+                    return Err(DecideError::InvalidRequest(format!(
+                        "topic {label} is internal or excluded by topics.exclude"
+                    )));
+                }
+                if t.partition_count <= 0 {
+                    return Err(DecideError::InvalidRequest(format!(
+                        "topic {label} has partition count {}",
+                        t.partition_count
+                    )));
+                }
+                if let Some(e) = image.topic(&t.topic_id) {
+                    let c = &e.change;
+                    if !c.mirror_name.is_empty() && &c.mirror_name != mirror {
+                        if !matches!(c.desired_state, S::Stopped | S::Unknown) {
+                            return Err(DecideError::TopicAlreadyInClusterMirror {
+                                topic: label,
+                                mirror: c.mirror_name.clone(),
+                            });
+                        }
+                    } else if &c.mirror_name == mirror {
+                        match c.desired_state {
+                            S::Mirroring => continue,
+                            S::Paused => return Err(DecideError::MirrorTopicAlreadyPaused(label)),
+                            _ => {}
+                        }
+                    }
+                }
+                if let Some(s) = partitions_of(image, mirror, t.topic_id, t.partition_count)
+                    .find(|s| !matches!(s, S::Stopped | S::Unknown | S::Failed))
+                {
+                    return Err(if s == S::Stopping {
+                        DecideError::MirrorTopicBeingStopped(label)
+                    } else {
+                        DecideError::InvalidClusterMirrorStates(format!(
+                            "topic {label} has a partition in {s}; start needs STOPPED or UNKNOWN"
+                        ))
+                    });
+                }
+                let view = TopicEntryView {
+                    topic_id: t.topic_id,
+                    mirror: mirror.clone(),
+                    name: t.name.clone(),
+                    partition_count: t.partition_count,
+                    desired: S::Mirroring,
+                };
+                out.push(topic_change(&view, view.desired));
+            }
+            Ok(out)
+        }
+        Command::StopTopics { mirror, topics } => {
+            require_mirror(image, mirror)?;
+            let mut out = Vec::new();
+            for id in topics {
+                let t = topic_in_mirror(image, mirror, id)?;
+                match t.desired {
+                    S::Stopped => {}
+                    // KIP §5.3 allows stop from MIRRORING and PAUSED; the
+                    // RPC table's "PAUSED → MIRROR_TOPIC_ALREADY_PAUSED" would
+                    // make a paused topic impossible to fail over.
+                    S::Mirroring | S::Paused => out.push(topic_change(&t, S::Stopped)),
+                    other => {
+                        return Err(DecideError::InvalidClusterMirrorStates(format!(
+                            "topic {} has desired state {other}",
+                            t.name
+                        )))
+                    }
+                }
+            }
+            Ok(out)
+        }
+        Command::PauseTopics { mirror, topics } => {
+            require_mirror(image, mirror)?;
+            let mut out = Vec::new();
+            for id in topics {
+                let t = topic_in_mirror(image, mirror, id)?;
+                match t.desired {
+                    S::Mirroring => out.push(topic_change(&t, S::Paused)),
+                    S::Paused => {
+                        return Err(DecideError::MirrorTopicAlreadyPaused(topic_label(
+                            image, id,
+                        )))
+                    }
+                    _ => return Err(DecideError::MirrorTopicBeingStopped(topic_label(image, id))),
+                }
+            }
+            Ok(out)
+        }
+        Command::ResumeTopics { mirror, topics } => {
+            require_mirror(image, mirror)?;
+            let mut out = Vec::new();
+            for id in topics {
+                let t = topic_in_mirror(image, mirror, id)?;
+                match t.desired {
+                    S::Paused => out.push(topic_change(&t, S::Mirroring)),
+                    S::Mirroring => {}
+                    _ => return Err(DecideError::MirrorTopicNotPaused(topic_label(image, id))),
+                }
+            }
+            Ok(out)
+        }
+        Command::UpdatePartitionCount {
+            mirror,
+            topic_id,
+            partition_count,
+        } => {
+            require_mirror(image, mirror)?;
+            let mut t = topic_in_mirror(image, mirror, topic_id)?;
+            if *partition_count < t.partition_count {
+                return Err(DecideError::InvalidRequest(format!(
+                    "partition count of {} cannot decrease from {} to {partition_count}",
+                    t.name, t.partition_count
+                )));
+            }
+            if *partition_count == t.partition_count {
+                return Ok(vec![]);
+            }
+            t.partition_count = *partition_count;
+            Ok(vec![topic_change(&t, t.desired)])
+        }
+        Command::TransitionPartition {
+            key,
+            target,
+            leader_epoch,
+            expected_state_epoch,
+        } => transition(
+            image,
+            key,
+            *target,
+            *leader_epoch,
+            *expected_state_epoch,
+            None,
+        ),
+        Command::FailPartition {
+            key,
+            leader_epoch,
+            error_message,
+            retryable,
+        } => transition(
+            image,
+            key,
+            S::Failed,
+            *leader_epoch,
+            -1,
+            Some((error_message.clone(), *retryable)),
+        ),
+        Command::RecoverPartition { key, leader_epoch } => {
+            require_partition(image, key)?;
+            let stored = stored_or_default(image, key);
+            fence(&stored, *leader_epoch, -1)?;
+            if stored.state != S::Failed {
+                return Err(DecideError::InvalidClusterMirrorStates(format!(
+                    "partition {} of {} is {}, not FAILED",
+                    key.partition,
+                    topic_label(image, &key.topic_id),
+                    stored.state
+                )));
+            }
+            let target = retry_target(stored.previous_state);
+            let mut v = transition_value(&stored, target, *leader_epoch, None);
+            v.error_message = None;
+            v.retry_attempt = 0;
+            Ok(vec![Record::MirrorPartitionState(key.clone(), Some(v))])
+        }
+        Command::ClearFailure { key, leader_epoch } => {
+            require_partition(image, key)?;
+            let stored = stored_or_default(image, key);
+            fence(&stored, *leader_epoch, -1)?;
+            if stored.state == S::Failed
+                || (stored.error_message.is_none() && stored.retry_attempt == 0)
+            {
+                return Ok(vec![]);
+            }
+            let mut v = stored.clone();
+            v.leader_epoch = stored.leader_epoch.max(*leader_epoch);
+            v.error_message = None;
+            v.retry_attempt = 0;
+            Ok(vec![Record::MirrorPartitionState(key.clone(), Some(v))])
+        }
+        Command::RecordLastMirrorEpochs { key, value } => {
+            require_partition(image, key)?;
+            Ok(vec![Record::LastMirrorEpochs(
+                key.clone(),
+                Some(value.clone()),
+            )])
+        }
+        Command::ExtendOffsetMap { key, runs } => {
+            require_partition(image, key)?;
+            let mut last = image.last_offset_run(key);
+            let mut out: Vec<OffsetMapRun> = Vec::new();
+            for r in runs {
+                if r.length <= 0 || r.source_start < 0 || r.destination_start < 0 {
+                    return Err(DecideError::InvalidRequest(format!(
+                        "invalid offset map run {r:?}"
+                    )));
+                }
+                if let Some(l) = last {
+                    if r.source_start < l.source_end() || r.destination_start < l.destination_end()
+                    {
+                        return Err(DecideError::InvalidRequest(format!(
+                            "offset map run {r:?} overlaps or precedes the last run {l:?}"
+                        )));
+                    }
+                    if r.source_start == l.source_end()
+                        && r.destination_start == l.destination_end()
+                    {
+                        let merged = OffsetMapRun {
+                            length: l.length + r.length,
+                            ..l
+                        };
+                        match out.last_mut() {
+                            Some(o) if o.source_start == l.source_start => *o = merged,
+                            _ => out.push(merged),
+                        }
+                        last = Some(merged);
+                        continue;
+                    }
+                }
+                out.push(*r);
+                last = Some(*r);
+            }
+            Ok(out
+                .into_iter()
+                .map(|r| {
+                    Record::OffsetMapRun(
+                        OffsetMapRunKey {
+                            partition: key.clone(),
+                            source_start: r.source_start,
+                        },
+                        Some(r),
+                    )
+                })
+                .collect())
+        }
+        Command::SetOffsetRuns {
+            key,
+            upsert,
+            remove,
+        } => {
+            require_partition(image, key)?;
+            let mut map: std::collections::BTreeMap<i64, OffsetMapRun> = image
+                .offset_runs(key)
+                .into_iter()
+                .map(|r| (r.source_start, r))
+                .collect();
+            for s in remove {
+                map.remove(s);
+            }
+            for r in upsert {
+                if r.length < 0 || r.source_start < 0 || r.destination_start < 0 {
+                    return Err(DecideError::InvalidRequest(format!(
+                        "invalid offset map run {r:?}"
+                    )));
+                }
+                map.insert(r.source_start, *r);
+            }
+            let runs: Vec<&OffsetMapRun> = map.values().collect();
+            for w in runs.windows(2) {
+                let (a, b) = (w[0], w[1]);
+                if a.source_end() > b.source_start || a.destination_end() > b.destination_start {
+                    return Err(DecideError::InvalidRequest(format!(
+                        "offset map runs {a:?} and {b:?} would overlap"
+                    )));
+                }
+            }
+            let run_key = |source_start| OffsetMapRunKey {
+                partition: key.clone(),
+                source_start,
+            };
+            Ok(remove
+                .iter()
+                .map(|s| Record::OffsetMapRun(run_key(*s), None))
+                .chain(
+                    upsert
+                        .iter()
+                        .map(|r| Record::OffsetMapRun(run_key(r.source_start), Some(*r))),
+                )
+                .collect())
+        }
+        Command::RecordGap { key, gap } => {
+            require_partition(image, key)?;
+            if gap.source_end <= gap.source_start {
+                return Err(DecideError::InvalidRequest(format!("empty gap {gap:?}")));
+            }
+            Ok(vec![Record::GapDetected(
+                OffsetMapRunKey {
+                    partition: key.clone(),
+                    source_start: gap.source_start,
+                },
+                Some(gap.clone()),
+            )])
+        }
+        Command::RecordGroupOffsetSync { key, value } => {
+            require_mirror(image, &key.mirror_name)?;
+            Ok(vec![Record::GroupOffsetSync(
+                key.clone(),
+                Some(value.clone()),
+            )])
+        }
+        Command::RecordTopicConfigSync { key, value } => {
+            require_mirror(image, &key.mirror_name)?;
+            Ok(vec![Record::TopicConfigSync(
+                key.clone(),
+                Some(value.clone()),
+            )])
+        }
+        Command::RecordAclCreated { key } => {
+            require_mirror(image, &key.mirror_name)?;
+            Ok(vec![Record::AclSync(
+                key.clone(),
+                Some(AclSync {
+                    owned_by_kmirror: true,
+                }),
+            )])
+        }
+        Command::RecordAclDeleted { key } => {
+            require_mirror(image, &key.mirror_name)?;
+            Ok(vec![Record::AclSync(key.clone(), None)])
+        }
+    }
+}
+
+/// Decides and folds in one step, for tests and single-writer callers that
+/// do not persist (e.g. dry runs). Returns the records it applied.
+pub fn decide_and_apply(
+    image: &mut MirrorStateImage,
+    command: &Command,
+) -> Result<Vec<Record>, DecideError> {
+    let records = decide(image, command)?;
+    for (offset, r) in (image.end_offset()..).zip(records.iter()) {
+        image.apply(offset, r);
+    }
+    Ok(records)
+}

@@ -1,0 +1,157 @@
+//! Topic and group filters: comma-separated regexes, exclude wins, internal
+//! topics never mirrored.
+
+use regex::Regex;
+
+/// A pattern that does not compile, named so the operator can find it in
+/// their config.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid regular expression {pattern:?} in {field}: {message}")]
+pub struct PatternError {
+    pub field: String,
+    pub pattern: String,
+    pub message: String,
+}
+
+/// A comma-separated list of regexes, each matched against the whole name
+/// like Java's `Pattern.matcher(name).matches()` (Kafka's configs use that,
+/// so `orders` must not match `orders-dlq`).
+#[derive(Debug, Clone)]
+pub struct PatternList {
+    source: String,
+    regexes: Vec<Regex>,
+}
+
+impl PatternList {
+    /// Parses `spec`; `field` names the config key for error messages. An
+    /// empty spec matches nothing.
+    pub fn parse(field: &str, spec: &str) -> Result<Self, PatternError> {
+        let mut regexes = Vec::new();
+        for p in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let re = Regex::new(&format!("^(?:{p})$")).map_err(|e| PatternError {
+                field: field.to_string(),
+                pattern: p.to_string(),
+                message: e.to_string(),
+            })?;
+            regexes.push(re);
+        }
+        Ok(PatternList {
+            source: spec.to_string(),
+            regexes,
+        })
+    }
+
+    pub fn is_match(&self, name: &str) -> bool {
+        self.regexes.iter().any(|r| r.is_match(name))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.regexes.is_empty()
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+}
+
+/// Kafka's own internal topics, listed as well as caught by the `__` prefix
+/// rule so the intent is visible.
+pub const KAFKA_INTERNAL_TOPICS: &[&str] = &[
+    "__consumer_offsets",
+    "__transaction_state",
+    "__share_group_state",
+    "__cluster_metadata",
+    "__remote_log_metadata",
+    "__mirror_state",
+];
+
+/// Whether a topic is internal to Kafka, to MirrorMaker 2, or to a mirror,
+/// and so must never be mirrored: copying them would corrupt the
+/// destination's own coordinators or create mirror loops (JR25: internal
+/// topics are always excluded).
+pub fn is_internal_topic(name: &str) -> bool {
+    name.starts_with("__")
+        || KAFKA_INTERNAL_TOPICS.contains(&name)
+        || name.ends_with(".internal")
+        || name.starts_with("mm2-")
+        || name == "heartbeats"
+        || name.ends_with(".heartbeats")
+        || name.ends_with(".checkpoints.internal")
+}
+
+/// A mirror's topic filter.
+#[derive(Debug, Clone)]
+pub struct TopicFilter {
+    include: PatternList,
+    exclude: PatternList,
+}
+
+impl TopicFilter {
+    pub fn new(include: &str, exclude: &str) -> Result<Self, PatternError> {
+        Ok(TopicFilter {
+            include: PatternList::parse("topics.include", include)?,
+            exclude: PatternList::parse("topics.exclude", exclude)?,
+        })
+    }
+
+    /// Whether auto-discovery should mirror `topic`.
+    pub fn matches(&self, topic: &str) -> bool {
+        !self.is_excluded(topic) && self.include.is_match(topic)
+    }
+
+    /// Whether `topic` is barred even when named explicitly: exclude wins
+    /// over include and over explicit naming, internal topics always.
+    pub fn is_excluded(&self, topic: &str) -> bool {
+        is_internal_topic(topic) || self.exclude.is_match(topic)
+    }
+}
+
+/// A mirror's consumer-group filter (no internal rule; groups have none).
+#[derive(Debug, Clone)]
+pub struct GroupFilter {
+    include: PatternList,
+    exclude: PatternList,
+}
+
+impl GroupFilter {
+    pub fn new(include: &str, exclude: &str) -> Result<Self, PatternError> {
+        Ok(GroupFilter {
+            include: PatternList::parse("groups.include", include)?,
+            exclude: PatternList::parse("groups.exclude", exclude)?,
+        })
+    }
+
+    pub fn matches(&self, group: &str) -> bool {
+        !self.exclude.is_match(group) && self.include.is_match(group)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anchored_and_exclude_wins() {
+        let f = TopicFilter::new("orders, pay.*", "pay-secret").unwrap();
+        assert!(f.matches("orders"));
+        assert!(!f.matches("orders-dlq"));
+        assert!(f.matches("payments"));
+        assert!(!f.matches("pay-secret"));
+        assert!(!TopicFilter::new(".*", "")
+            .unwrap()
+            .matches("__consumer_offsets"));
+        assert!(!TopicFilter::new(".*", "")
+            .unwrap()
+            .matches("mm2-offset-syncs.a.internal"));
+        assert!(!TopicFilter::new(".*", "").unwrap().matches("a.heartbeats"));
+        assert!(!TopicFilter::new("", "").unwrap().matches("orders"));
+    }
+
+    #[test]
+    fn bad_regex_is_named() {
+        let e = TopicFilter::new("ok,(bad", "").unwrap_err();
+        assert_eq!(e.pattern, "(bad");
+        assert_eq!(e.field, "topics.include");
+        assert!(e.to_string().contains("(bad"));
+    }
+}

@@ -1,0 +1,377 @@
+//! The records of kmirror's `__mirror_state` log.
+//!
+//! Names follow KIP-1279 §4 so that readers of the KIP find them. Every
+//! record has a key (compaction keeps the newest record per key) and an
+//! optional value (`None` is a tombstone). Each record only ever sets or
+//! removes its own key's entry in the folded image: this is what makes a
+//! compacted log replay to the same state as the full log.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::TopicId;
+use crate::state::PartitionState;
+
+/// The identity of one mirror partition: `(MirrorName, TopicId, Partition)`,
+/// the key of both `MirrorPartitionState` and `LastMirrorEpochs` in the KIP.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Serialize, Deserialize)]
+pub struct MirrorPartitionKey {
+    pub mirror_name: String,
+    pub topic_id: TopicId,
+    pub partition: i32,
+}
+
+impl MirrorPartitionKey {
+    pub fn new(mirror_name: impl Into<String>, topic_id: TopicId, partition: i32) -> Self {
+        MirrorPartitionKey {
+            mirror_name: mirror_name.into(),
+            topic_id,
+            partition,
+        }
+    }
+}
+
+/// KIP name for the partition-state key.
+pub type MirrorPartitionStateKey = MirrorPartitionKey;
+/// KIP name for the last-mirror-epochs key.
+pub type LastMirrorEpochsKey = MirrorPartitionKey;
+
+/// KIP `MirrorPartitionStateValue`.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct MirrorPartitionStateValue {
+    pub state: PartitionState,
+    /// Highest destination leader epoch seen from a writer; fences writers
+    /// that lost leadership (FENCED_LEADER_EPOCH).
+    pub leader_epoch: i32,
+    /// +1 per transition; fences writers that act on a stale read
+    /// (FENCED_STATE_EPOCH).
+    pub state_epoch: i32,
+    pub error_message: Option<String>,
+    /// Failures so far (1 on the first), or −1 when not retryable.
+    pub retry_attempt: i16,
+    /// The state to retry back to when this one is FAILED.
+    pub previous_state: PartitionState,
+}
+
+/// KIP `LastMirrorEpochsValue`, widened with the positions an outside-the-
+/// broker mirror needs for failback, since our offsets are not identical on
+/// both sides: the source position we had copied and the destination
+/// position it landed at.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct LastMirrorEpochsValue {
+    /// Highest destination leader epoch at STOPPING (KIP LME).
+    pub last_mirror_epoch: i32,
+    /// Destination log end offset at STOPPING (KIP LastMirrorOffset).
+    pub last_mirror_offset: i64,
+    /// Next source offset to fetch (one past the last mirrored source record).
+    pub source_offset: i64,
+    /// Source leader epoch of the last mirrored batch (−1 unknown).
+    pub source_leader_epoch: i32,
+    /// Destination end offset after the last mirrored batch.
+    pub destination_end_offset: i64,
+    /// Destination leader epoch at that point (−1 unknown).
+    pub destination_leader_epoch: i32,
+}
+
+/// Key of `MirrorTopicStateChange`: one per topic, never tombstoned (the KIP
+/// clears the association with an empty mirror name instead, JR33.1).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Serialize, Deserialize)]
+pub struct MirrorTopicStateKey {
+    pub topic_id: TopicId,
+}
+
+/// KIP `MirrorTopicStateChangeRecord`, carrying the topic's name and
+/// partition count too, because outside the broker we have no TopicImage to
+/// look them up in.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct MirrorTopicStateChange {
+    pub topic_id: TopicId,
+    /// Empty clears the association (after DeleteClusterMirror).
+    pub mirror_name: String,
+    pub desired_state: PartitionState,
+    pub topic_name: String,
+    pub partition_count: i32,
+}
+
+/// Key of a mirror's configuration record.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Serialize, Deserialize)]
+pub struct MirrorConfigKey {
+    pub mirror_name: String,
+}
+
+/// A mirror's configuration (the KIP's CLUSTER_MIRROR config resource).
+/// Create and alter both write the whole value; delete writes a tombstone.
+#[derive(Clone, PartialEq, Eq, Debug, Default, Serialize, Deserialize)]
+pub struct MirrorConfig {
+    pub source_bootstrap: String,
+    /// Connection properties for the source (security.*, sasl.*, ssl.*,
+    /// fetch.*...). A BTreeMap so the encoding is deterministic.
+    pub source_properties: BTreeMap<String, String>,
+    pub topics_include: String,
+    pub topics_exclude: String,
+    pub groups_include: String,
+    pub groups_exclude: String,
+    /// Recorded at create; failback finds a mirror by its source cluster id
+    /// (JR30), and a change of source cluster id fails every partition.
+    pub source_cluster_id: String,
+}
+
+/// One run of the exact offset map: source offsets
+/// `[source_start, source_start+length)` landed at destination offsets
+/// `[destination_start, destination_start+length)`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct OffsetMapRun {
+    pub source_start: i64,
+    pub destination_start: i64,
+    pub length: i64,
+}
+
+impl OffsetMapRun {
+    pub fn source_end(&self) -> i64 {
+        self.source_start + self.length
+    }
+    pub fn destination_end(&self) -> i64 {
+        self.destination_start + self.length
+    }
+}
+
+/// Key of an offset-map run: one key per run start, so compaction keeps every
+/// run while an extended run (same start, longer length) replaces itself.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Serialize, Deserialize)]
+pub struct OffsetMapRunKey {
+    pub partition: MirrorPartitionKey,
+    pub source_start: i64,
+}
+
+/// A source range that was lost before we could copy it (source retention
+/// overtook the fetch position). Recorded so audits can say exactly what a
+/// destination never received.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct GapDetected {
+    pub source_start: i64,
+    /// Exclusive.
+    pub source_end: i64,
+    pub reason: String,
+}
+
+/// Key of a gap record.
+pub type GapKey = OffsetMapRunKey;
+
+/// Key of a group-offset sync record.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Serialize, Deserialize)]
+pub struct GroupOffsetSyncKey {
+    pub mirror_name: String,
+    pub group: String,
+    pub topic_id: TopicId,
+    pub partition: i32,
+}
+
+/// A consumer-group offset we committed on the destination.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct GroupOffsetSync {
+    /// The source's committed offset we translated.
+    pub source_offset: i64,
+    /// Destination offset previously committed (−1 none).
+    pub from_offset: i64,
+    /// Destination offset we committed.
+    pub to_offset: i64,
+    pub leader_epoch: i32,
+}
+
+/// Key of a topic-config sync record.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Serialize, Deserialize)]
+pub struct TopicConfigSyncKey {
+    pub mirror_name: String,
+    pub topic_id: TopicId,
+    pub config_name: String,
+}
+
+/// A destination topic config we changed, with the old value so an audit can
+/// explain it and an operator can undo it.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct TopicConfigSync {
+    pub from: Option<String>,
+    pub to: Option<String>,
+}
+
+/// Key of an ACL sync record: the binding in a canonical text form
+/// (`resourceType;patternType;name;principal;host;operation;permission`).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Serialize, Deserialize)]
+pub struct AclSyncKey {
+    pub mirror_name: String,
+    pub binding: String,
+}
+
+/// An ACL we created on the destination. Deleting it writes a tombstone, so
+/// the image holds exactly the bindings kmirror owns — we only ever delete
+/// bindings we created (the KIP's full overwrite is ambiguous with several
+/// mirrors).
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct AclSync {
+    pub owned_by_kmirror: bool,
+}
+
+/// The record type byte in the codec envelope. 1 and 2 are the KIP's
+/// coordinator `apiKey`s; the rest are ours.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum RecordType {
+    LastMirrorEpochs = 1,
+    MirrorPartitionState = 2,
+    MirrorTopicStateChange = 3,
+    MirrorConfig = 4,
+    OffsetMapRun = 5,
+    GapDetected = 6,
+    GroupOffsetSync = 7,
+    TopicConfigSync = 8,
+    AclSync = 9,
+}
+
+impl RecordType {
+    pub fn from_u8(v: u8) -> Option<Self> {
+        use RecordType::*;
+        Some(match v {
+            1 => LastMirrorEpochs,
+            2 => MirrorPartitionState,
+            3 => MirrorTopicStateChange,
+            4 => MirrorConfig,
+            5 => OffsetMapRun,
+            6 => GapDetected,
+            7 => GroupOffsetSync,
+            8 => TopicConfigSync,
+            9 => AclSync,
+            _ => return None,
+        })
+    }
+    pub fn name(self) -> &'static str {
+        use RecordType::*;
+        match self {
+            LastMirrorEpochs => "LastMirrorEpochs",
+            MirrorPartitionState => "MirrorPartitionState",
+            MirrorTopicStateChange => "MirrorTopicStateChange",
+            MirrorConfig => "MirrorConfig",
+            OffsetMapRun => "OffsetMapRun",
+            GapDetected => "GapDetected",
+            GroupOffsetSync => "GroupOffsetSync",
+            TopicConfigSync => "TopicConfigSync",
+            AclSync => "AclSync",
+        }
+    }
+}
+
+/// A record's key alone: what compaction and `latest(key)` work on.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Serialize, Deserialize)]
+pub enum RecordKey {
+    LastMirrorEpochs(LastMirrorEpochsKey),
+    MirrorPartitionState(MirrorPartitionStateKey),
+    MirrorTopicStateChange(MirrorTopicStateKey),
+    MirrorConfig(MirrorConfigKey),
+    OffsetMapRun(OffsetMapRunKey),
+    GapDetected(GapKey),
+    GroupOffsetSync(GroupOffsetSyncKey),
+    TopicConfigSync(TopicConfigSyncKey),
+    AclSync(AclSyncKey),
+}
+
+/// One record: a typed key with its optional value (`None` = tombstone).
+/// Pairing key and value types in one variant makes a mismatched pair
+/// unrepresentable.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub enum Record {
+    LastMirrorEpochs(LastMirrorEpochsKey, Option<LastMirrorEpochsValue>),
+    MirrorPartitionState(MirrorPartitionStateKey, Option<MirrorPartitionStateValue>),
+    MirrorTopicStateChange(MirrorTopicStateKey, Option<MirrorTopicStateChange>),
+    MirrorConfig(MirrorConfigKey, Option<MirrorConfig>),
+    OffsetMapRun(OffsetMapRunKey, Option<OffsetMapRun>),
+    GapDetected(GapKey, Option<GapDetected>),
+    GroupOffsetSync(GroupOffsetSyncKey, Option<GroupOffsetSync>),
+    TopicConfigSync(TopicConfigSyncKey, Option<TopicConfigSync>),
+    AclSync(AclSyncKey, Option<AclSync>),
+}
+
+impl Record {
+    pub fn record_type(&self) -> RecordType {
+        match self {
+            Record::LastMirrorEpochs(..) => RecordType::LastMirrorEpochs,
+            Record::MirrorPartitionState(..) => RecordType::MirrorPartitionState,
+            Record::MirrorTopicStateChange(..) => RecordType::MirrorTopicStateChange,
+            Record::MirrorConfig(..) => RecordType::MirrorConfig,
+            Record::OffsetMapRun(..) => RecordType::OffsetMapRun,
+            Record::GapDetected(..) => RecordType::GapDetected,
+            Record::GroupOffsetSync(..) => RecordType::GroupOffsetSync,
+            Record::TopicConfigSync(..) => RecordType::TopicConfigSync,
+            Record::AclSync(..) => RecordType::AclSync,
+        }
+    }
+
+    pub fn key(&self) -> RecordKey {
+        match self {
+            Record::LastMirrorEpochs(k, _) => RecordKey::LastMirrorEpochs(k.clone()),
+            Record::MirrorPartitionState(k, _) => RecordKey::MirrorPartitionState(k.clone()),
+            Record::MirrorTopicStateChange(k, _) => RecordKey::MirrorTopicStateChange(k.clone()),
+            Record::MirrorConfig(k, _) => RecordKey::MirrorConfig(k.clone()),
+            Record::OffsetMapRun(k, _) => RecordKey::OffsetMapRun(k.clone()),
+            Record::GapDetected(k, _) => RecordKey::GapDetected(k.clone()),
+            Record::GroupOffsetSync(k, _) => RecordKey::GroupOffsetSync(k.clone()),
+            Record::TopicConfigSync(k, _) => RecordKey::TopicConfigSync(k.clone()),
+            Record::AclSync(k, _) => RecordKey::AclSync(k.clone()),
+        }
+    }
+
+    pub fn is_tombstone(&self) -> bool {
+        match self {
+            Record::LastMirrorEpochs(_, v) => v.is_none(),
+            Record::MirrorPartitionState(_, v) => v.is_none(),
+            Record::MirrorTopicStateChange(_, v) => v.is_none(),
+            Record::MirrorConfig(_, v) => v.is_none(),
+            Record::OffsetMapRun(_, v) => v.is_none(),
+            Record::GapDetected(_, v) => v.is_none(),
+            Record::GroupOffsetSync(_, v) => v.is_none(),
+            Record::TopicConfigSync(_, v) => v.is_none(),
+            Record::AclSync(_, v) => v.is_none(),
+        }
+    }
+
+    /// The mirror this record belongs to, for audit filters. Topic state
+    /// changes carry it in the value (empty when cleared).
+    pub fn mirror_name(&self) -> Option<&str> {
+        match self {
+            Record::LastMirrorEpochs(k, _) | Record::MirrorPartitionState(k, _) => {
+                Some(&k.mirror_name)
+            }
+            Record::MirrorTopicStateChange(_, v) => v.as_ref().map(|v| v.mirror_name.as_str()),
+            Record::MirrorConfig(k, _) => Some(&k.mirror_name),
+            Record::OffsetMapRun(k, _) | Record::GapDetected(k, _) => {
+                Some(&k.partition.mirror_name)
+            }
+            Record::GroupOffsetSync(k, _) => Some(&k.mirror_name),
+            Record::TopicConfigSync(k, _) => Some(&k.mirror_name),
+            Record::AclSync(k, _) => Some(&k.mirror_name),
+        }
+    }
+
+    /// The topic this record is about, for audit filters.
+    pub fn topic_id(&self) -> Option<TopicId> {
+        match self {
+            Record::LastMirrorEpochs(k, _) | Record::MirrorPartitionState(k, _) => Some(k.topic_id),
+            Record::MirrorTopicStateChange(k, _) => Some(k.topic_id),
+            Record::MirrorConfig(..) | Record::AclSync(..) => None,
+            Record::OffsetMapRun(k, _) | Record::GapDetected(k, _) => Some(k.partition.topic_id),
+            Record::GroupOffsetSync(k, _) => Some(k.topic_id),
+            Record::TopicConfigSync(k, _) => Some(k.topic_id),
+        }
+    }
+
+    /// The partition this record is about, for audit filters.
+    pub fn partition(&self) -> Option<i32> {
+        match self {
+            Record::LastMirrorEpochs(k, _) | Record::MirrorPartitionState(k, _) => {
+                Some(k.partition)
+            }
+            Record::OffsetMapRun(k, _) | Record::GapDetected(k, _) => Some(k.partition.partition),
+            Record::GroupOffsetSync(k, _) => Some(k.partition),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! Strategies shared by the property tests.
+#![allow(dead_code)]
+
+use kmirror_events::*;
+use proptest::prelude::*;
+
+pub const MIRRORS: [&str; 2] = ["m1", "m2"];
+pub const TOPICS: [(&str, u8); 3] = [("orders", 1), ("payments", 2), ("logs", 3)];
+pub const PARTITIONS: i32 = 2;
+
+pub fn topic_id(n: u8) -> TopicId {
+    let mut b = [0u8; 16];
+    b[15] = n;
+    TopicId(b)
+}
+
+fn mirror() -> impl Strategy<Value = String> {
+    prop::sample::select(&MIRRORS[..]).prop_map(str::to_string)
+}
+
+fn topic() -> impl Strategy<Value = (String, TopicId)> {
+    prop::sample::select(&TOPICS[..]).prop_map(|(n, id)| (n.to_string(), topic_id(id)))
+}
+
+pub fn pkey() -> impl Strategy<Value = MirrorPartitionKey> {
+    (mirror(), topic(), 0..PARTITIONS + 1)
+        .prop_map(|(m, (_, id), p)| MirrorPartitionKey::new(m, id, p))
+}
+
+fn state() -> impl Strategy<Value = PartitionState> {
+    prop::sample::select(&PartitionState::ALL[..])
+}
+
+fn epoch() -> impl Strategy<Value = i32> {
+    prop_oneof![Just(-1), 0..6]
+}
+
+pub fn config() -> MirrorConfig {
+    MirrorConfig {
+        source_bootstrap: "src:9092".into(),
+        topics_include: ".*".into(),
+        source_cluster_id: "cluster-a".into(),
+        ..Default::default()
+    }
+}
+
+/// A random command over a small universe, so sequences hit every path.
+pub fn command() -> impl Strategy<Value = Command> {
+    prop_oneof![
+        1 => mirror().prop_map(|name| Command::CreateMirror { name, config: config() }),
+        1 => mirror().prop_map(|name| Command::DeleteMirror { name }),
+        3 => (mirror(), topic()).prop_map(|(mirror, (name, topic_id))| Command::StartTopics {
+            mirror,
+            topics: vec![TopicRef { topic_id, name, partition_count: PARTITIONS }]
+        }),
+        2 => (mirror(), topic()).prop_map(|(mirror, (_, id))| Command::StopTopics { mirror, topics: vec![id] }),
+        1 => (mirror(), topic()).prop_map(|(mirror, (_, id))| Command::PauseTopics { mirror, topics: vec![id] }),
+        1 => (mirror(), topic()).prop_map(|(mirror, (_, id))| Command::ResumeTopics { mirror, topics: vec![id] }),
+        10 => (pkey(), state(), epoch(), epoch()).prop_map(|(key, target, leader_epoch, expected_state_epoch)| {
+            Command::TransitionPartition { key, target, leader_epoch, expected_state_epoch }
+        }),
+        3 => (pkey(), epoch(), any::<bool>()).prop_map(|(key, leader_epoch, retryable)| Command::FailPartition {
+            key, leader_epoch, error_message: "boom".into(), retryable
+        }),
+        2 => (pkey(), epoch()).prop_map(|(key, leader_epoch)| Command::RecoverPartition { key, leader_epoch }),
+        1 => (pkey(), epoch()).prop_map(|(key, leader_epoch)| Command::ClearFailure { key, leader_epoch }),
+        2 => (pkey(), 0i32..5, 0i64..100).prop_map(|(key, e, o)| Command::RecordLastMirrorEpochs {
+            key,
+            value: LastMirrorEpochsValue {
+                last_mirror_epoch: e, last_mirror_offset: o, source_offset: o, source_leader_epoch: e,
+                destination_end_offset: o, destination_leader_epoch: e,
+            }
+        }),
+        3 => (pkey(), 0i64..3, 0i64..3, 1i64..5).prop_map(|(key, sgap, dgap, len)| {
+            // Offsets relative to nothing: decide refuses overlaps, which is
+            // part of what we exercise.
+            Command::ExtendOffsetMap { key, runs: vec![OffsetMapRun { source_start: sgap * 3, destination_start: dgap * 2, length: len }] }
+        }),
+        1 => (pkey(), 0i64..50).prop_map(|(key, s)| Command::RecordGap {
+            key, gap: GapDetected { source_start: s, source_end: s + 3, reason: "retention".into() }
+        }),
+        1 => (mirror(), topic(), 0i64..10).prop_map(|(m, (_, id), o)| Command::RecordGroupOffsetSync {
+            key: GroupOffsetSyncKey { mirror_name: m, group: "g".into(), topic_id: id, partition: 0 },
+            value: GroupOffsetSync { source_offset: o, from_offset: -1, to_offset: o, leader_epoch: 0 },
+        }),
+        1 => (mirror(), any::<bool>()).prop_map(|(m, create)| {
+            let key = AclSyncKey { mirror_name: m, binding: "TOPIC;LITERAL;orders;User:a;*;READ;ALLOW".into() };
+            if create { Command::RecordAclCreated { key } } else { Command::RecordAclDeleted { key } }
+        }),
+    ]
+}
+
+fn opt_string() -> impl Strategy<Value = Option<String>> {
+    prop::option::of(".{0,12}")
+}
+
+/// Any record, with arbitrary (including non-ASCII) strings.
+pub fn any_record() -> impl Strategy<Value = Record> {
+    let key = (".{0,10}", any::<[u8; 16]>(), any::<i32>())
+        .prop_map(|(m, id, p)| MirrorPartitionKey::new(m, TopicId(id), p));
+    prop_oneof![
+        (
+            key.clone(),
+            prop::option::of((
+                state(),
+                any::<i32>(),
+                any::<i32>(),
+                opt_string(),
+                any::<i16>(),
+                state()
+            ))
+        )
+            .prop_map(|(k, v)| {
+                Record::MirrorPartitionState(
+                    k,
+                    v.map(
+                        |(
+                            state,
+                            leader_epoch,
+                            state_epoch,
+                            error_message,
+                            retry_attempt,
+                            previous_state,
+                        )| {
+                            MirrorPartitionStateValue {
+                                state,
+                                leader_epoch,
+                                state_epoch,
+                                error_message,
+                                retry_attempt,
+                                previous_state,
+                            }
+                        },
+                    ),
+                )
+            }),
+        (
+            key.clone(),
+            prop::option::of(any::<(i32, i64, i64, i32, i64, i32)>())
+        )
+            .prop_map(|(k, v)| {
+                Record::LastMirrorEpochs(
+                    k,
+                    v.map(|(a, b, c, d, e, f)| LastMirrorEpochsValue {
+                        last_mirror_epoch: a,
+                        last_mirror_offset: b,
+                        source_offset: c,
+                        source_leader_epoch: d,
+                        destination_end_offset: e,
+                        destination_leader_epoch: f,
+                    }),
+                )
+            }),
+        (
+            any::<[u8; 16]>(),
+            prop::option::of((".{0,10}", state(), ".{0,10}", any::<i32>()))
+        )
+            .prop_map(|(id, v)| {
+                Record::MirrorTopicStateChange(
+                    MirrorTopicStateKey {
+                        topic_id: TopicId(id),
+                    },
+                    v.map(|(m, s, n, c)| MirrorTopicStateChange {
+                        topic_id: TopicId(id),
+                        mirror_name: m,
+                        desired_state: s,
+                        topic_name: n,
+                        partition_count: c,
+                    }),
+                )
+            }),
+        (
+            ".{0,10}",
+            prop::option::of((
+                ".{0,20}",
+                prop::collection::btree_map(".{0,8}", ".{0,8}", 0..4),
+                ".{0,8}",
+                ".{0,8}",
+                ".{0,12}"
+            ))
+        )
+            .prop_map(|(m, v)| {
+                Record::MirrorConfig(
+                    MirrorConfigKey { mirror_name: m },
+                    v.map(|(b, props, inc, exc, cid)| MirrorConfig {
+                        source_bootstrap: b,
+                        source_properties: props,
+                        topics_include: inc,
+                        topics_exclude: exc,
+                        groups_include: ".*".into(),
+                        groups_exclude: String::new(),
+                        source_cluster_id: cid,
+                    }),
+                )
+            }),
+        (
+            key.clone(),
+            any::<i64>(),
+            prop::option::of(any::<(i64, i64)>())
+        )
+            .prop_map(|(k, s, v)| {
+                Record::OffsetMapRun(
+                    OffsetMapRunKey {
+                        partition: k,
+                        source_start: s,
+                    },
+                    v.map(|(d, l)| OffsetMapRun {
+                        source_start: s,
+                        destination_start: d,
+                        length: l,
+                    }),
+                )
+            }),
+        (
+            key.clone(),
+            any::<i64>(),
+            prop::option::of((any::<i64>(), ".{0,10}"))
+        )
+            .prop_map(|(k, s, v)| {
+                Record::GapDetected(
+                    OffsetMapRunKey {
+                        partition: k,
+                        source_start: s,
+                    },
+                    v.map(|(e, r)| GapDetected {
+                        source_start: s,
+                        source_end: e,
+                        reason: r,
+                    }),
+                )
+            }),
+        (
+            ".{0,6}",
+            ".{0,6}",
+            any::<[u8; 16]>(),
+            any::<i32>(),
+            prop::option::of(any::<(i64, i64, i64, i32)>())
+        )
+            .prop_map(|(m, g, id, p, v)| {
+                Record::GroupOffsetSync(
+                    GroupOffsetSyncKey {
+                        mirror_name: m,
+                        group: g,
+                        topic_id: TopicId(id),
+                        partition: p,
+                    },
+                    v.map(|(a, b, c, d)| GroupOffsetSync {
+                        source_offset: a,
+                        from_offset: b,
+                        to_offset: c,
+                        leader_epoch: d,
+                    }),
+                )
+            }),
+        (
+            ".{0,6}",
+            any::<[u8; 16]>(),
+            ".{0,10}",
+            prop::option::of((opt_string(), opt_string()))
+        )
+            .prop_map(|(m, id, n, v)| {
+                Record::TopicConfigSync(
+                    TopicConfigSyncKey {
+                        mirror_name: m,
+                        topic_id: TopicId(id),
+                        config_name: n,
+                    },
+                    v.map(|(from, to)| TopicConfigSync { from, to }),
+                )
+            }),
+        (".{0,6}", ".{0,20}", prop::option::of(any::<bool>())).prop_map(|(m, b, v)| {
+            Record::AclSync(
+                AclSyncKey {
+                    mirror_name: m,
+                    binding: b,
+                },
+                v.map(|o| AclSync {
+                    owned_by_kmirror: o,
+                }),
+            )
+        }),
+    ]
+}

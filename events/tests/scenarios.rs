@@ -1,0 +1,374 @@
+//! Hand-written scenarios for the KIP rules property tests only sample.
+
+mod common;
+
+use common::*;
+use kmirror_events::*;
+
+fn setup() -> (MirrorStateImage, MirrorPartitionKey) {
+    let mut img = MirrorStateImage::new();
+    decide_and_apply(
+        &mut img,
+        &Command::CreateMirror {
+            name: "m1".into(),
+            config: config(),
+        },
+    )
+    .unwrap();
+    decide_and_apply(
+        &mut img,
+        &Command::StartTopics {
+            mirror: "m1".into(),
+            topics: vec![TopicRef {
+                topic_id: topic_id(1),
+                name: "orders".into(),
+                partition_count: 2,
+            }],
+        },
+    )
+    .unwrap();
+    (img, MirrorPartitionKey::new("m1", topic_id(1), 0))
+}
+
+fn go(
+    img: &mut MirrorStateImage,
+    key: &MirrorPartitionKey,
+    to: PartitionState,
+) -> Result<Vec<Record>, DecideError> {
+    decide_and_apply(
+        img,
+        &Command::TransitionPartition {
+            key: key.clone(),
+            target: to,
+            leader_epoch: -1,
+            expected_state_epoch: -1,
+        },
+    )
+}
+
+#[test]
+fn failed_keeps_older_previous_state_and_counts_attempts() {
+    let (mut img, k) = setup();
+    go(&mut img, &k, PartitionState::LogAlignment).unwrap();
+    go(&mut img, &k, PartitionState::Mirroring).unwrap();
+    let fail = |img: &mut MirrorStateImage, retryable| {
+        decide_and_apply(
+            img,
+            &Command::FailPartition {
+                key: k.clone(),
+                leader_epoch: -1,
+                error_message: "x".into(),
+                retryable,
+            },
+        )
+        .unwrap()
+    };
+    fail(&mut img, true);
+    let v = img.partition_state(&k).unwrap().clone();
+    assert_eq!(
+        (v.state, v.previous_state, v.retry_attempt),
+        (PartitionState::Failed, PartitionState::Mirroring, 1)
+    );
+    fail(&mut img, true);
+    let v = img.partition_state(&k).unwrap().clone();
+    assert_eq!(
+        (v.previous_state, v.retry_attempt),
+        (PartitionState::Mirroring, 2)
+    );
+    // Retry back to MIRRORING keeps the count; the next failure is attempt 3.
+    go(&mut img, &k, PartitionState::Mirroring).unwrap();
+    fail(&mut img, true);
+    assert_eq!(img.partition_state(&k).unwrap().retry_attempt, 3);
+    fail(&mut img, false);
+    assert_eq!(img.partition_state(&k).unwrap().retry_attempt, -1);
+    fail(&mut img, true);
+    assert_eq!(
+        img.partition_state(&k).unwrap().retry_attempt,
+        -1,
+        "non-retryable sticks"
+    );
+    decide_and_apply(
+        &mut img,
+        &Command::RecoverPartition {
+            key: k.clone(),
+            leader_epoch: -1,
+        },
+    )
+    .unwrap();
+    let v = img.partition_state(&k).unwrap();
+    assert_eq!(
+        (v.state, v.retry_attempt, v.error_message.clone()),
+        (PartitionState::Mirroring, 0, None)
+    );
+}
+
+#[test]
+fn fencing_follows_kip_4_1() {
+    let (mut img, k) = setup();
+    decide_and_apply(
+        &mut img,
+        &Command::TransitionPartition {
+            key: k.clone(),
+            target: PartitionState::LogAlignment,
+            leader_epoch: 5,
+            expected_state_epoch: 0,
+        },
+    )
+    .unwrap();
+    let e = decide(
+        &img,
+        &Command::TransitionPartition {
+            key: k.clone(),
+            target: PartitionState::Mirroring,
+            leader_epoch: 4,
+            expected_state_epoch: -1,
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.kip_name(), "FENCED_LEADER_EPOCH");
+    let e = decide(
+        &img,
+        &Command::TransitionPartition {
+            key: k.clone(),
+            target: PartitionState::Mirroring,
+            leader_epoch: 5,
+            expected_state_epoch: 0,
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.kip_name(), "FENCED_STATE_EPOCH");
+    decide(
+        &img,
+        &Command::TransitionPartition {
+            key: k.clone(),
+            target: PartitionState::Mirroring,
+            leader_epoch: -1,
+            expected_state_epoch: -1,
+        },
+    )
+    .unwrap();
+    let e = go(&mut img, &k, PartitionState::Paused).unwrap_err();
+    assert!(matches!(
+        e,
+        DecideError::InvalidTransition {
+            from: PartitionState::LogAlignment,
+            to: PartitionState::Paused,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn topic_commands_and_delete() {
+    let (mut img, k) = setup();
+    let t = topic_id(1);
+    let cmd = |c: Command, img: &mut MirrorStateImage| decide_and_apply(img, &c);
+    assert_eq!(
+        cmd(
+            Command::ResumeTopics {
+                mirror: "m1".into(),
+                topics: vec![t]
+            },
+            &mut img
+        )
+        .unwrap(),
+        vec![]
+    );
+    cmd(
+        Command::PauseTopics {
+            mirror: "m1".into(),
+            topics: vec![t],
+        },
+        &mut img,
+    )
+    .unwrap();
+    assert_eq!(
+        cmd(
+            Command::PauseTopics {
+                mirror: "m1".into(),
+                topics: vec![t]
+            },
+            &mut img
+        )
+        .unwrap_err()
+        .kip_name(),
+        "MIRROR_TOPIC_ALREADY_PAUSED"
+    );
+    assert_eq!(
+        cmd(Command::DeleteMirror { name: "m1".into() }, &mut img)
+            .unwrap_err()
+            .kip_name(),
+        "CLUSTER_MIRROR_NOT_EMPTY"
+    );
+    assert_eq!(
+        cmd(
+            Command::StopTopics {
+                mirror: "m2".into(),
+                topics: vec![t]
+            },
+            &mut img
+        )
+        .unwrap_err()
+        .kip_name(),
+        "UNKNOWN_CLUSTER_MIRROR"
+    );
+    cmd(
+        Command::CreateMirror {
+            name: "m2".into(),
+            config: config(),
+        },
+        &mut img,
+    )
+    .unwrap();
+    assert_eq!(
+        cmd(
+            Command::StopTopics {
+                mirror: "m2".into(),
+                topics: vec![t]
+            },
+            &mut img
+        )
+        .unwrap_err()
+        .kip_name(),
+        "TOPIC_NOT_IN_CLUSTER_MIRROR"
+    );
+    let start_m2 = Command::StartTopics {
+        mirror: "m2".into(),
+        topics: vec![TopicRef {
+            topic_id: t,
+            name: "orders".into(),
+            partition_count: 2,
+        }],
+    };
+    assert_eq!(
+        cmd(start_m2.clone(), &mut img).unwrap_err().kip_name(),
+        "TOPIC_ALREADY_IN_CLUSTER_MIRROR"
+    );
+    cmd(
+        Command::StopTopics {
+            mirror: "m1".into(),
+            topics: vec![t],
+        },
+        &mut img,
+    )
+    .unwrap();
+    assert_eq!(
+        cmd(
+            Command::PauseTopics {
+                mirror: "m1".into(),
+                topics: vec![t]
+            },
+            &mut img
+        )
+        .unwrap_err()
+        .kip_name(),
+        "MIRROR_TOPIC_BEING_STOPPED"
+    );
+    go(&mut img, &k, PartitionState::LogAlignment).unwrap();
+    cmd(
+        Command::ExtendOffsetMap {
+            key: k.clone(),
+            runs: vec![OffsetMapRun {
+                source_start: 0,
+                destination_start: 0,
+                length: 5,
+            }],
+        },
+        &mut img,
+    )
+    .unwrap();
+    let r = cmd(
+        Command::ExtendOffsetMap {
+            key: k.clone(),
+            runs: vec![
+                OffsetMapRun {
+                    source_start: 5,
+                    destination_start: 5,
+                    length: 5,
+                },
+                OffsetMapRun {
+                    source_start: 12,
+                    destination_start: 10,
+                    length: 1,
+                },
+            ],
+        },
+        &mut img,
+    )
+    .unwrap();
+    assert_eq!(r.len(), 2, "first run coalesced, second new");
+    assert_eq!(img.offset_runs(&k).len(), 2);
+    assert_eq!(img.translate(&k, 11), Translation::InGap(10));
+    assert_eq!(
+        cmd(Command::DeleteMirror { name: "m1".into() }, &mut img)
+            .unwrap_err()
+            .kip_name(),
+        "INVALID_CLUSTER_MIRROR_STATES"
+    );
+    go(&mut img, &k, PartitionState::Stopping).unwrap();
+    go(&mut img, &k, PartitionState::Stopped).unwrap();
+    let recs = cmd(Command::DeleteMirror { name: "m1".into() }, &mut img).unwrap();
+    assert!(recs.iter().any(
+        |r| matches!(r, Record::MirrorTopicStateChange(_, Some(c)) if c.mirror_name.is_empty())
+    ));
+    assert!(img.partition_state(&k).is_none());
+    assert!(img.offset_runs(&k).is_empty());
+    assert!(img.topic(&t).unwrap().change.mirror_name.is_empty());
+    // Failback-style re-association with another mirror is now allowed.
+    cmd(start_m2, &mut img).unwrap();
+}
+
+#[test]
+fn create_validates_name_and_patterns() {
+    let mut img = MirrorStateImage::new();
+    let e = decide(
+        &img,
+        &Command::CreateMirror {
+            name: "bad name".into(),
+            config: config(),
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.kip_name(), "INVALID_CLUSTER_MIRROR_NAME");
+    let mut c = config();
+    c.topics_exclude = "ok,[unclosed".into();
+    let e = decide(
+        &img,
+        &Command::CreateMirror {
+            name: "m".into(),
+            config: c,
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("[unclosed"), "{e}");
+    decide_and_apply(
+        &mut img,
+        &Command::CreateMirror {
+            name: "m".into(),
+            config: config(),
+        },
+    )
+    .unwrap();
+    let e = decide(
+        &img,
+        &Command::CreateMirror {
+            name: "m".into(),
+            config: config(),
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.kip_name(), "CLUSTER_MIRROR_ALREADY_EXISTS");
+    let e = decide(
+        &img,
+        &Command::StartTopics {
+            mirror: "m".into(),
+            topics: vec![TopicRef {
+                topic_id: topic_id(9),
+                name: "__consumer_offsets".into(),
+                partition_count: 50,
+            }],
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.kip_name(), "INVALID_REQUEST");
+}

@@ -1,0 +1,226 @@
+// scripts/bench.d/BenchProbe.java — the measuring side of scripts/bench.
+//
+// One small Kafka client, compiled once by scripts/bench against the cached
+// Kafka jars, so that polling offsets or timing records does not start a
+// fresh JVM per sample (a JVM start costs about a CPU-second on this box and
+// would disturb the figures it measures).
+//
+//   endsum BOOTSTRAP TOPIC
+//       prints the sum of the topic's end offsets (0 if the topic is missing).
+//   watch BOOTSTRAP TOPIC TARGET PID INTERVAL_MS TIMEOUT_S
+//       every INTERVAL_MS prints "wall_ms end_offset_sum cpu_ticks rss_kb hwm_kb"
+//       (cpu_ticks = utime+stime of PID from /proc/PID/stat, rss/hwm from
+//       /proc/PID/status; -1 when PID is 0 or gone) until the sum reaches
+//       TARGET (exit 0), TIMEOUT_S passes (exit 2) or PID exits (exit 3).
+//   lag SRC_BOOTSTRAP DST_BOOTSTRAP TOPIC FROM_MS TO_MS GRACE_S
+//       consumes TOPIC from the end on both clusters (assigned partitions, no
+//       group) and, for every record whose timestamp lies in [FROM_MS, TO_MS),
+//       takes lag = wall clock when poll() handed it over - record timestamp.
+//       The record timestamp is CreateTime, stamped by the source producer at
+//       send(); MirrorMaker 2 (and kmirror) keep it, so the destination lag is
+//       end to end: producer -> source -> mirror -> destination -> consumer.
+//       The source side is the baseline without the mirror. Ends when the
+//       destination has every record the source had in the window (or
+//       GRACE_S after TO_MS) and prints one line per side:
+//       "side count p50 p90 p99 p999 max missing" (ms; missing = records seen
+//       on the source but not on the destination within the grace).
+import java.nio.file.*;
+import java.time.Duration;
+import java.util.*;
+import java.util.concurrent.*;
+import java.util.concurrent.atomic.*;
+import org.apache.kafka.clients.admin.*;
+import org.apache.kafka.clients.consumer.*;
+import org.apache.kafka.common.*;
+import org.apache.kafka.common.errors.UnknownTopicOrPartitionException;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+
+public class BenchProbe {
+    public static void main(String[] a) throws Exception {
+        switch (a.length > 0 ? a[0] : "") {
+            case "endsum" -> System.out.println(new Offsets(a[1], a[2]).sum());
+            case "watch" -> System.exit(watch(a[1], a[2], Long.parseLong(a[3]), Long.parseLong(a[4]),
+                    Long.parseLong(a[5]), Long.parseLong(a[6])));
+            case "lag" -> lag(a[1], a[2], a[3], Long.parseLong(a[4]), Long.parseLong(a[5]), Long.parseLong(a[6]));
+            default -> { System.err.println("usage: endsum|watch|lag ..."); System.exit(64); }
+        }
+    }
+
+    static final class Offsets implements AutoCloseable {
+        final Admin admin;
+        final String topic;
+        Map<TopicPartition, OffsetSpec> specs;
+
+        Offsets(String bootstrap, String topic) {
+            Properties p = new Properties();
+            p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+            p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "10000");
+            p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "5000");
+            this.admin = Admin.create(p);
+            this.topic = topic;
+        }
+
+        /** Sum of end offsets; 0 while the topic does not exist yet. */
+        long sum() throws Exception {
+            if (specs == null) {
+                try {
+                    TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+                    Map<TopicPartition, OffsetSpec> m = new HashMap<>();
+                    for (TopicPartitionInfo i : d.partitions()) m.put(new TopicPartition(topic, i.partition()), OffsetSpec.latest());
+                    specs = m;
+                } catch (ExecutionException e) {
+                    if (e.getCause() instanceof UnknownTopicOrPartitionException) return 0;
+                    throw e;
+                }
+            }
+            try {
+                long s = 0;
+                for (var r : admin.listOffsets(specs).all().get().values()) s += r.offset();
+                return s;
+            } catch (ExecutionException e) {
+                if (e.getCause() instanceof UnknownTopicOrPartitionException) return 0; // just created, leader not known yet
+                throw e;
+            }
+        }
+
+        public void close() { admin.close(Duration.ofSeconds(2)); }
+    }
+
+    static long[] proc(long pid) {
+        long[] r = {-1, -1, -1};
+        if (pid <= 0) return r;
+        try {
+            String stat = Files.readString(Path.of("/proc/" + pid + "/stat"));
+            String[] f = stat.substring(stat.lastIndexOf(')') + 2).split(" ");
+            r[0] = Long.parseLong(f[11]) + Long.parseLong(f[12]); // fields 14, 15: utime, stime
+            for (String line : Files.readAllLines(Path.of("/proc/" + pid + "/status"))) {
+                if (line.startsWith("VmRSS:")) r[1] = Long.parseLong(line.replaceAll("[^0-9]", ""));
+                if (line.startsWith("VmHWM:")) r[2] = Long.parseLong(line.replaceAll("[^0-9]", ""));
+            }
+        } catch (Exception e) {
+            r[0] = -1;
+        }
+        return r;
+    }
+
+    static int watch(String bootstrap, String topic, long target, long pid, long intervalMs, long timeoutS) throws Exception {
+        long deadline = System.currentTimeMillis() + timeoutS * 1000;
+        try (Offsets o = new Offsets(bootstrap, topic)) {
+            while (true) {
+                long t = System.currentTimeMillis();
+                long s;
+                try {
+                    s = o.sum();
+                } catch (Exception e) {
+                    System.err.println("watch: " + e);
+                    s = -1;
+                }
+                long[] p = proc(pid);
+                System.out.println(t + " " + s + " " + p[0] + " " + p[1] + " " + p[2]);
+                System.out.flush();
+                if (s >= target) return 0;
+                if (pid > 0 && p[0] < 0) return 3;
+                if (t > deadline) return 2;
+                long sleep = t + intervalMs - System.currentTimeMillis();
+                if (sleep > 0) Thread.sleep(sleep);
+            }
+        }
+    }
+
+    static final class Side implements Runnable {
+        final String name;
+        final KafkaConsumer<byte[], byte[]> consumer;
+        final long from, to;
+        final int[] histo = new int[600_001]; // 1 ms buckets up to 10 min
+        final AtomicLong count = new AtomicLong();
+        volatile boolean stop;
+        long max;
+
+        Side(String name, String bootstrap, String topic, long from, long to) {
+            this.name = name;
+            this.from = from;
+            this.to = to;
+            Properties p = new Properties();
+            p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+            p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+            p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+            p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+            p.put(ConsumerConfig.FETCH_MIN_BYTES_CONFIG, "1");
+            p.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "100");
+            p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "2000");
+            consumer = new KafkaConsumer<>(p);
+            List<TopicPartition> tps = new ArrayList<>();
+            long deadline = System.currentTimeMillis() + 120_000;
+            while (tps.isEmpty()) {
+                for (PartitionInfo i : consumer.partitionsFor(topic)) tps.add(new TopicPartition(topic, i.partition()));
+                if (tps.isEmpty()) {
+                    if (System.currentTimeMillis() > deadline) throw new IllegalStateException(name + ": topic " + topic + " not found");
+                    sleep(200);
+                }
+            }
+            consumer.assign(tps);
+            consumer.seekToEnd(tps);
+            for (TopicPartition tp : tps) consumer.position(tp); // resolve now, before the load starts
+        }
+
+        public void run() {
+            while (!stop) {
+                ConsumerRecords<byte[], byte[]> rs = consumer.poll(Duration.ofMillis(100));
+                long now = System.currentTimeMillis();
+                for (ConsumerRecord<byte[], byte[]> r : rs) {
+                    long ts = r.timestamp();
+                    if (ts < from || ts >= to) continue;
+                    long lag = Math.max(0, now - ts);
+                    histo[(int) Math.min(lag, histo.length - 1)]++;
+                    max = Math.max(max, lag);
+                    count.incrementAndGet();
+                }
+            }
+            consumer.close(Duration.ofSeconds(2));
+        }
+
+        long pct(double q, long n) {
+            long want = (long) Math.ceil(q * n), seen = 0;
+            for (int i = 0; i < histo.length; i++) {
+                seen += histo[i];
+                if (seen >= want && want > 0) return i;
+            }
+            return -1;
+        }
+
+        String report(long missing) {
+            long n = count.get();
+            return name + " " + n + " " + pct(0.50, n) + " " + pct(0.90, n) + " " + pct(0.99, n) + " " + pct(0.999, n)
+                    + " " + (n > 0 ? max : -1) + " " + missing;
+        }
+    }
+
+    static void sleep(long ms) {
+        try { Thread.sleep(ms); } catch (InterruptedException e) { Thread.currentThread().interrupt(); }
+    }
+
+    static void lag(String srcBoot, String dstBoot, String topic, long from, long to, long graceS) throws Exception {
+        Side src = new Side("source", srcBoot, topic, from, to);
+        Side dst = new Side("destination", dstBoot, topic, from, to);
+        System.err.println("lag: both consumers positioned at the end of " + topic);
+        System.out.println("ready");
+        System.out.flush();
+        Thread ts = new Thread(src), td = new Thread(dst);
+        ts.start();
+        td.start();
+        long hardEnd = to + graceS * 1000;
+        while (System.currentTimeMillis() < hardEnd) {
+            long now = System.currentTimeMillis();
+            // The source consumer is caught up a second or two after TO_MS; after that,
+            // stop as soon as the destination has as many window records as the source.
+            if (now > to + 3000 && src.count.get() > 0 && dst.count.get() >= src.count.get()) break;
+            sleep(100);
+        }
+        src.stop = true;
+        dst.stop = true;
+        ts.join();
+        td.join();
+        System.out.println(src.report(0));
+        System.out.println(dst.report(Math.max(0, src.count.get() - dst.count.get())));
+    }
+}

@@ -1,0 +1,158 @@
+//! kmirror's event log: the [`EventLog`] trait, its sled implementation
+//! ([`SledLog`]) for one node, and an in-memory one ([`MemLog`]) for actor
+//! tests.
+//!
+//! All calls block (sled, fsync); actors call them from a blocking pool,
+//! never from an actix Arbiter thread.
+
+mod mem;
+mod sled_log;
+mod verify;
+
+use kmirror_events::codec::CodecError;
+use kmirror_events::{MirrorStateImage, Offset, Record, RecordKey, TopicId};
+
+pub use mem::MemLog;
+#[doc(hidden)]
+pub use sled_log::encode_batch_blob as sled_log_blob;
+pub use sled_log::{FsyncPolicy, OpenReport, SledLog, SledOptions};
+pub use verify::{verify, VerifyReport};
+
+/// One stored record with its position and the caller-stamped time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogEntry {
+    pub offset: Offset,
+    pub timestamp_ms: i64,
+    pub record: Record,
+}
+
+/// What a compaction removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompactStats {
+    pub examined: u64,
+    pub removed_superseded: u64,
+    pub removed_tombstones: u64,
+}
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("data directory {0} does not exist")]
+    MissingDataDir(std::path::PathBuf),
+    #[error(
+        "data directory {0} is locked by another process (is a kmirror daemon running on it?)"
+    )]
+    Locked(std::path::PathBuf),
+    #[error("data directory {path}: {message}")]
+    Open {
+        path: std::path::PathBuf,
+        message: String,
+    },
+    #[error("event log storage error: {0}")]
+    Sled(#[from] sled::Error),
+    #[error("record at offset {offset} is damaged: {source}")]
+    Corrupt { offset: Offset, source: CodecError },
+    #[error("snapshot at offset {offset} is damaged: {source}")]
+    CorruptSnapshot { offset: Offset, source: CodecError },
+    #[error("the event log was written by a newer kmirror (format version {found}; this build reads up to {supported}); refusing to open it")]
+    NewerFormat { found: u8, supported: u8 },
+    /// KIP §5.3 optimistic lock failure.
+    #[error("INVALID_CLUSTER_MIRROR_STATES: topic {topic_id} changed state at offset {changed_at}, after the view the operation validated (log end offset {validated_end})")]
+    InvalidClusterMirrorStates {
+        topic_id: TopicId,
+        changed_at: Offset,
+        validated_end: Offset,
+    },
+    #[error("snapshot at end offset {snapshot} is ahead of the log end offset {end}")]
+    SnapshotAhead { snapshot: Offset, end: Offset },
+    #[error("the log was opened read-only")]
+    ReadOnly,
+}
+
+impl StoreError {
+    /// The KIP error name where one applies.
+    pub fn kip_name(&self) -> Option<&'static str> {
+        match self {
+            StoreError::InvalidClusterMirrorStates { .. } => Some("INVALID_CLUSTER_MIRROR_STATES"),
+            _ => None,
+        }
+    }
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// An iterator over stored records in offset order.
+pub type LogIter<'a> = Box<dyn Iterator<Item = Result<LogEntry>> + 'a>;
+
+/// kmirror's append-only, keyed, compactable log (`__mirror_state`).
+///
+/// The contract every implementation keeps: a batch is appended whole or
+/// not at all, is durable when `append` returns (subject to the fsync
+/// policy), offsets grow monotonically, and compaction never changes the
+/// image that [`EventLog::load_image`] returns.
+pub trait EventLog: Send + Sync {
+    /// Appends `batch` atomically, stamped with the caller's wall-clock
+    /// `timestamp_ms` (the domain has no clock). Returns the offset of the
+    /// first record. An empty batch appends nothing and returns the end
+    /// offset.
+    fn append(&self, timestamp_ms: i64, batch: &[Record]) -> Result<Offset>;
+
+    /// The KIP §5.3 optimistic lock: appends only if none of `topics` had a
+    /// `MirrorTopicStateChange` at or after `validated_end` (the end offset
+    /// of the image the caller validated against), else refuses with
+    /// [`StoreError::InvalidClusterMirrorStates`]. Check and append are
+    /// atomic with respect to other appends.
+    fn append_if_unchanged(
+        &self,
+        timestamp_ms: i64,
+        validated_end: Offset,
+        topics: &[TopicId],
+        batch: &[Record],
+    ) -> Result<Offset>;
+
+    /// Records from `from` (inclusive) in offset order. Compaction leaves
+    /// holes, so offsets need not be contiguous.
+    fn read(&self, from: Offset) -> Result<LogIter<'_>>;
+
+    /// The newest record for `key`, tombstones included (until compaction
+    /// drops them).
+    fn latest(&self, key: &RecordKey) -> Result<Option<LogEntry>>;
+
+    /// One past the last appended offset.
+    fn end_offset(&self) -> Offset;
+
+    /// Keeps the newest record per key; drops tombstones older than
+    /// `tombstone_retention_ms` (relative to `now_ms`) once a snapshot covers
+    /// them. The last batch is never touched, so the end offset is kept.
+    fn compact(&self, now_ms: i64, tombstone_retention_ms: i64) -> Result<CompactStats>;
+
+    /// Stores `image` as a snapshot at `image.end_offset()`, so loads replay
+    /// only the tail. Keeps the two newest snapshots.
+    fn write_snapshot(&self, image: &MirrorStateImage) -> Result<()>;
+
+    /// The newest readable snapshot, if any.
+    fn latest_snapshot(&self) -> Result<Option<MirrorStateImage>>;
+
+    /// Makes everything appended so far durable regardless of fsync policy.
+    fn flush(&self) -> Result<()>;
+
+    /// The folded state: the newest snapshot plus a replay of the tail.
+    fn load_image(&self) -> Result<MirrorStateImage> {
+        let mut image = self.latest_snapshot()?.unwrap_or_default();
+        for e in self.read(image.end_offset())? {
+            let e = e?;
+            image.replay(e.offset, e.record);
+        }
+        Ok(image)
+    }
+
+    /// The folded state from the first record, ignoring snapshots.
+    fn replay_all(&self) -> Result<MirrorStateImage> {
+        let mut image = MirrorStateImage::default();
+        for e in self.read(0)? {
+            let e = e?;
+            image.replay(e.offset, e.record);
+        }
+        Ok(image)
+    }
+}

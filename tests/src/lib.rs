@@ -1,0 +1,193 @@
+//! Test-bed support for kmirror's end-to-end tests.
+//!
+//! Every test that claims Kafka behaviour runs against real Apache Kafka: a
+//! source and a destination KRaft cluster on loopback, started by
+//! `scripts/kafka`. Starting JVMs is the slow part, so a test binary starts
+//! its pair once ([`bed`]) and every test in it gets unique topic names
+//! ([`unique`]). When `scripts/test` has already started a pair it exports
+//! `KMIRROR_BED_ENV`, and the binaries share that pair instead.
+//!
+//! No orphan JVMs: a bed this process started is stopped by an `atexit`
+//! handler when the binary ends, and — should the process die without running
+//! it (SIGKILL, abort) — by the watcher `scripts/kafka up --owner-pid` leaves
+//! behind.
+
+pub mod wire;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+/// A running pair of clusters: what a test needs to reach them.
+#[derive(Debug)]
+pub struct Bed {
+    /// Bootstrap address of the source cluster (`127.0.0.1:port`).
+    pub source: String,
+    /// Bootstrap address of the destination cluster.
+    pub destination: String,
+    /// The Kafka version the bed runs, for test logs.
+    pub kafka_version: String,
+}
+
+static BED: OnceLock<Bed> = OnceLock::new();
+/// The directory of a bed this process started (and so must stop).
+static OWNED_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// The repository root, found from this crate's manifest directory.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// The `scripts/kafka` test-bed script.
+pub fn kafka_script() -> PathBuf {
+    repo_root().join("scripts").join("kafka")
+}
+
+/// The shared source/destination pair for this test binary.
+///
+/// Panics with the script's own error when the bed cannot start: a test
+/// against real Kafka must fail loudly, never skip silently.
+pub fn bed() -> &'static Bed {
+    BED.get_or_init(|| {
+        if let Ok(env_file) = std::env::var("KMIRROR_BED_ENV") {
+            let env = std::fs::read_to_string(&env_file)
+                .unwrap_or_else(|e| panic!("KMIRROR_BED_ENV={env_file}: {e}"));
+            return bed_from_env(&env)
+                .unwrap_or_else(|| panic!("{env_file} lacks CLUSTER_1/CLUSTER_2"));
+        }
+        let dir = std::env::temp_dir().join(format!("kmirror-bed-{}", std::process::id()));
+        let env = start_clusters(2, &dir);
+        *OWNED_DIR.lock().unwrap() = Some(dir);
+        extern "C" fn stop_owned_bed() {
+            if let Some(dir) = OWNED_DIR.lock().ok().and_then(|mut d| d.take()) {
+                stop_clusters(&dir);
+            }
+        }
+        // SAFETY: registers a plain extern "C" fn with the C runtime; it runs at exit.
+        unsafe { atexit(stop_owned_bed) };
+        bed_from_env(&env).expect("scripts/kafka up printed both clusters")
+    })
+}
+
+extern "C" {
+    fn atexit(cb: extern "C" fn()) -> i32;
+}
+
+fn bed_from_env(env: &str) -> Option<Bed> {
+    let get = |k: &str| {
+        env.lines()
+            .find_map(|l| l.strip_prefix(k)?.strip_prefix('=').map(str::to_string))
+    };
+    Some(Bed {
+        source: get("CLUSTER_1")?,
+        destination: get("CLUSTER_2")?,
+        kafka_version: get("KAFKA_VERSION").unwrap_or_else(|| "unknown".into()),
+    })
+}
+
+/// Starts `n` independent clusters under `dir`, stopped when this process ends.
+/// Returns the env-file text (`CLUSTER_<i>=host:port` lines).
+pub fn start_clusters(n: usize, dir: &Path) -> String {
+    let out = Command::new(kafka_script())
+        .args(["up", "--clusters", &n.to_string(), "--dir"])
+        .arg(dir)
+        .args(["--owner-pid", &std::process::id().to_string()])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run scripts/kafka up");
+    assert!(
+        out.status.success(),
+        "scripts/kafka up failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 env")
+}
+
+/// Stops clusters started with [`start_clusters`].
+pub fn stop_clusters(dir: &Path) {
+    let _ = Command::new(kafka_script())
+        .args(["down", "--dir"])
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// A topic (or group) name no other test in any binary of this run uses.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{prefix}-{}-{}-{:x}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed),
+        nanos
+    )
+}
+
+/// Runs one of Kafka's own command-line tools (`kafka-topics`, …).
+pub fn kafka_tool(name: &str, args: &[&str]) -> Output {
+    kafka_tool_stdin(name, args, &[])
+}
+
+/// Runs a Kafka tool with `input` on its standard input.
+pub fn kafka_tool_stdin(name: &str, args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(kafka_script())
+        .arg("tool")
+        .arg(name)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn scripts/kafka tool {name}: {e}"));
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().expect("wait for Kafka tool");
+    let _ = writer.join();
+    out
+}
+
+/// Like [`kafka_tool`], but panics with the tool's stderr unless it succeeded.
+pub fn kafka_tool_ok(name: &str, args: &[&str]) -> String {
+    let out = kafka_tool(name, args);
+    assert!(
+        out.status.success(),
+        "{name} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Creates a topic with Kafka's own `kafka-topics` tool.
+pub fn create_topic(bootstrap: &str, topic: &str, partitions: u32, configs: &[&str]) {
+    let p = partitions.to_string();
+    let mut args = vec![
+        "--bootstrap-server",
+        bootstrap,
+        "--create",
+        "--topic",
+        topic,
+        "--partitions",
+        &p,
+        "--replication-factor",
+        "1",
+    ];
+    for c in configs {
+        args.push("--config");
+        args.push(c);
+    }
+    kafka_tool_ok("kafka-topics", &args);
+}

@@ -1,0 +1,126 @@
+//! A deliberately minimal, blocking Kafka client over the `kafka-protocol`
+//! crate, for the test bed's own smoke tests.
+//!
+//! It shares no code with kmirror's protocol layer on purpose: the smoke
+//! tests prove the bed is a real Kafka broker without trusting the code under
+//! test. One request at a time, one connection per call, no retries.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{
+    FetchRequest, FetchResponse, MetadataRequest, MetadataResponse, RequestHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use kafka_protocol::records::{Record, RecordBatchDecoder};
+
+const METADATA_VERSION: i16 = 12;
+const FETCH_VERSION: i16 = 12;
+
+fn call<R: Request>(bootstrap: &str, req: &R, version: i16) -> Result<R::Response> {
+    let mut stream =
+        TcpStream::connect(bootstrap).with_context(|| format!("connect {bootstrap}"))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let header = RequestHeader::default()
+        .with_request_api_key(R::KEY)
+        .with_request_api_version(version)
+        .with_correlation_id(7)
+        .with_client_id(Some(StrBytes::from_static_str("kmirror-bed-smoke")));
+    let mut body = BytesMut::new();
+    header.encode(&mut body, R::header_version(version))?;
+    req.encode(&mut body, version)?;
+    let mut frame = BytesMut::with_capacity(body.len() + 4);
+    frame.put_i32(body.len() as i32);
+    frame.extend_from_slice(&body);
+    stream.write_all(&frame)?;
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len)?;
+    let mut buf = vec![0u8; i32::from_be_bytes(len) as usize];
+    stream.read_exact(&mut buf)?;
+    let mut buf = Bytes::from(buf);
+    let correlation = buf.get_i32();
+    if correlation != 7 {
+        bail!("correlation id {correlation}, expected 7");
+    }
+    if R::Response::header_version(version) >= 1 {
+        // Flexible response header: an empty tagged-field section.
+        let tags = buf.get_u8();
+        if tags != 0 {
+            bail!("unexpected tagged fields in response header");
+        }
+    }
+    R::Response::decode(&mut buf, version)
+}
+
+/// Cluster id and, for `topic`, its partition count.
+pub fn metadata(bootstrap: &str, topic: Option<&str>) -> Result<(String, Option<usize>)> {
+    let topics = topic.map(|t| {
+        vec![
+            kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_string(t.to_string())))),
+        ]
+    });
+    let resp: MetadataResponse = call(
+        bootstrap,
+        &MetadataRequest::default().with_topics(topics),
+        METADATA_VERSION,
+    )?;
+    let cluster_id = resp.cluster_id.map(|c| c.to_string()).unwrap_or_default();
+    let partitions = topic.and_then(|_| resp.topics.first().map(|t| t.partitions.len()));
+    Ok((cluster_id, partitions))
+}
+
+/// Every record of one partition, fetched from offset 0 up to the high watermark.
+pub fn fetch_all(bootstrap: &str, topic: &str, partition: i32) -> Result<Vec<Record>> {
+    let mut out = Vec::new();
+    let mut offset = 0i64;
+    loop {
+        let req = FetchRequest::default()
+            .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+            .with_max_wait_ms(100)
+            .with_min_bytes(1)
+            .with_max_bytes(8 << 20)
+            .with_isolation_level(1)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(partition)
+                    .with_fetch_offset(offset)
+                    .with_partition_max_bytes(4 << 20)])]);
+        let resp: FetchResponse = call(bootstrap, &req, FETCH_VERSION)?;
+        let p = &resp.responses[0].partitions[0];
+        if p.error_code != 0 {
+            bail!("fetch error code {}", p.error_code);
+        }
+        let mut records = p.records.clone().unwrap_or_default();
+        while records.has_remaining() {
+            // A fetch may end in a partial batch; stop at it and fetch again.
+            if records.remaining() < 12 {
+                break;
+            }
+            let batch_len = 12 + i32::from_be_bytes(records[8..12].try_into()?) as usize;
+            if records.remaining() < batch_len {
+                break;
+            }
+            let mut batch = records.split_to(batch_len);
+            for set in RecordBatchDecoder::decode_all(&mut batch)? {
+                for r in set.records {
+                    if r.offset >= offset && !r.control {
+                        offset = r.offset + 1;
+                        out.push(r);
+                    } else if r.offset >= offset {
+                        offset = r.offset + 1;
+                    }
+                }
+            }
+        }
+        if offset >= p.high_watermark {
+            return Ok(out);
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! The protocol layer against real Kafka: connection, metadata, a 10,000
+//! record fetch smoke test, and a fetch → forward round trip whose records
+//! must come back identical from the destination.
+
+mod protocol_common;
+
+use kmirror_actors::kafka::admin::{Admin, OffsetSpec};
+
+use kmirror_actors::kafka::fetch::{FetchOptions, FetchSession, IsolationLevel, TopicPartition};
+use kmirror_actors::kafka::produce::IdempotentProducer;
+
+use kmirror_tests::{bed, kafka_tool_ok, unique};
+use protocol_common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connects_and_reads_metadata() {
+    let bed = bed();
+    let c = client(&bed.source).await;
+    let md = c.metadata();
+    assert!(md.cluster_id.is_some());
+    assert_eq!(md.brokers.len(), 1);
+    let topic = unique("proto-md");
+    create(&Admin::new(c.clone()), &topic, 3, &[]).await;
+    let md = c.metadata();
+    let t = md.topic(&topic).expect("topic in metadata after create");
+    assert!(!t.topic_id.is_nil());
+    assert_eq!(t.partitions.len(), 3);
+    for p in &t.partitions {
+        assert!(p.leader >= 0 && p.leader_epoch >= 0, "{p:?}");
+    }
+    let conn = c
+        .connection(*md.brokers.keys().next().unwrap())
+        .await
+        .unwrap();
+    // ApiVersions negotiated: Fetch and Produce at a modern version.
+    assert!(
+        conn.version::<kafka_protocol::messages::FetchRequest>()
+            .unwrap()
+            >= 12
+    );
+    assert!(
+        conn.version::<kafka_protocol::messages::ProduceRequest>()
+            .unwrap()
+            >= 9
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_smoke_ten_thousand_records() {
+    let bed = bed();
+    let topic = unique("proto-fetch");
+    let c = client(&bed.source).await;
+    create(&Admin::new(c.clone()), &topic, 1, &[]).await;
+    kafka_tool_ok(
+        "kafka-producer-perf-test",
+        &[
+            "--topic",
+            &topic,
+            "--num-records",
+            "10000",
+            "--record-size",
+            "100",
+            "--throughput",
+            "-1",
+            "--producer-props",
+            &format!("bootstrap.servers={}", bed.source),
+            "compression.type=lz4",
+            "batch.size=16384",
+        ],
+    );
+    let (leader, epoch) = c.leader(&topic, 0).await.unwrap();
+    let mut s = FetchSession::new(
+        c.clone(),
+        leader,
+        FetchOptions {
+            isolation: IsolationLevel::ReadCommitted,
+            partition_max_bytes: 64 * 1024,
+            ..Default::default()
+        },
+    );
+    let tp = TopicPartition::new(&topic, 0);
+    s.add(tp.clone(), 0, epoch);
+    let (mut records, mut batches, mut fetches) = (0i64, 0, 0);
+    let mut hw = -1;
+    while s.position(&tp).unwrap() < 10_000 {
+        fetches += 1;
+        for (_, r) in s.fetch().await.unwrap() {
+            let d = r.unwrap();
+            hw = d.high_watermark;
+            assert_eq!(d.last_stable_offset, d.high_watermark);
+            assert_eq!(d.log_start_offset, 0);
+            for b in d.batches() {
+                let b = b.unwrap();
+                assert!(b.verify_crc());
+                assert_eq!(b.codec().unwrap(), kmirror_actors::kafka::batch::Codec::Lz4);
+                batches += 1;
+                records += b.record_count() as i64;
+            }
+        }
+    }
+    assert_eq!(records, 10_000);
+    assert_eq!(hw, 10_000);
+    assert!(
+        fetches > 1,
+        "partition_max_bytes 64 KiB must take several fetches"
+    );
+    eprintln!("fetched 10000 records in {batches} batches over {fetches} fetches");
+    let admin = Admin::new(c.clone());
+    let latest = admin
+        .list_offset(&topic, 0, OffsetSpec::Latest, IsolationLevel::ReadCommitted)
+        .await
+        .unwrap();
+    assert_eq!(latest.offset, 10_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_batches_read_back_identical() {
+    let bed = bed();
+    let topic = unique("proto-fwd");
+    let src = client(&bed.source).await;
+    let dst = client(&bed.destination).await;
+    create(&Admin::new(src.clone()), &topic, 1, &[]).await;
+    create(&Admin::new(dst.clone()), &topic, 1, &[]).await;
+    kafka_tool_ok(
+        "kafka-producer-perf-test",
+        &[
+            "--topic",
+            &topic,
+            "--num-records",
+            "3000",
+            "--record-size",
+            "200",
+            "--throughput",
+            "-1",
+            "--producer-props",
+            &format!("bootstrap.servers={}", bed.source),
+            "compression.type=zstd",
+            "batch.size=8192",
+        ],
+    );
+    let producer = IdempotentProducer::new(dst.clone()).await.unwrap();
+    let stats = forward_partition(&src, &producer, &topic, 0, 3000, 1_048_588).await;
+    assert_eq!(stats.records, 3000);
+    assert_eq!(stats.reencoded, 0);
+    assert_eq!(stats.passed_through, stats.batches_in);
+    // Destination offsets are contiguous from 0 in ack order.
+    let mut next = 0;
+    for a in &stats.acks {
+        assert_eq!(a.base_offset, next, "{a:?}");
+        next += a.record_count as i64;
+    }
+    let a = read_all(&src, &topic, 0, 3000).await;
+    let b = read_all(&dst, &topic, 0, 3000).await;
+    assert_eq!(a.len(), b.len());
+    for ((oa, ra), (ob, rb)) in a.iter().zip(&b) {
+        assert_eq!(oa, ob, "offsets identical when the source starts at 0");
+        assert_eq!(
+            (&ra.key, &ra.value, &ra.headers, ra.timestamp),
+            (&rb.key, &rb.value, &rb.headers, rb.timestamp)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_errors_are_typed() {
+    use kmirror_actors::kafka::fetch::FetchError;
+    use kmirror_actors::kafka::ResponseError;
+    let bed = bed();
+    let topic = unique("proto-fetch-err");
+    let c = client(&bed.source).await;
+    create(&Admin::new(c.clone()), &topic, 1, &[]).await;
+    let (leader, epoch) = c.leader(&topic, 0).await.unwrap();
+    let tp = TopicPartition::new(&topic, 0);
+
+    // Beyond the log end: OFFSET_OUT_OF_RANGE, the partition stays where it was.
+    let mut s = FetchSession::new(c.clone(), leader, FetchOptions::default());
+    s.add(tp.clone(), 1_000_000, epoch);
+    let r = s.fetch().await.unwrap();
+    assert!(
+        matches!(
+            r[0].1,
+            Err(FetchError::OffsetOutOfRange {
+                fetch_offset: 1_000_000
+            })
+        ),
+        "{r:?}"
+    );
+    assert_eq!(s.position(&tp), Some(1_000_000));
+
+    // A leader epoch from the future: the broker fences us (UNKNOWN_LEADER_EPOCH);
+    // the partition leaves the session so it can be re-routed.
+    let mut s = FetchSession::new(c.clone(), leader, FetchOptions::default());
+    s.add(tp.clone(), 0, epoch + 5);
+    let r = s.fetch().await.unwrap();
+    match &r[0].1 {
+        Err(FetchError::LeaderChanged { error, offset, .. }) => {
+            assert_eq!(*error, ResponseError::UnknownLeaderEpoch);
+            assert_eq!(*offset, 0);
+        }
+        other => panic!("expected a leader change, got {other:?}"),
+    }
+    assert!(s.is_empty());
+
+    // A partition that does not exist: UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID as a leader change.
+    let mut s = FetchSession::new(c.clone(), leader, FetchOptions::default());
+    s.add(TopicPartition::new(&topic, 7), 0, -1);
+    let r = s.fetch().await.unwrap();
+    assert!(
+        matches!(r[0].1, Err(FetchError::LeaderChanged { .. })),
+        "{r:?}"
+    );
+}
+
+/// A transactional source (Kafka's perf-test with a transactional id): data
+/// batches pass through with the transactional bit cleared, COMMIT markers are
+/// dropped, and the destination holds exactly the records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_source_forwards_committed_data_without_markers() {
+    let bed = bed();
+    let topic = unique("proto-txn");
+    let src = client(&bed.source).await;
+    let dst = client(&bed.destination).await;
+    create(&Admin::new(src.clone()), &topic, 1, &[]).await;
+    create(&Admin::new(dst.clone()), &topic, 1, &[]).await;
+    let txn_id = unique("proto-txn-id");
+    kafka_tool_ok(
+        "kafka-producer-perf-test",
+        &[
+            "--topic",
+            &topic,
+            "--num-records",
+            "2000",
+            "--record-size",
+            "50",
+            "--throughput",
+            "-1",
+            "--transactional-id",
+            &txn_id,
+            "--transaction-duration-ms",
+            "50",
+            "--producer-props",
+            &format!("bootstrap.servers={}", bed.source),
+            "compression.type=gzip",
+        ],
+    );
+    let admin = Admin::new(src.clone());
+    let end = admin
+        .list_offset(&topic, 0, OffsetSpec::Latest, IsolationLevel::ReadCommitted)
+        .await
+        .unwrap()
+        .offset;
+    assert!(end > 2000, "commit markers take offsets: end {end}");
+    let producer = IdempotentProducer::new(dst.clone()).await.unwrap();
+    let stats = forward_partition(&src, &producer, &topic, 0, end, 1_048_588).await;
+    assert_eq!(stats.records, 2000);
+    assert!(stats.dropped > 0, "markers dropped");
+    let dend = Admin::new(dst.clone())
+        .list_offset(&topic, 0, OffsetSpec::Latest, IsolationLevel::ReadCommitted)
+        .await
+        .unwrap();
+    assert_eq!(dend.offset, 2000);
+    let recs = read_all(&dst, &topic, 0, 2000).await;
+    assert_eq!(recs.len(), 2000);
+    // The destination batches are plain (non-transactional) idempotent batches.
+    let (leader, epoch) = dst.leader(&topic, 0).await.unwrap();
+    let mut s = FetchSession::new(dst.clone(), leader, FetchOptions::default());
+    s.add(TopicPartition::new(&topic, 0), 0, epoch);
+    for (_, r) in s.fetch().await.unwrap() {
+        for b in r.unwrap().batches() {
+            let b = b.unwrap();
+            assert!(!b.is_transactional() && !b.is_control());
+            assert_eq!(b.producer_id(), producer.id().0);
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! Helpers shared by the `protocol_*` tests: clients on the bed, and a
+//! minimal fetch → forward loop over the protocol layer.
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+use kmirror_actors::kafka::admin::{Admin, NewTopic};
+use kmirror_actors::kafka::batch::{classify, prepare, BatchAction};
+use kmirror_actors::kafka::fetch::{FetchOptions, FetchSession, TopicPartition};
+use kmirror_actors::kafka::produce::{IdempotentProducer, ProduceAck};
+use kmirror_actors::kafka::{ClientConfig, KafkaClient};
+
+pub async fn client(bootstrap: &str) -> KafkaClient {
+    KafkaClient::connect(ClientConfig::plaintext(bootstrap))
+        .await
+        .unwrap_or_else(|e| panic!("connect {bootstrap}: {e}"))
+}
+
+pub async fn create(admin: &Admin, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
+    let r = admin
+        .create_topics(
+            &[NewTopic {
+                name: topic.to_owned(),
+                partitions,
+                replication_factor: 1,
+                configs: configs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            }],
+            false,
+        )
+        .await
+        .expect("CreateTopics");
+    r[0].1
+        .as_ref()
+        .unwrap_or_else(|e| panic!("create {topic}: {e}"));
+}
+
+/// Statistics of one forwarding run.
+#[derive(Debug, Default)]
+pub struct ForwardStats {
+    pub batches_in: usize,
+    pub passed_through: usize,
+    pub reencoded: usize,
+    pub dropped: usize,
+    pub records: i64,
+    pub bytes: usize,
+    pub acks: Vec<ProduceAck>,
+}
+
+/// Fetches `topic`-`partition` from `src` starting at 0 until `end_offset`
+/// and forwards it to the same partition of `dst` through `producer`.
+pub async fn forward_partition(
+    src: &KafkaClient,
+    producer: &IdempotentProducer,
+    topic: &str,
+    partition: i32,
+    end_offset: i64,
+    max_message_bytes: usize,
+) -> ForwardStats {
+    let (leader, epoch) = src.leader(topic, partition).await.expect("source leader");
+    let mut session = FetchSession::new(src.clone(), leader, FetchOptions::default());
+    let tp = TopicPartition::new(topic, partition);
+    session.add(tp.clone(), 0, epoch);
+    let pp = producer
+        .partition(topic, partition)
+        .expect("partition producer");
+    let mut stats = ForwardStats::default();
+    let mut tickets = std::collections::VecDeque::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut position = 0;
+    while position < end_offset {
+        assert!(
+            Instant::now() < deadline,
+            "forwarding {topic} timed out at {position}"
+        );
+        for (_, r) in session.fetch().await.expect("fetch") {
+            let data = r.expect("partition fetch");
+            let mut aborted = data.aborted();
+            for b in data.batches() {
+                let b = b.expect("valid batch");
+                assert!(b.verify_crc(), "source batch CRC");
+                stats.batches_in += 1;
+                let ab = aborted.is_aborted(&b).expect("control batch");
+                let action = classify(&b, ab, max_message_bytes, position);
+                match action {
+                    BatchAction::PassThrough => stats.passed_through += 1,
+                    BatchAction::Reencode(_) => stats.reencoded += 1,
+                    BatchAction::Drop(_) => stats.dropped += 1,
+                }
+                for out in prepare(&b, action, max_message_bytes, position).expect("prepare") {
+                    stats.records += out.record_count as i64;
+                    stats.bytes += out.bytes.len();
+                    tickets.push_back(pp.send(out).await.expect("send"));
+                    while tickets.len() > 8 {
+                        stats
+                            .acks
+                            .push(tickets.pop_front().unwrap().await.expect("ack"));
+                    }
+                }
+                position = b.next_offset();
+            }
+        }
+    }
+    while let Some(t) = tickets.pop_front() {
+        stats.acks.push(t.await.expect("ack"));
+    }
+    stats
+}
+
+/// Every record of a partition from offset 0 to `end` (exclusive), decoded
+/// with the layer's own codec (exact bytes, `None` for nulls), with its offset.
+pub async fn read_all(
+    client: &KafkaClient,
+    topic: &str,
+    partition: i32,
+    end: i64,
+) -> Vec<(i64, kmirror_actors::kafka::batch::Record)> {
+    let (leader, epoch) = client.leader(topic, partition).await.unwrap();
+    let mut s = FetchSession::new(client.clone(), leader, FetchOptions::default());
+    s.add(TopicPartition::new(topic, partition), 0, epoch);
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while s.position(&TopicPartition::new(topic, partition)).unwrap() < end {
+        assert!(Instant::now() < deadline, "read_all {topic} timed out");
+        for (_, r) in s.fetch().await.unwrap() {
+            for b in r.unwrap().batches() {
+                let b = b.unwrap();
+                assert!(b.verify_crc());
+                if b.is_control() {
+                    continue;
+                }
+                for r in kmirror_actors::kafka::batch::decode_records(&b)
+                    .unwrap()
+                    .records
+                {
+                    out.push((b.base_offset() + r.offset_delta as i64, r));
+                }
+            }
+        }
+    }
+    out
+}
