@@ -10,4 +10,6 @@
 pub mod cluster;
 pub mod coordinator;
 pub mod kafka;
+pub mod mirror;
+pub mod node;
 pub mod partition;

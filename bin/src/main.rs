@@ -1,6 +1,13 @@
 //! The `kmirror` binary: daemon, mirror CLI and event-log tools.
 
+mod api;
+mod cli;
+mod daemon;
+mod http;
 mod log_cmd;
+mod metrics;
+mod props;
+mod settings;
 
 use clap::{Parser, Subcommand};
 
@@ -17,13 +24,35 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the daemon: keeps every mirror running and serves the admin API.
+    Daemon(daemon::DaemonArgs),
+    /// Create, list, describe, start, stop, pause, resume, recover and delete
+    /// mirrors (the verbs of kafka-cluster-mirrors.sh), through the daemon.
+    Mirror(cli::MirrorArgs),
+    /// Translate source offsets to destination offsets, through the daemon.
+    Offsets(cli::OffsetsArgs),
     /// Inspect, verify, export and compact the event log.
     Log(log_cmd::LogArgs),
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Help and --version go to stdout and exit 0, as clap would.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            // A usage error is still an error with a name first, like the
+            // daemon's refusals, so scripts can match on one shape.
+            let text = e.render().to_string();
+            let text = text.strip_prefix("error: ").unwrap_or(&text);
+            eprint!("INVALID_REQUEST: {text}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     match cli.command {
+        Command::Daemon(args) => daemon::run(args),
+        Command::Mirror(args) => cli::run_mirror(args),
+        Command::Offsets(args) => cli::run_offsets(args),
         Command::Log(args) => log_cmd::run(args),
     }
 }

@@ -21,7 +21,10 @@ pub use ids::{Offset, TopicId};
 pub use image::{ImageSummary, MirrorStateImage, TopicEntry};
 pub use machine::{decide, decide_and_apply, Command, DecideError, TopicRef};
 pub use offset_map::{translate, Translation};
-pub use pattern::{is_internal_topic, GroupFilter, PatternError, PatternList, TopicFilter};
+pub use pattern::{
+    is_internal_topic, GroupFilter, PatternError, PatternList, TopicFilter,
+    DEFAULT_TOPIC_PROPERTIES_EXCLUDE,
+};
 pub use record::*;
 pub use retry::{RetryDecision, RetryPolicy};
 pub use routing::{coordinator_partition, java_string_hash_code, kafka_abs};

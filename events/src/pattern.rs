@@ -126,6 +126,26 @@ impl GroupFilter {
     }
 }
 
+/// The KIP's default `topic.properties.exclude`: topic configs a mirror never
+/// copies, because they describe the destination cluster itself (replica
+/// throttles, min ISR, unclean election), or because mirrored records keep
+/// the source's timestamps and must not be re-validated or re-stamped.
+/// Topic-level and broker-prefixed spellings are both listed.
+pub const DEFAULT_TOPIC_PROPERTIES_EXCLUDE: &[&str] = &[
+    "follower.replication.throttled.replicas",
+    "leader.replication.throttled.replicas",
+    "message.timestamp.difference.max.ms",
+    "message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms",
+    "log.message.timestamp.before.max.ms",
+    "log.message.timestamp.after.max.ms",
+    "message.timestamp.type",
+    "unclean.leader.election.enable",
+    "min.insync.replicas",
+    "mirror.replication.throttled.replicas",
+    "mirror.support.unclean.leader.election",
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,6 +5,7 @@
 mod protocol_common;
 
 use kmirror_actors::kafka::admin::{Admin, OffsetSpec};
+use kmirror_actors::kafka::batch::{classify, prepare};
 
 use kmirror_actors::kafka::fetch::{FetchOptions, FetchSession, IsolationLevel, TopicPartition};
 use kmirror_actors::kafka::produce::IdempotentProducer;
@@ -173,9 +174,19 @@ async fn fetch_errors_are_typed() {
     let tp = TopicPartition::new(&topic, 0);
 
     // Beyond the log end: OFFSET_OUT_OF_RANGE, the partition stays where it was.
+    // (Just after creation the broker may still answer UNKNOWN_LEADER_EPOCH
+    // for a moment; that is reported as a leader change and retried, as the
+    // mirror's loop does.)
     let mut s = FetchSession::new(c.clone(), leader, FetchOptions::default());
-    s.add(tp.clone(), 1_000_000, epoch);
-    let r = s.fetch().await.unwrap();
+    let mut r = Vec::new();
+    for _ in 0..50 {
+        s.add(tp.clone(), 1_000_000, epoch);
+        r = s.fetch().await.unwrap();
+        if !matches!(r[0].1, Err(FetchError::LeaderChanged { .. })) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     assert!(
         matches!(
             r[0].1,
@@ -272,4 +283,201 @@ async fn transactional_source_forwards_committed_data_without_markers() {
             assert_eq!(b.producer_id(), producer.id().0);
         }
     }
+}
+
+/// Six partitions forwarded at once through one producer: their batches share
+/// Produce requests (one batch per partition per request), order and counts
+/// stay exact per partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_partitions_share_produce_requests() {
+    let bed = bed();
+    let topic = unique("proto-multi");
+    let src = client(&bed.source).await;
+    let dst = client(&bed.destination).await;
+    create(&Admin::new(src.clone()), &topic, 6, &[]).await;
+    create(&Admin::new(dst.clone()), &topic, 6, &[]).await;
+    kafka_tool_ok(
+        "kafka-producer-perf-test",
+        &[
+            "--topic",
+            &topic,
+            "--num-records",
+            "30000",
+            "--record-size",
+            "100",
+            "--throughput",
+            "-1",
+            "--producer-props",
+            &format!("bootstrap.servers={}", bed.source),
+            "batch.size=4096",
+            "linger.ms=0",
+        ],
+    );
+    let admin = Admin::new(src.clone());
+    let mut ends = Vec::new();
+    for p in 0..6 {
+        ends.push(
+            admin
+                .list_offset(&topic, p, OffsetSpec::Latest, IsolationLevel::ReadCommitted)
+                .await
+                .unwrap()
+                .offset,
+        );
+    }
+    assert_eq!(ends.iter().sum::<i64>(), 30_000);
+    // Fetch everything first, then send all partitions at once so the
+    // per-broker dispatcher has several partitions queued at a time.
+    let mut per_partition = Vec::new();
+    for p in 0..6 {
+        let (leader, epoch) = src.leader(&topic, p).await.unwrap();
+        let mut s = FetchSession::new(src.clone(), leader, FetchOptions::default());
+        s.add(TopicPartition::new(&topic, p), 0, epoch);
+        let mut out = Vec::new();
+        while s.position(&TopicPartition::new(&topic, p)).unwrap() < ends[p as usize] {
+            for (_, r) in s.fetch().await.unwrap() {
+                for b in r.unwrap().batches() {
+                    let b = b.unwrap();
+                    let a = classify(&b, false, 1_048_588, 0);
+                    out.extend(prepare(&b, a, 1_048_588, 0).unwrap());
+                }
+            }
+        }
+        per_partition.push(out);
+    }
+    let producer = IdempotentProducer::new(dst.clone()).await.unwrap();
+    let runs: Vec<_> = per_partition
+        .into_iter()
+        .enumerate()
+        .map(|(p, batches)| {
+            let (producer, topic) = (producer.clone(), topic.clone());
+            tokio::spawn(async move {
+                let pp = producer.partition(&topic, p as i32).unwrap();
+                let mut tickets = Vec::new();
+                for b in batches {
+                    tickets.push(pp.send(b).await.unwrap());
+                }
+                let mut acks = Vec::new();
+                for t in tickets {
+                    acks.push(t.await.unwrap());
+                }
+                acks
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for (p, r) in runs.into_iter().enumerate() {
+        let acks = r.await.unwrap();
+        let mut next = 0;
+        for a in &acks {
+            assert_eq!(a.base_offset, next);
+            next += a.record_count as i64;
+        }
+        assert_eq!(next, ends[p]);
+        total += next;
+    }
+    assert_eq!(total, 30_000);
+    let s = producer.stats();
+    eprintln!("{s:?}");
+    assert!(
+        s.requests < s.batches,
+        "batches of several partitions shared requests: {s:?}"
+    );
+    let dadmin = Admin::new(dst.clone());
+    for p in 0..6 {
+        let e = dadmin
+            .list_offset(&topic, p, OffsetSpec::Latest, IsolationLevel::ReadCommitted)
+            .await
+            .unwrap();
+        assert_eq!(e.offset, ends[p as usize]);
+    }
+}
+
+/// `metadata.max.age.ms` drives a background refresh: a topic created by
+/// someone else shows up without any explicit refresh call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_refreshes_on_a_timer() {
+    let bed = bed();
+    let props = [
+        ("bootstrap.servers", bed.source.as_str()),
+        ("metadata.max.age.ms", "300"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let watcher = kmirror_actors::kafka::KafkaClient::from_properties(&props)
+        .await
+        .unwrap();
+    let topic = unique("proto-timer");
+    assert!(watcher.metadata().topic(&topic).is_none());
+    create(&Admin::new(client(&bed.source).await), &topic, 2, &[]).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while watcher.metadata().topic(&topic).is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timer refresh never saw {topic}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        watcher.metadata().topic(&topic).unwrap().partitions.len(),
+        2
+    );
+}
+
+/// KIP-227 incremental fetch session: after the first full fetch, only
+/// partitions with something new come back; removed partitions are forgotten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incremental_fetch_session() {
+    let bed = bed();
+    let topic = unique("proto-session");
+    let c = client(&bed.source).await;
+    create(&Admin::new(c.clone()), &topic, 3, &[]).await;
+    let (leader, epoch) = c.leader(&topic, 0).await.unwrap();
+    let opts = FetchOptions {
+        max_wait: std::time::Duration::from_millis(100),
+        ..Default::default()
+    };
+    let mut s = FetchSession::new(c.clone(), leader, opts);
+    for p in 0..3 {
+        s.add(TopicPartition::new(&topic, p), 0, epoch);
+    }
+    let first = s.fetch().await.unwrap();
+    assert_eq!(first.len(), 3, "the first fetch is full");
+    assert_ne!(s.session_id(), 0, "the broker created a session");
+    let p = IdempotentProducer::new(c.clone()).await.unwrap();
+    let pp = p.partition(&topic, 1).unwrap();
+    let rec = kmirror_actors::kafka::batch::Record {
+        offset_delta: 0,
+        timestamp: 1_700_000_000_000,
+        key: None,
+        value: Some(bytes::Bytes::from_static(b"x")),
+        headers: vec![],
+    };
+    let out = kmirror_actors::kafka::batch::OutgoingBatch {
+        bytes: kmirror_actors::kafka::batch::encode_batch(
+            &[rec],
+            kmirror_actors::kafka::batch::Codec::None,
+        )
+        .unwrap(),
+        record_count: 1,
+        source_offsets: kmirror_actors::kafka::batch::SourceOffsets::Range { first: 0, last: 0 },
+    };
+    pp.send(out).await.unwrap().await.unwrap();
+    let mut got = Vec::new();
+    for _ in 0..20 {
+        got = s.fetch().await.unwrap();
+        if !got.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(got.len(), 1, "only the partition with new data: {got:?}");
+    assert_eq!(got[0].0.partition, 1);
+    assert_eq!(got[0].1.as_ref().unwrap().batches().count(), 1);
+    assert_eq!(s.position(&TopicPartition::new(&topic, 1)), Some(1));
+    // Forget a partition; the session goes on.
+    let id = s.session_id();
+    s.remove(&TopicPartition::new(&topic, 2));
+    let r = s.fetch().await.unwrap();
+    assert!(r.iter().all(|(tp, _)| tp.partition != 2));
+    assert_eq!(s.session_id(), id);
 }

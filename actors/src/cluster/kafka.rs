@@ -8,7 +8,7 @@
 //! room again — back-pressure without a growing queue.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use indexmap::IndexMap;
@@ -240,6 +240,26 @@ impl SourceCluster for KafkaSource {
         Box::pin(async move { bounds(&self.admin, &tp).await })
     }
 
+    fn topic_configs(
+        &self,
+        topic: &str,
+    ) -> BoxFuture<'_, Result<Vec<(String, String)>, KafkaError>> {
+        let resource = ConfigResource::Topic(topic.to_string());
+        Box::pin(async move {
+            Ok(self
+                .admin
+                .describe_configs(&resource)
+                .await?
+                .into_iter()
+                .filter(|e| e.is_explicit() && !e.is_sensitive)
+                .filter(|e| {
+                    !kmirror_events::DEFAULT_TOPIC_PROPERTIES_EXCLUDE.contains(&e.name.as_str())
+                })
+                .filter_map(|e| Some((e.name, e.value?)))
+                .collect())
+        })
+    }
+
     fn open(
         &self,
         tp: TopicPartition,
@@ -277,7 +297,7 @@ impl KafkaDestination {
 }
 
 struct KafkaSink {
-    producer: Arc<PartitionProducer>,
+    producer: PartitionProducer,
 }
 
 impl PartitionSink for KafkaSink {
@@ -367,9 +387,7 @@ impl DestinationCluster for KafkaDestination {
             // (the broker would refuse them as out of order otherwise).
             let producer = IdempotentProducer::new(self.client.clone()).await?;
             let p = producer.partition(&tp.topic, tp.partition)?;
-            Ok(Box::new(KafkaSink {
-                producer: Arc::new(p),
-            }) as Box<dyn PartitionSink>)
+            Ok(Box::new(KafkaSink { producer: p }) as Box<dyn PartitionSink>)
         })
     }
 }

@@ -288,6 +288,13 @@ impl SourceCluster for MemorySource {
         Box::pin(async move { Ok(b) })
     }
 
+    fn topic_configs(
+        &self,
+        _topic: &str,
+    ) -> BoxFuture<'_, Result<Vec<(String, String)>, KafkaError>> {
+        Box::pin(async move { Ok(Vec::new()) })
+    }
+
     fn open(
         &self,
         tp: TopicPartition,

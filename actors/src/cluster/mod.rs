@@ -71,6 +71,12 @@ pub trait SourceCluster: Send + Sync {
     /// Every topic the source has (internal ones marked).
     fn topics(&self) -> BoxFuture<'_, Result<Vec<TopicInfo>, KafkaError>>;
     fn bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>>;
+    /// The topic's explicitly set configs, minus those a mirror never copies
+    /// (`kmirror_events::DEFAULT_TOPIC_PROPERTIES_EXCLUDE`).
+    fn topic_configs(
+        &self,
+        topic: &str,
+    ) -> BoxFuture<'_, Result<Vec<(String, String)>, KafkaError>>;
     /// Starts reading `tp` at `offset`, sharing one fetch stream per source
     /// broker with every other open partition that broker leads.
     fn open(

@@ -151,6 +151,80 @@ impl KafkaError {
         }
     }
 
+    /// A copy of this error for each of several waiters (one failed
+    /// request shared by many partitions). Kind and retriability are kept;
+    /// an I/O source error becomes [`KafkaError::Disconnected`].
+    pub fn duplicate(&self) -> KafkaError {
+        match self {
+            KafkaError::Config { key, message } => KafkaError::Config {
+                key: key.clone(),
+                message: message.clone(),
+            },
+            KafkaError::Io { broker, source } => KafkaError::Disconnected {
+                broker: broker.clone(),
+                reason: source.to_string(),
+            },
+            KafkaError::Tls { broker, message } => KafkaError::Tls {
+                broker: broker.clone(),
+                message: message.clone(),
+            },
+            KafkaError::Authentication {
+                broker,
+                mechanism,
+                message,
+            } => KafkaError::Authentication {
+                broker: broker.clone(),
+                mechanism: mechanism.clone(),
+                message: message.clone(),
+            },
+            KafkaError::Timeout {
+                api,
+                broker,
+                timeout,
+            } => KafkaError::Timeout {
+                api,
+                broker: broker.clone(),
+                timeout: *timeout,
+            },
+            KafkaError::Disconnected { broker, reason } => KafkaError::Disconnected {
+                broker: broker.clone(),
+                reason: reason.clone(),
+            },
+            KafkaError::UnsupportedVersion {
+                api,
+                broker,
+                broker_range,
+                our_range,
+            } => KafkaError::UnsupportedVersion {
+                api,
+                broker: broker.clone(),
+                broker_range: broker_range.clone(),
+                our_range: our_range.clone(),
+            },
+            KafkaError::Protocol(m) => KafkaError::Protocol(m.clone()),
+            KafkaError::Broker {
+                error,
+                context,
+                message,
+            } => KafkaError::Broker {
+                error: *error,
+                context: context.clone(),
+                message: message.clone(),
+            },
+            KafkaError::InvalidBatch(m) => KafkaError::InvalidBatch(m.clone()),
+            KafkaError::RecordTooLarge { size, max } => KafkaError::RecordTooLarge {
+                size: *size,
+                max: *max,
+            },
+            KafkaError::Unknown(m) => KafkaError::Unknown(m.clone()),
+            KafkaError::ProducerFenced { partition, reason } => KafkaError::ProducerFenced {
+                partition: partition.clone(),
+                reason: reason.clone(),
+            },
+            KafkaError::Closed => KafkaError::Closed,
+        }
+    }
+
     /// The Kafka error code if this is a broker error.
     pub fn response_error(&self) -> Option<ResponseError> {
         match self {

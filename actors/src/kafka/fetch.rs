@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use indexmap::IndexMap;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::{FetchRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -68,6 +68,11 @@ pub struct FetchOptions {
     pub max_bytes: i32,
     /// Per-partition limit (`max.partition.fetch.bytes`).
     pub partition_max_bytes: i32,
+    /// Use an incremental fetch session (KIP-227): after the first full
+    /// request, only partitions whose position changed are sent and only
+    /// partitions with something new come back — what keeps a fetch over
+    /// thousands of mostly idle partitions small.
+    pub incremental: bool,
 }
 
 impl Default for FetchOptions {
@@ -78,6 +83,7 @@ impl Default for FetchOptions {
             min_bytes: 1,
             max_bytes: 52_428_800,
             partition_max_bytes: 4 * 1_048_576,
+            incremental: true,
         }
     }
 }
@@ -163,6 +169,15 @@ pub struct FetchSession {
     node_id: i32,
     options: FetchOptions,
     partitions: IndexMap<TopicPartition, PartState>,
+    /// Broker-side session id (0: none yet).
+    session_id: i32,
+    /// Epoch to send next (0 asks for a new session).
+    session_epoch: i32,
+    /// Version the session was created with (addressing by name or id must
+    /// not change within a session).
+    session_version: i16,
+    /// What the broker's session holds per partition: (offset, leader epoch).
+    sent: HashMap<TopicPartition, (i64, i32)>,
 }
 
 impl FetchSession {
@@ -173,7 +188,22 @@ impl FetchSession {
             node_id,
             options,
             partitions: IndexMap::new(),
+            session_id: 0,
+            session_epoch: 0,
+            session_version: -1,
+            sent: HashMap::new(),
         }
+    }
+
+    /// The broker's fetch session id (0 when there is none).
+    pub fn session_id(&self) -> i32 {
+        self.session_id
+    }
+
+    fn reset_session(&mut self) {
+        self.session_id = 0;
+        self.session_epoch = 0;
+        self.sent.clear();
     }
 
     /// The broker this session fetches from.
@@ -227,17 +257,64 @@ impl FetchSession {
 
     /// One fetch round trip for every partition. Positions advance past the
     /// complete batches returned. A request-level failure (network, timeout)
-    /// is an `Err`; per-partition failures are in the results.
+    /// is an `Err`; per-partition failures are in the results. With an
+    /// incremental session, partitions with nothing new are absent.
     pub async fn fetch(&mut self) -> Result<FetchResults> {
-        if self.partitions.is_empty() {
+        for attempt in 0..2 {
+            match self.fetch_once().await {
+                // The broker lost or rejected our session: start a new one at once.
+                Err(KafkaError::Broker {
+                    error:
+                        ResponseError::FetchSessionIdNotFound | ResponseError::InvalidFetchSessionEpoch,
+                    ..
+                }) if attempt == 0 => self.reset_session(),
+                Err(e) => {
+                    self.reset_session();
+                    return Err(e);
+                }
+                Ok(r) => return Ok(r),
+            }
+        }
+        unreachable!("the second attempt returns")
+    }
+
+    async fn fetch_once(&mut self) -> Result<FetchResults> {
+        if self.partitions.is_empty() && self.sent.is_empty() {
             return Ok(Vec::new());
         }
         let md = self.client.metadata();
-        let mut topics: IndexMap<std::sync::Arc<str>, FetchTopic> = IndexMap::new();
         let mut ids: HashMap<Uuid, std::sync::Arc<str>> = HashMap::new();
-        for (tp, st) in &self.partitions {
+        for tp in self.partitions.keys().chain(self.sent.keys()) {
             let topic_id = md.topic(&tp.topic).map(|t| t.topic_id).unwrap_or_default();
             ids.insert(topic_id, tp.topic.clone());
+        }
+        let conn = self.client.connection(self.node_id).await?;
+        let mut version = conn.version::<FetchRequest>()?;
+        if ids.contains_key(&Uuid::nil()) {
+            // Some topic id unknown: stay on name-addressed versions.
+            version = version.min(12);
+        }
+        if self.session_id != 0 && version != self.session_version {
+            self.reset_session();
+        }
+        let incremental = self.options.incremental && self.session_id != 0;
+        let epoch_to_send = if !self.options.incremental {
+            -1
+        } else if self.session_id == 0 {
+            0
+        } else {
+            self.session_epoch
+        };
+        let id_of = |t: &str| md.topic(t).map(|t| t.topic_id).unwrap_or_default();
+        let mut topics: IndexMap<std::sync::Arc<str>, FetchTopic> = IndexMap::new();
+        let mut included: Vec<(TopicPartition, (i64, i32))> = Vec::new();
+        for (tp, st) in &self.partitions {
+            let now = (st.offset, st.leader_epoch);
+            if incremental && self.sent.get(tp) == Some(&now) {
+                continue;
+            }
+            included.push((tp.clone(), now));
+            let topic_id = id_of(&tp.topic);
             let t = topics.entry(tp.topic.clone()).or_insert_with(|| {
                 FetchTopic::default()
                     .with_topic(TopicName(StrBytes::from_string(tp.topic.to_string())))
@@ -251,7 +328,28 @@ impl FetchSession {
                     .with_partition_max_bytes(self.options.partition_max_bytes),
             );
         }
+        let mut forgotten: IndexMap<std::sync::Arc<str>, ForgottenTopic> = IndexMap::new();
+        if incremental {
+            for tp in self
+                .sent
+                .keys()
+                .filter(|tp| !self.partitions.contains_key(*tp))
+            {
+                forgotten
+                    .entry(tp.topic.clone())
+                    .or_insert_with(|| {
+                        ForgottenTopic::default()
+                            .with_topic(TopicName(StrBytes::from_string(tp.topic.to_string())))
+                            .with_topic_id(id_of(&tp.topic))
+                    })
+                    .partitions
+                    .push(tp.partition);
+            }
+        }
         let req = FetchRequest::default()
+            .with_session_id(if incremental { self.session_id } else { 0 })
+            .with_session_epoch(epoch_to_send)
+            .with_forgotten_topics_data(forgotten.into_values().collect())
             .with_max_wait_ms(self.options.max_wait.as_millis() as i32)
             .with_min_bytes(self.options.min_bytes)
             .with_max_bytes(self.options.max_bytes)
@@ -260,12 +358,6 @@ impl FetchSession {
                 IsolationLevel::ReadCommitted => 1,
             })
             .with_topics(topics.into_values().collect());
-        let conn = self.client.connection(self.node_id).await?;
-        let mut version = conn.version::<FetchRequest>()?;
-        if ids.contains_key(&Uuid::nil()) {
-            // Some topic id unknown: stay on name-addressed versions.
-            version = version.min(12);
-        }
         let timeout = conn.request_timeout() + self.options.max_wait;
         let resp = conn.send_versioned(&req, version, timeout).await?;
         if resp.error_code != 0 {
@@ -275,6 +367,25 @@ impl FetchSession {
                 None,
             )
             .expect("non-zero"));
+        }
+        if self.options.incremental {
+            if resp.session_id == 0 {
+                // No session (the broker's cache is full): full fetches, asking again.
+                self.reset_session();
+            } else {
+                if !incremental || resp.session_id != self.session_id {
+                    self.sent.clear();
+                }
+                self.session_id = resp.session_id;
+                self.session_version = version;
+                self.session_epoch = if epoch_to_send >= i32::MAX - 1 {
+                    1
+                } else {
+                    epoch_to_send + 1
+                };
+                self.sent.retain(|tp, _| self.partitions.contains_key(tp));
+                self.sent.extend(included);
+            }
         }
         let mut out = Vec::with_capacity(self.partitions.len());
         let mut refresh = Vec::new();

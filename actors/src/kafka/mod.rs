@@ -13,6 +13,30 @@
 //! - [`fetch`]: multi-partition fetch stream per broker.
 //! - [`produce`]: idempotent producer with per-partition pipelines.
 //! - [`admin`]: admin RPCs.
+//!
+//! # The data path, as the PartitionActor drives it
+//!
+//! ```text
+//! source: KafkaClient ──leader()──▶ FetchSession (one per source broker, many partitions)
+//!            fetch() ─▶ FetchedPartition { records: Bytes (zero-copy), hw, lso, log start, aborted }
+//!            batches() ─▶ RecordBatch (header view, no decompression)
+//!            AbortedTransactions::is_aborted + classify(batch, aborted, max.message.bytes, position)
+//!            prepare() ─▶ Vec<OutgoingBatch> (pass-through: one copy + header rewrite;
+//!                                             re-encode: compacted, LogAppendTime, too large, resume mid-batch)
+//! destination: IdempotentProducer ─▶ PartitionProducer (one per partition; ≤5 in flight; ordered)
+//!            send(batch) ─▶ ProduceTicket ─▶ ProduceAck { base_offset, source_offsets, … }
+//!                                             = one run of the offset map
+//! ```
+//!
+//! Why these seams: the fetch side is shared per broker (one request for all
+//! its partitions, incremental sessions), the produce side is per partition
+//! (sequences are per partition) but coalesced per broker into shared
+//! Produce requests, and everything in between is pure functions over bytes
+//! (`batch`) that are unit-tested without Kafka. Errors tell the caller what
+//! to do: [`fetch::FetchError::LeaderChanged`] → re-route the partition;
+//! `OffsetOutOfRange` → consult ListOffsets and the offset map;
+//! [`KafkaError::ProducerFenced`] → reconcile with the destination end
+//! offset and start a new producer; anything `is_retriable()` → back off.
 
 pub mod admin;
 pub mod batch;

@@ -15,9 +15,10 @@
 //! [`PartitionProducer::send`] waits when the pipeline is full, which is the
 //! back-pressure the fetch side needs.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -26,13 +27,13 @@ use bytes::Bytes;
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use kafka_protocol::messages::init_producer_id_request::InitProducerIdRequest;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use kafka_protocol::messages::{ProduceRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::{mpsc, oneshot};
 
 use super::batch::{stamp_producer, OutgoingBatch, SourceOffsets};
 use super::client::KafkaClient;
-use super::conn::BrokerConnection;
 use super::error::{KafkaError, ResponseError, Result};
 use super::fetch::TopicPartition;
 
@@ -64,9 +65,65 @@ pub struct IdempotentProducer {
     producer_id: i64,
     producer_epoch: i16,
     active: Arc<Mutex<HashSet<TopicPartition>>>,
+    dispatchers: Arc<Mutex<HashMap<i32, mpsc::Sender<Submission>>>>,
+    stats: Arc<Counters>,
+}
+
+/// Counters of what the producer put on the wire.
+#[derive(Debug, Default)]
+struct Counters {
+    requests: AtomicU64,
+    batches: AtomicU64,
+    bytes: AtomicU64,
+}
+
+/// A snapshot of [`IdempotentProducer::stats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerStats {
+    /// Produce requests sent (retries included).
+    pub requests: u64,
+    /// Batches sent (retries included).
+    pub batches: u64,
+    /// Batch bytes sent.
+    pub bytes: u64,
+}
+
+/// Largest Produce request the dispatcher builds by coalescing partitions
+/// (the broker's `socket.request.max.bytes` defaults to 100 MiB).
+const MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
+
+type PartitionResult = Result<PartitionProduceResponse>;
+
+/// One partition's batch on its way into a (possibly shared) Produce request.
+#[derive(Debug)]
+struct Submission {
+    topic: Arc<str>,
+    topic_id: uuid::Uuid,
+    partition: i32,
+    records: Bytes,
+    reply: oneshot::Sender<PartitionResult>,
 }
 
 impl IdempotentProducer {
+    /// The dispatcher task for broker `node`, started on first use.
+    fn dispatcher(&self, node: i32) -> mpsc::Sender<Submission> {
+        let mut map = self.dispatchers.lock().unwrap();
+        if let Some(tx) = map.get(&node) {
+            if !tx.is_closed() {
+                return tx.clone();
+            }
+        }
+        let (tx, rx) = mpsc::channel(4 * MAX_IN_FLIGHT);
+        tokio::spawn(dispatch_loop(
+            self.client.clone(),
+            node,
+            rx,
+            self.stats.clone(),
+        ));
+        map.insert(node, tx.clone());
+        tx
+    }
+
     /// Gets a producer id and epoch from the destination (InitProducerId
     /// without a transactional id), retrying retriable errors.
     pub async fn new(client: KafkaClient) -> Result<Self> {
@@ -85,6 +142,8 @@ impl IdempotentProducer {
                         producer_id: r.producer_id.0,
                         producer_epoch: r.producer_epoch,
                         active: Arc::new(Mutex::new(HashSet::new())),
+                        dispatchers: Arc::new(Mutex::new(HashMap::new())),
+                        stats: Arc::new(Counters::default()),
                     })
                 }
                 Ok(r) => {
@@ -103,6 +162,16 @@ impl IdempotentProducer {
     /// `(producer id, epoch)`.
     pub fn id(&self) -> (i64, i16) {
         (self.producer_id, self.producer_epoch)
+    }
+
+    /// What was put on the wire so far. `batches / requests` shows how
+    /// well partitions were coalesced into shared Produce requests.
+    pub fn stats(&self) -> ProducerStats {
+        ProducerStats {
+            requests: self.stats.requests.load(Ordering::Relaxed),
+            batches: self.stats.batches.load(Ordering::Relaxed),
+            bytes: self.stats.bytes.load(Ordering::Relaxed),
+        }
     }
 
     /// The client this producer writes through.
@@ -127,20 +196,16 @@ impl IdempotentProducer {
             producer_id: self.producer_id,
             producer_epoch: self.producer_epoch,
             next_sequence: 0,
+            producer: self.clone(),
+            node: None,
             rx,
             queue: VecDeque::new(),
             sent: 0,
-            conn: None,
             failed: None,
             attempts: 0,
         };
         let task = tokio::spawn(driver.run());
-        Ok(PartitionProducer {
-            tp,
-            tx,
-            task,
-            active: self.active.clone(),
-        })
+        Ok(PartitionProducer { tp, tx, task })
     }
 }
 
@@ -153,21 +218,15 @@ struct Job {
     first_sent: Option<Instant>,
 }
 
-/// The ordered, pipelined producer for one destination partition.
+/// The ordered, pipelined producer for one destination partition. Dropping
+/// it lets the driver finish the queued batches; the partition is free for a
+/// new one only after that (use [`PartitionProducer::close`] to wait), since
+/// two pipelines on one partition would interleave sequences.
 #[derive(Debug)]
 pub struct PartitionProducer {
     tp: TopicPartition,
     tx: mpsc::Sender<(OutgoingBatch, oneshot::Sender<Result<ProduceAck>>)>,
     task: tokio::task::JoinHandle<()>,
-    active: Arc<Mutex<HashSet<TopicPartition>>>,
-}
-
-impl Drop for PartitionProducer {
-    fn drop(&mut self) {
-        self.active.lock().unwrap().remove(&self.tp);
-        // The driver finishes the batches it has and exits when the channel closes.
-        let _ = &self.task;
-    }
 }
 
 /// Resolves to the outcome of one [`PartitionProducer::send`].
@@ -196,21 +255,21 @@ impl PartitionProducer {
         Ok(ProduceTicket(rx))
     }
 
+    /// Stops accepting batches, waits until every queued batch is acked or
+    /// failed, and frees the partition for a new [`PartitionProducer`].
+    pub async fn close(self) {
+        let PartitionProducer { tx, task, .. } = self;
+        drop(tx);
+        let _ = task.await;
+    }
+
     /// The destination partition.
     pub fn topic_partition(&self) -> &TopicPartition {
         &self.tp
     }
 }
 
-type InFlight = Pin<
-    Box<
-        dyn Future<
-                Output = Result<
-                    kafka_protocol::messages::produce_response::PartitionProduceResponse,
-                >,
-            > + Send,
-    >,
->;
+type InFlight = Pin<Box<dyn Future<Output = PartitionResult> + Send>>;
 
 struct Driver {
     client: KafkaClient,
@@ -222,19 +281,27 @@ struct Driver {
     /// Unacknowledged jobs in sequence order; the first `sent` are in flight.
     queue: VecDeque<Job>,
     sent: usize,
-    conn: Option<(BrokerConnection, uuid::Uuid)>,
+    /// Shared dispatchers live here; drivers find their broker's one.
+    producer: IdempotentProducer,
+    /// Leader node and destination topic id, until a leader error.
+    node: Option<(i32, uuid::Uuid)>,
     failed: Option<String>,
     attempts: u32,
 }
 
 enum Outcome {
-    Ok(kafka_protocol::messages::produce_response::PartitionProduceResponse),
+    Ok(PartitionProduceResponse),
     Retry(KafkaError),
     Fatal(KafkaError),
 }
 
 impl Driver {
     async fn run(mut self) {
+        self.pump().await;
+        self.producer.active.lock().unwrap().remove(&self.tp);
+    }
+
+    async fn pump(&mut self) {
         let mut inflight: FuturesOrdered<InFlight> = FuturesOrdered::new();
         let mut closed = false;
         let mut retry_at: Option<tokio::time::Instant> = None;
@@ -334,7 +401,7 @@ impl Driver {
     async fn schedule_retry(&mut self, e: &KafkaError) -> tokio::time::Instant {
         tracing::debug!(partition = %self.tp, error = %e, attempt = self.attempts, "produce retry");
         if e.needs_metadata_refresh() || matches!(e, KafkaError::Unknown(_)) {
-            self.conn = None;
+            self.node = None;
             let _ = self
                 .client
                 .refresh_metadata(Some(&[self.tp.topic.to_string()]))
@@ -353,57 +420,49 @@ impl Driver {
     }
 
     async fn request_future(&mut self, index: usize) -> Result<InFlight> {
-        if self.conn.as_ref().is_none_or(|(c, _)| c.is_closed()) {
+        if self.node.is_none() {
             let (leader, _epoch) = self
                 .client
                 .leader(&self.tp.topic, self.tp.partition)
                 .await?;
-            let conn = self.client.connection(leader).await?;
             let topic_id = self
                 .client
                 .metadata()
                 .topic(&self.tp.topic)
                 .map(|t| t.topic_id)
                 .unwrap_or_default();
-            self.conn = Some((conn, topic_id));
+            self.node = Some((leader, topic_id));
         }
-        let (conn, topic_id) = self.conn.clone().expect("set above");
+        let (node, topic_id) = self.node.expect("set above");
         let job = &mut self.queue[index];
         job.first_sent.get_or_insert_with(Instant::now);
-        let mut version = conn.version::<ProduceRequest>()?;
-        if topic_id.is_nil() {
-            version = version.min(12);
-        }
-        let timeout = conn.request_timeout();
-        let req = ProduceRequest::default()
-            .with_transactional_id(None)
-            .with_acks(-1)
-            .with_timeout_ms(timeout.as_millis().min(i32::MAX as u128) as i32)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(TopicName(StrBytes::from_string(self.tp.topic.to_string())))
-                .with_topic_id(topic_id)
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(self.tp.partition)
-                    .with_records(Some(job.bytes.clone()))])]);
-        let partition = self.tp.partition;
-        // Queued to the socket now, in sequence order; only the wait is deferred.
-        let pending = conn.submit(&req, version, timeout).await?;
+        let (reply, rx) = oneshot::channel();
+        let submission = Submission {
+            topic: self.tp.topic.clone(),
+            topic_id,
+            partition: self.tp.partition,
+            records: job.bytes.clone(),
+            reply,
+        };
+        // Queued to the broker's dispatcher now, in sequence order; it puts
+        // requests on the socket in the order it receives them.
+        self.producer
+            .dispatcher(node)
+            .send(submission)
+            .await
+            .map_err(|_| KafkaError::Closed)?;
+        let broker = format!("node {node}");
         Ok(Box::pin(async move {
-            let resp = pending.wait().await?;
-            resp.responses
-                .into_iter()
-                .flat_map(|t| t.partition_responses)
-                .find(|p| p.index == partition)
-                .ok_or_else(|| {
-                    KafkaError::Protocol("produce response without our partition".into())
+            rx.await.unwrap_or_else(|_| {
+                Err(KafkaError::Disconnected {
+                    broker,
+                    reason: "produce dispatcher stopped".into(),
                 })
+            })
         }))
     }
 
-    fn judge(
-        &self,
-        res: Result<kafka_protocol::messages::produce_response::PartitionProduceResponse>,
-    ) -> Outcome {
+    fn judge(&self, res: PartitionResult) -> Outcome {
         let r = match res {
             Ok(r) => r,
             Err(e) if e.is_retriable() => return Outcome::Retry(e),
@@ -443,10 +502,7 @@ impl Driver {
         }
     }
 
-    fn ack_front(
-        &mut self,
-        r: kafka_protocol::messages::produce_response::PartitionProduceResponse,
-    ) {
+    fn ack_front(&mut self, r: PartitionProduceResponse) {
         self.attempts = 0;
         let job = self
             .queue
@@ -474,5 +530,411 @@ impl Driver {
         }
         self.sent = 0;
         self.failed = Some(reason);
+    }
+}
+
+/// Per-broker loop that coalesces the batches of many partitions into one
+/// Produce request ("many partitions per request", as the broker allows only
+/// one batch per partition per request) without waiting for more: it takes
+/// what is queued right now, cuts the request when a partition repeats or the
+/// size limit is reached, and puts requests on the socket in arrival order,
+/// which keeps every partition's sequences in order.
+async fn dispatch_loop(
+    client: KafkaClient,
+    node: i32,
+    mut rx: mpsc::Receiver<Submission>,
+    stats: Arc<Counters>,
+) {
+    let mut carry: Option<Submission> = None;
+    // At most MAX_IN_FLIGHT requests outstanding on the connection (the
+    // broker handles one request per connection at a time anyway); while
+    // they are, new submissions queue up and go out together in the next
+    // request. Idle, a batch goes out at once: no linger.
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
+    loop {
+        let first = match carry.take() {
+            Some(s) => s,
+            None => match rx.recv().await {
+                Some(s) => s,
+                None => return,
+            },
+        };
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        let mut size = first.records.len();
+        let mut subs = vec![first];
+        while size < MAX_REQUEST_BYTES {
+            match rx.try_recv() {
+                Ok(s) => {
+                    if subs
+                        .iter()
+                        .any(|x| x.partition == s.partition && x.topic == s.topic)
+                    {
+                        carry = Some(s);
+                        break;
+                    }
+                    size += s.records.len();
+                    subs.push(s);
+                }
+                Err(_) => break,
+            }
+        }
+        let conn = match client.connection(node).await {
+            Ok(c) => c,
+            Err(e) => {
+                fail_submissions(subs, &e);
+                continue;
+            }
+        };
+        let mut version = match conn.version::<ProduceRequest>() {
+            Ok(v) => v,
+            Err(e) => {
+                fail_submissions(subs, &e);
+                continue;
+            }
+        };
+        if subs.iter().any(|s| s.topic_id.is_nil()) {
+            version = version.min(12);
+        }
+        let timeout = conn.request_timeout();
+        let mut topics: Vec<TopicProduceData> = Vec::new();
+        for s in &subs {
+            let data = PartitionProduceData::default()
+                .with_index(s.partition)
+                .with_records(Some(s.records.clone()));
+            match topics.iter_mut().find(|t| t.name.0.as_str() == &*s.topic) {
+                Some(t) => t.partition_data.push(data),
+                None => topics.push(
+                    TopicProduceData::default()
+                        .with_name(TopicName(StrBytes::from_string(s.topic.to_string())))
+                        .with_topic_id(s.topic_id)
+                        .with_partition_data(vec![data]),
+                ),
+            }
+        }
+        let req = ProduceRequest::default()
+            .with_transactional_id(None)
+            .with_acks(-1)
+            .with_timeout_ms(timeout.as_millis().min(i32::MAX as u128) as i32)
+            .with_topic_data(topics);
+        match conn.submit(&req, version, timeout).await {
+            Ok(pending) => {
+                stats.requests.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .batches
+                    .fetch_add(subs.len() as u64, Ordering::Relaxed);
+                stats.bytes.fetch_add(size as u64, Ordering::Relaxed);
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    match pending.wait().await {
+                        Ok(resp) => {
+                            let by_id = version >= 13;
+                            let mut results: Vec<(
+                                Option<String>,
+                                uuid::Uuid,
+                                PartitionProduceResponse,
+                            )> = Vec::new();
+                            for t in resp.responses {
+                                let name = (!by_id).then(|| t.name.0.to_string());
+                                for p in t.partition_responses {
+                                    results.push((name.clone(), t.topic_id, p));
+                                }
+                            }
+                            for s in subs {
+                                let pos = results.iter().position(|(name, id, p)| {
+                                    p.index == s.partition
+                                        && match name {
+                                            Some(n) => n.as_str() == &*s.topic,
+                                            None => *id == s.topic_id,
+                                        }
+                                });
+                                let r = match pos {
+                                    Some(i) => Ok(results.swap_remove(i).2),
+                                    None => Err(KafkaError::Protocol(format!(
+                                        "produce response without {}-{}",
+                                        s.topic, s.partition
+                                    ))),
+                                };
+                                let _ = s.reply.send(r);
+                            }
+                        }
+                        Err(e) => fail_submissions(subs, &e),
+                    }
+                });
+            }
+            Err(e) => fail_submissions(subs, &e),
+        }
+    }
+}
+
+fn fail_submissions(subs: Vec<Submission>, e: &KafkaError) {
+    for s in subs {
+        let _ = s.reply.send(Err(e.duplicate()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The retry state machine against an in-process fake broker that keeps
+    //! producer state like Kafka (next expected sequence, last 5 batches for
+    //! duplicate detection) and fails scripted requests.
+    use super::*;
+    use crate::kafka::batch::{encode_batch, Codec, Record, RecordBatch};
+    use crate::kafka::config::ClientConfig;
+    use bytes::{BufMut, BytesMut};
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+    use kafka_protocol::messages::metadata_response::{
+        MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+    };
+    use kafka_protocol::messages::produce_response::TopicProduceResponse;
+    use kafka_protocol::messages::{
+        ApiVersionsResponse, InitProducerIdResponse, MetadataResponse, ProduceResponse,
+        RequestHeader,
+    };
+    use kafka_protocol::protocol::{decode_request_header_from_buffer, Decodable, Encodable};
+    use std::sync::atomic::AtomicUsize;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    #[derive(Default)]
+    struct Log {
+        end: i64,
+        next_seq: i32,
+        recent: VecDeque<(i32, i64)>,
+    }
+
+    struct Fake {
+        port: u16,
+        /// Error code for the n-th Produce request (0-based); absent = normal.
+        script: HashMap<usize, i16>,
+        /// Produce requests whose batch is appended but answered with a
+        /// retriable error (the answer is "lost").
+        lost: HashSet<usize>,
+        produces: AtomicUsize,
+        log: Mutex<Log>,
+    }
+
+    async fn write<M: Encodable>(s: &mut TcpStream, corr: i32, m: &M, v: i16) {
+        let mut body = BytesMut::new();
+        body.put_i32(corr);
+        m.encode(&mut body, v).unwrap();
+        let mut f = BytesMut::new();
+        f.put_i32(body.len() as i32);
+        f.extend_from_slice(&body);
+        s.write_all(&f).await.unwrap();
+    }
+
+    async fn serve(fake: Arc<Fake>, mut s: TcpStream) {
+        loop {
+            let Ok(n) = s.read_i32().await else { return };
+            let mut b = vec![0u8; n as usize];
+            if s.read_exact(&mut b).await.is_err() {
+                return;
+            }
+            let mut f = Bytes::from(b);
+            let h: RequestHeader = decode_request_header_from_buffer(&mut f).unwrap();
+            let (corr, v) = (h.correlation_id, h.request_api_version);
+            match h.request_api_key {
+                18 => {
+                    let keys = [(18, 0, 3), (3, 0, 8), (22, 0, 1), (0, 3, 8)];
+                    let r = ApiVersionsResponse::default().with_api_keys(
+                        keys.iter()
+                            .map(|&(k, lo, hi)| {
+                                ApiVersion::default()
+                                    .with_api_key(k)
+                                    .with_min_version(lo)
+                                    .with_max_version(hi)
+                            })
+                            .collect(),
+                    );
+                    write(&mut s, corr, &r, 0).await;
+                }
+                3 => {
+                    let r = MetadataResponse::default()
+                        .with_cluster_id(Some(StrBytes::from_static_str("fake")))
+                        .with_controller_id(1.into())
+                        .with_brokers(vec![MetadataResponseBroker::default()
+                            .with_node_id(1.into())
+                            .with_host(StrBytes::from_static_str("127.0.0.1"))
+                            .with_port(fake.port as i32)])
+                        .with_topics(vec![MetadataResponseTopic::default()
+                            .with_name(Some(TopicName(StrBytes::from_static_str("t"))))
+                            .with_partitions(vec![MetadataResponsePartition::default()
+                                .with_partition_index(0)
+                                .with_leader_id(1.into())
+                                .with_replica_nodes(vec![1.into()])
+                                .with_isr_nodes(vec![1.into()])])]);
+                    write(&mut s, corr, &r, v).await;
+                }
+                22 => {
+                    let r = InitProducerIdResponse::default()
+                        .with_producer_id(1000.into())
+                        .with_producer_epoch(0);
+                    write(&mut s, corr, &r, v).await;
+                }
+                0 => {
+                    let req = ProduceRequest::decode(&mut f, v).unwrap();
+                    let n = fake.produces.fetch_add(1, Ordering::SeqCst);
+                    let mut parts = Vec::new();
+                    for t in &req.topic_data {
+                        for p in &t.partition_data {
+                            let b = RecordBatch::new(p.records.clone().unwrap()).unwrap();
+                            assert!(b.verify_crc());
+                            assert_eq!(b.producer_id(), 1000);
+                            let mut resp = PartitionProduceResponse::default().with_index(p.index);
+                            let mut log = fake.log.lock().unwrap();
+                            let seq = b.base_sequence();
+                            if let Some(&code) = fake.script.get(&n) {
+                                resp.error_code = code;
+                                resp.base_offset = -1;
+                            } else if seq == log.next_seq {
+                                resp.base_offset = log.end;
+                                let end = log.end;
+                                log.recent.push_back((seq, end));
+                                if log.recent.len() > 5 {
+                                    log.recent.pop_front();
+                                }
+                                log.end += b.record_count() as i64;
+                                log.next_seq += b.record_count();
+                                if fake.lost.contains(&n) {
+                                    resp.error_code =
+                                        ResponseError::NotEnoughReplicasAfterAppend.code();
+                                    resp.base_offset = -1;
+                                }
+                            } else if let Some(&(_, off)) =
+                                log.recent.iter().find(|(s, _)| *s == seq)
+                            {
+                                resp.base_offset = off; // duplicate: the first copy's offset
+                            } else {
+                                resp.error_code = ResponseError::OutOfOrderSequenceNumber.code();
+                                resp.base_offset = -1;
+                            }
+                            parts.push(resp);
+                        }
+                    }
+                    let r = ProduceResponse::default().with_responses(vec![
+                        TopicProduceResponse::default()
+                            .with_name(TopicName(StrBytes::from_static_str("t")))
+                            .with_partition_responses(parts),
+                    ]);
+                    write(&mut s, corr, &r, v).await;
+                }
+                k => panic!("fake broker: unexpected api {k}"),
+            }
+        }
+    }
+
+    async fn start(script: &[(usize, i16)]) -> (Arc<Fake>, KafkaClient) {
+        start_with(script, &[]).await
+    }
+
+    async fn start_with(script: &[(usize, i16)], lost: &[usize]) -> (Arc<Fake>, KafkaClient) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let fake = Arc::new(Fake {
+            port,
+            script: script.iter().copied().collect(),
+            lost: lost.iter().copied().collect(),
+            produces: AtomicUsize::new(0),
+            log: Mutex::new(Log::default()),
+        });
+        let f = fake.clone();
+        tokio::spawn(async move {
+            while let Ok((s, _)) = l.accept().await {
+                tokio::spawn(serve(f.clone(), s));
+            }
+        });
+        let cfg = ClientConfig {
+            retry_backoff: std::time::Duration::from_millis(5),
+            ..ClientConfig::plaintext(&format!("127.0.0.1:{port}"))
+        };
+        (fake, KafkaClient::connect(cfg).await.unwrap())
+    }
+
+    fn batch(i: i32) -> OutgoingBatch {
+        let recs: Vec<Record> = (0..10)
+            .map(|j| Record {
+                offset_delta: j,
+                timestamp: 1,
+                key: Some(Bytes::from(format!("{i}-{j}"))),
+                value: None,
+                headers: vec![],
+            })
+            .collect();
+        OutgoingBatch {
+            bytes: encode_batch(&recs, Codec::None).unwrap(),
+            record_count: 10,
+            source_offsets: SourceOffsets::Range {
+                first: i as i64 * 10,
+                last: i as i64 * 10 + 9,
+            },
+        }
+    }
+
+    async fn send_five(pp: &PartitionProducer, from: i32) -> Vec<Result<ProduceAck>> {
+        let mut tickets = Vec::new();
+        for i in from..from + 5 {
+            tickets.push(pp.send(batch(i)).await.unwrap());
+        }
+        let mut out = Vec::new();
+        for t in tickets {
+            out.push(t.await);
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn retriable_error_resends_in_order_without_duplicates() {
+        // Request 0 (the head) fails NOT_LEADER_OR_FOLLOWER; requests 1..4
+        // then see a sequence gap (OUT_OF_ORDER) — all are re-sent in order.
+        let (fake, client) = start(&[(0, ResponseError::NotLeaderOrFollower.code())]).await;
+        let p = IdempotentProducer::new(client).await.unwrap();
+        let pp = p.partition("t", 0).unwrap();
+        let acks = send_five(&pp, 0).await;
+        let offsets: Vec<i64> = acks.into_iter().map(|a| a.unwrap().base_offset).collect();
+        assert_eq!(offsets, vec![0, 10, 20, 30, 40]);
+        assert_eq!(fake.log.lock().unwrap().end, 50, "each batch appended once");
+        assert!(fake.produces.load(Ordering::SeqCst) > 5, "retried");
+        // Two producers for one partition would interleave sequences.
+        assert!(p.partition("t", 0).is_err());
+        pp.close().await;
+        assert!(p.partition("t", 0).is_ok(), "free again once closed");
+    }
+
+    #[tokio::test]
+    async fn lost_answer_is_deduplicated() {
+        // Request 1's batch is appended but answered with a retriable error:
+        // its retry (and the re-sends of the batches after it) are duplicates
+        // the broker recognises, answered with the first copies' offsets.
+        let (fake, client) = start_with(&[], &[1]).await;
+        let p = IdempotentProducer::new(client).await.unwrap();
+        let pp = p.partition("t", 0).unwrap();
+        let acks = send_five(&pp, 0).await;
+        let offsets: Vec<i64> = acks.into_iter().map(|a| a.unwrap().base_offset).collect();
+        assert_eq!(offsets, vec![0, 10, 20, 30, 40]);
+        assert_eq!(fake.log.lock().unwrap().end, 50, "no batch appended twice");
+        assert!(fake.produces.load(Ordering::SeqCst) > 5, "retried");
+    }
+
+    #[tokio::test]
+    async fn fatal_error_fails_head_and_everything_after() {
+        // Request 2 (the third batch) is rejected as INVALID_RECORD.
+        let (_fake, client) = start(&[(2, ResponseError::InvalidRecord.code())]).await;
+        let p = IdempotentProducer::new(client).await.unwrap();
+        let pp = p.partition("t", 0).unwrap();
+        let acks = send_five(&pp, 0).await;
+        assert_eq!(acks[0].as_ref().unwrap().base_offset, 0);
+        assert_eq!(acks[1].as_ref().unwrap().base_offset, 10);
+        assert_eq!(
+            acks[2].as_ref().unwrap_err().response_error(),
+            Some(ResponseError::InvalidRecord)
+        );
+        for a in &acks[3..] {
+            assert!(matches!(a, Err(KafkaError::ProducerFenced { .. })), "{a:?}");
+        }
+        // The pipeline is dead: the caller must reconcile and start a new producer.
+        let next = pp.send(batch(9)).await.unwrap().await;
+        assert!(matches!(next, Err(KafkaError::ProducerFenced { .. })));
     }
 }

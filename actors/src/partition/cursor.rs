@@ -144,6 +144,8 @@ pub struct Cursor {
     /// log, oldest first; the last is open. Closed runs leave once their
     /// full length is written.
     runs: std::collections::VecDeque<(OffsetMapRun, i64)>,
+    /// The whole map is one run starting at the same offset on both sides.
+    identical: bool,
 }
 
 impl Cursor {
@@ -157,6 +159,7 @@ impl Cursor {
             next_destination: alignment.next_destination,
             acked_destination: alignment.next_destination,
             runs: last.map(|r| (r, r.length)).into_iter().collect(),
+            identical: Self::offsets_identical(&alignment.runs),
         }
     }
 
@@ -184,6 +187,8 @@ impl Cursor {
                         length: 0,
                     };
                     runs_to_record.push(run);
+                    self.identical &=
+                        self.runs.is_empty() && run.source_start == run.destination_start;
                     self.runs.push_back((
                         OffsetMapRun {
                             length: s.len,
@@ -236,6 +241,11 @@ impl Cursor {
             self.runs.pop_front();
         }
         out
+    }
+
+    /// Whether the partition's offsets are the same on both clusters so far.
+    pub fn identical(&self) -> bool {
+        self.identical
     }
 
     /// Whether the map is a single run starting at the same offset on both
@@ -347,6 +357,14 @@ mod tests {
 
     #[test]
     fn identical_offsets_are_reported() {
+        let mut c = Cursor::new(&align(vec![], 0, 0).unwrap(), 0);
+        c.plan(&[seg(0, 5)], 5);
+        assert!(c.identical());
+        c.plan(&[seg(7, 1)], 8);
+        assert!(!c.identical(), "a gap ends identical offsets");
+        let mut c = Cursor::new(&align(vec![], 0, 0).unwrap(), 3);
+        c.plan(&[seg(3, 1)], 4);
+        assert!(!c.identical(), "source 3 landed at 0");
         assert!(Cursor::offsets_identical(&[run(0, 0, 10)]));
         assert!(!Cursor::offsets_identical(&[run(0, 0, 10), run(11, 10, 1)]));
         assert!(!Cursor::offsets_identical(&[run(5, 0, 10)]));

@@ -22,8 +22,10 @@ use crate::kafka::batch::{classify, prepare, RecordBatch, SourceOffsets};
 use crate::kafka::fetch::{FetchError, TopicPartition};
 use crate::kafka::KafkaError;
 
-/// How often acknowledged run lengths are written to the log.
+/// How often acknowledged run lengths are written to the log while records
+/// keep flowing, and how soon after the flow pauses.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(1000);
+const IDLE_CHECKPOINT_DELAY: Duration = Duration::from_millis(100);
 
 /// Live figures of a running partition, read by describe and metrics.
 #[derive(Clone, Debug, Default)]
@@ -233,11 +235,7 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
         p.destination_offset = cursor.acked_destination;
         p.source_high_watermark = src.end;
         p.destination_leader_epoch = dest.leader_epoch;
-        p.offsets_identical = Cursor::offsets_identical(&alignment.runs)
-            && alignment
-                .runs
-                .first()
-                .is_none_or(|r| r.source_start == r.destination_start);
+        p.offsets_identical = cursor.identical();
     }
 
     let max_message_bytes = cx
@@ -272,16 +270,27 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
     let mut stop = cx.stop.clone();
     let mut last_checkpoint = Instant::now();
     let mut healthy = false;
+    // Acknowledged lengths not yet written to the log.
+    let mut dirty = false;
     loop {
         if *stop.borrow() {
             break;
         }
+        let idle_checkpoint =
+            tokio::time::Instant::from_std(last_checkpoint + IDLE_CHECKPOINT_DELAY);
         tokio::select! {
             biased;
             _ = stop.changed() => break,
+            _ = tokio::time::sleep_until(idle_checkpoint), if dirty && inflight.is_empty() => {
+                cx.record_runs(cursor.checkpoint()).await?;
+                last_checkpoint = Instant::now();
+                dirty = false;
+                continue;
+            }
             Some((pending, ack)) = inflight.next(), if !inflight.is_empty() => {
                 on_ack(cx, &mut cursor, pending, ack)?;
                 healthy = true;
+                dirty = true;
             }
             fetched = fetch.next() => {
                 let fetched = match fetched {
@@ -308,6 +317,7 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
         if last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL {
             cx.record_runs(cursor.checkpoint()).await?;
             last_checkpoint = Instant::now();
+            dirty = false;
         }
     }
     // Stop: finish what is in flight, then make the map durable.
@@ -349,6 +359,7 @@ fn on_ack(
     p.newest_mirrored_timestamp = p.newest_mirrored_timestamp.max(pending.max_timestamp);
     p.source_leader_epoch = pending.leader_epoch;
     p.records_mirrored += pending.records as u64;
+    p.offsets_identical = cursor.identical();
     p.bytes_mirrored += pending.bytes;
     Ok(())
 }

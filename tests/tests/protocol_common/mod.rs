@@ -35,6 +35,39 @@ pub async fn create(admin: &Admin, topic: &str, partitions: i32, configs: &[(&st
     r[0].1
         .as_ref()
         .unwrap_or_else(|e| panic!("create {topic}: {e}"));
+    wait_fetchable(admin.client(), topic, partitions).await;
+}
+
+/// Right after creation a broker can answer NOT_LEADER_OR_FOLLOWER or
+/// UNKNOWN_LEADER_EPOCH for a moment (its metadata cache is ahead of its
+/// replica manager); wait until every partition serves a fetch, as a
+/// mirror's retry loop would.
+pub async fn wait_fetchable(c: &KafkaClient, topic: &str, partitions: i32) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for p in 0..partitions {
+        loop {
+            let (leader, epoch) = c.leader(topic, p).await.expect("leader");
+            let opts = FetchOptions {
+                max_wait: Duration::ZERO,
+                incremental: false,
+                ..Default::default()
+            };
+            let mut s = FetchSession::new(c.clone(), leader, opts);
+            s.add(TopicPartition::new(topic, p), 0, epoch);
+            let ok = match s.fetch().await {
+                Ok(r) => r.len() == 1 && r[0].1.is_ok(),
+                Err(_) => false,
+            };
+            if ok {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{topic}-{p} never became fetchable"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
 
 /// Statistics of one forwarding run.
@@ -75,8 +108,18 @@ pub async fn forward_partition(
             Instant::now() < deadline,
             "forwarding {topic} timed out at {position}"
         );
-        for (_, r) in session.fetch().await.expect("fetch") {
-            let data = r.expect("partition fetch");
+        for (tp, r) in session.fetch().await.expect("fetch") {
+            let data = match r {
+                Ok(d) => d,
+                // Transient right after topic creation; re-add, as a mirror would.
+                Err(kmirror_actors::kafka::fetch::FetchError::LeaderChanged { offset, .. }) => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let (_, epoch) = src.leader(topic, partition).await.expect("leader");
+                    session.add(tp, offset, epoch);
+                    continue;
+                }
+                Err(e) => panic!("fetch {topic}-{partition}: {e}"),
+            };
             let mut aborted = data.aborted();
             for b in data.batches() {
                 let b = b.expect("valid batch");
@@ -124,8 +167,17 @@ pub async fn read_all(
     let deadline = Instant::now() + Duration::from_secs(60);
     while s.position(&TopicPartition::new(topic, partition)).unwrap() < end {
         assert!(Instant::now() < deadline, "read_all {topic} timed out");
-        for (_, r) in s.fetch().await.unwrap() {
-            for b in r.unwrap().batches() {
+        for (tp, r) in s.fetch().await.unwrap() {
+            let data = match r {
+                Ok(d) => d,
+                Err(kmirror_actors::kafka::fetch::FetchError::LeaderChanged { offset, .. }) => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    s.add(tp, offset, epoch);
+                    continue;
+                }
+                Err(e) => panic!("fetch {topic}-{partition}: {e}"),
+            };
+            for b in data.batches() {
                 let b = b.unwrap();
                 assert!(b.verify_crc());
                 if b.is_control() {

@@ -1,0 +1,518 @@
+//! The daemon's admin HTTP+JSON API (documented in the README).
+//!
+//! Thin on purpose: every handler validates its input, calls one `Node`
+//! method and serialises the answer. Errors leave through [`ApiError`] only,
+//! so every refusal has the same `{"error": CODE, "message": …}` shape and
+//! the same code-to-status mapping.
+
+use std::collections::BTreeMap;
+
+use actix_web::http::StatusCode;
+use actix_web::web::{self, Data, Json, Path, Query};
+use actix_web::{HttpRequest, HttpResponse, ResponseError};
+use kmirror_actors::node::{Node, NodeError, PartitionDescription};
+use serde::{Deserialize, Serialize};
+
+/// Body of `POST /mirrors`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateBody {
+    pub name: String,
+    /// The mirror's Kafka-style properties (`bootstrap.servers`, …).
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+/// Body of `POST /mirrors/{name}/{start|stop|pause|resume|recover}`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperationBody {
+    /// Topic names or regexes.
+    #[serde(default)]
+    pub topics: Vec<String>,
+    /// Only for `start`: patterns that are never mirrored.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<String>,
+    /// The optimistic lock: refuse if a topic's state changed after this
+    /// event-log offset (see `GET /state-offset`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_validation_offset: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DescribeQuery {
+    #[serde(default)]
+    failed: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteQuery {
+    state_validation_offset: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TranslateQuery {
+    mirror: String,
+    topic: String,
+    partition: i32,
+    offset: i64,
+}
+
+/// An error on its way to the client.
+#[derive(Debug)]
+pub struct ApiError(pub NodeError);
+
+impl ApiError {
+    fn invalid(message: impl Into<String>) -> Self {
+        ApiError(NodeError::new("INVALID_REQUEST", message))
+    }
+}
+
+impl From<NodeError> for ApiError {
+    fn from(e: NodeError) -> Self {
+        ApiError(e)
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The one mapping from KIP / Kafka error names to HTTP statuses.
+pub fn status_for(code: &str) -> StatusCode {
+    match code {
+        "INVALID_REQUEST"
+        | "INVALID_CONFIG"
+        | "INVALID_CLUSTER_MIRROR_NAME"
+        | "INVALID_TOPIC_EXCEPTION" => StatusCode::BAD_REQUEST,
+        "CLUSTER_MIRROR_AUTHORIZATION_FAILED" | "TOPIC_AUTHORIZATION_FAILED" => {
+            StatusCode::FORBIDDEN
+        }
+        "UNKNOWN_CLUSTER_MIRROR"
+        | "TOPIC_NOT_IN_CLUSTER_MIRROR"
+        | "UNKNOWN_TOPIC_OR_PARTITION"
+        | "NOT_FOUND" => StatusCode::NOT_FOUND,
+        "METHOD_NOT_ALLOWED" => StatusCode::METHOD_NOT_ALLOWED,
+        "CLUSTER_MIRROR_ALREADY_EXISTS"
+        | "TOPIC_ALREADY_IN_CLUSTER_MIRROR"
+        | "MIRROR_TOPIC_ALREADY_PAUSED"
+        | "MIRROR_TOPIC_NOT_PAUSED"
+        | "MIRROR_TOPIC_BEING_STOPPED"
+        | "MIRROR_TOPIC_NOT_STOPPED"
+        | "CLUSTER_MIRROR_NOT_EMPTY"
+        | "INVALID_CLUSTER_MIRROR_STATES"
+        | "INVALID_CLUSTER_MIRROR_STATE"
+        | "FENCED_STATE_EPOCH"
+        | "TOPIC_ALREADY_EXISTS"
+        | "READ_ONLY_TOPIC" => StatusCode::CONFLICT,
+        "UNSUPPORTED_VERSION" => StatusCode::NOT_IMPLEMENTED,
+        "NOT_COORDINATOR"
+        | "COORDINATOR_NOT_AVAILABLE"
+        | "COORDINATOR_LOAD_IN_PROGRESS"
+        | "SOURCE_METADATA_NOT_AVAILABLE"
+        | "MIRROR_CONFIG_NOT_AVAILABLE"
+        | "NETWORK_EXCEPTION"
+        | "REQUEST_TIMED_OUT" => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        status_for(self.0.code)
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        HttpResponse::build(self.status_code()).json(serde_json::json!({
+            "error": self.0.code,
+            "message": self.0.message,
+        }))
+    }
+}
+
+/// Registers every route; the daemon and the tests share it.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.app_data(
+        web::JsonConfig::default()
+            .content_type_required(false)
+            .error_handler(|e, _| ApiError::invalid(format!("bad JSON body: {e}")).into()),
+    )
+    .app_data(
+        web::QueryConfig::default()
+            .error_handler(|e, _| ApiError::invalid(format!("bad query string: {e}")).into()),
+    )
+    .app_data(
+        web::PathConfig::default()
+            .error_handler(|e, _| ApiError::invalid(format!("bad path: {e}")).into()),
+    )
+    .service(
+        resource("/mirrors")
+            .route(web::get().to(list))
+            .route(web::post().to(create)),
+    )
+    .service(resource("/mirrors/{name}").route(web::delete().to(delete)))
+    .service(resource("/mirrors/{name}/partitions").route(web::get().to(describe_one)))
+    .service(resource("/mirrors/{name}/{operation}").route(web::post().to(operate)))
+    .service(resource("/partitions").route(web::get().to(describe_all)))
+    .service(resource("/offsets/translate").route(web::get().to(translate)))
+    .service(resource("/state-offset").route(web::get().to(state_offset)))
+    .service(resource("/metrics").route(web::get().to(metrics)))
+    .service(resource("/health").route(web::get().to(health)))
+    .default_service(web::to(|req: HttpRequest| async move {
+        ApiError(NodeError::new(
+            "NOT_FOUND",
+            format!("no such endpoint: {} {}", req.method(), req.path()),
+        ))
+    }));
+}
+
+fn resource(path: &str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(|req: HttpRequest| async move {
+        ApiError(NodeError::new(
+            "METHOD_NOT_ALLOWED",
+            format!("{} is not supported on {}", req.method(), req.path()),
+        ))
+    }))
+}
+
+impl actix_web::Responder for ApiError {
+    type Body = actix_web::body::BoxBody;
+
+    fn respond_to(self, _: &HttpRequest) -> HttpResponse {
+        self.error_response()
+    }
+}
+
+type Reply = Result<HttpResponse, ApiError>;
+
+async fn list(node: Data<Node>) -> Reply {
+    Ok(HttpResponse::Ok().json(node.list_mirrors().await))
+}
+
+async fn create(node: Data<Node>, body: Json<CreateBody>) -> Reply {
+    let CreateBody { name, properties } = body.into_inner();
+    if name.trim().is_empty() {
+        return Err(ApiError::invalid("name: must not be empty"));
+    }
+    let listing = node.create_mirror(&name, properties).await?;
+    tracing::info!(mirror = %name, "mirror created");
+    Ok(HttpResponse::Created().json(listing))
+}
+
+async fn delete(node: Data<Node>, name: Path<String>, query: Query<DeleteQuery>) -> Reply {
+    node.delete_mirror(&name, query.state_validation_offset)
+        .await?;
+    tracing::info!(mirror = %name, "mirror deleted");
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "mirror": *name, "deleted": true })))
+}
+
+fn described(partitions: Vec<PartitionDescription>, failed: bool) -> HttpResponse {
+    let partitions: Vec<_> = partitions
+        .into_iter()
+        .filter(|p| !failed || p.state == "FAILED")
+        .collect();
+    HttpResponse::Ok().json(partitions)
+}
+
+async fn describe_one(node: Data<Node>, name: Path<String>, query: Query<DescribeQuery>) -> Reply {
+    Ok(described(node.describe(Some(&name)).await?, query.failed))
+}
+
+async fn describe_all(node: Data<Node>, query: Query<DescribeQuery>) -> Reply {
+    Ok(described(node.describe(None).await?, query.failed))
+}
+
+async fn operate(
+    node: Data<Node>,
+    path: Path<(String, String)>,
+    body: Json<OperationBody>,
+) -> Reply {
+    let (mirror, operation) = path.into_inner();
+    let OperationBody {
+        topics,
+        exclude,
+        state_validation_offset: offset,
+    } = body.into_inner();
+    if !["start", "stop", "pause", "resume", "recover"].contains(&operation.as_str()) {
+        return Err(ApiError(NodeError::new(
+            "NOT_FOUND",
+            format!("no operation `{operation}`; expected start, stop, pause, resume or recover"),
+        )));
+    }
+    if topics.iter().all(|t| t.trim().is_empty()) {
+        return Err(ApiError::invalid(
+            "topics: name at least one topic or pattern",
+        ));
+    }
+    if !exclude.is_empty() && operation != "start" {
+        return Err(ApiError::invalid(
+            "exclude: only start takes exclude patterns",
+        ));
+    }
+    if offset.is_some() && operation == "recover" {
+        return Err(ApiError::invalid(
+            "state_validation_offset: recover does not take one",
+        ));
+    }
+    let report = match operation.as_str() {
+        "start" => node.start_topics(&mirror, &topics, &exclude, offset).await,
+        "stop" => node.stop_topics(&mirror, &topics, offset).await,
+        "pause" => node.pause_topics(&mirror, &topics, offset).await,
+        "resume" => node.resume_topics(&mirror, &topics, offset).await,
+        _ => node.recover_topics(&mirror, &topics).await,
+    }?;
+    tracing::info!(%mirror, %operation, topics = ?report.topics, "operation applied");
+    Ok(HttpResponse::Ok().json(report))
+}
+
+async fn translate(node: Data<Node>, q: Query<TranslateQuery>) -> Reply {
+    let t = node
+        .translate(&q.mirror, &q.topic, q.partition, q.offset)
+        .await?;
+    Ok(HttpResponse::Ok().json(t))
+}
+
+async fn state_offset(node: Data<Node>) -> Reply {
+    let offset = node.state_offset().await;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "state_offset": offset })))
+}
+
+async fn metrics(node: Data<Node>) -> Reply {
+    let text = crate::metrics::render(&node.metrics().await);
+    Ok(HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(text))
+}
+
+async fn health() -> Reply {
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "status": "ok" })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::{test as web_test, App};
+    use std::sync::Arc;
+
+    use kmirror_actors::cluster::memory::{MemoryDestination, MemorySource};
+    use kmirror_actors::cluster::SourceCluster;
+    use kmirror_actors::node::{NodeSettings, SourceConnector};
+
+    async fn node() -> Node {
+        let connect: SourceConnector = Arc::new(|_props| {
+            Box::pin(async {
+                Ok(Arc::new(MemorySource::new("source-id")) as Arc<dyn SourceCluster>)
+            })
+        });
+        Node::start(
+            Arc::new(kmirror_store::MemLog::new()),
+            Arc::new(MemoryDestination::new("destination-id")),
+            connect,
+            NodeSettings::default(),
+        )
+        .await
+        .expect("node starts on in-memory clusters")
+    }
+
+    async fn call(req: web_test::TestRequest) -> (StatusCode, serde_json::Value) {
+        let app = web_test::init_service(
+            App::new()
+                .app_data(Data::new(node().await))
+                .configure(configure),
+        )
+        .await;
+        let resp = web_test::call_service(&app, req.to_request()).await;
+        let status = resp.status();
+        let body = web_test::read_body(resp).await;
+        let json = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+        (status, json)
+    }
+
+    fn assert_error(got: (StatusCode, serde_json::Value), status: u16, code: &str, mentions: &str) {
+        assert_eq!(got.0.as_u16(), status, "{}", got.1);
+        assert_eq!(got.1["error"], code, "{}", got.1);
+        let message = got.1["message"].as_str().unwrap();
+        assert!(
+            message.contains(mentions),
+            "`{message}` should mention `{mentions}`"
+        );
+    }
+
+    #[actix_web::test]
+    async fn health_is_ok() {
+        let (status, body) = call(web_test::TestRequest::get().uri("/health")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["status"], "ok");
+    }
+
+    #[actix_web::test]
+    async fn bad_bodies_are_400_and_name_the_problem() {
+        let post = |uri: &str, body: &str| {
+            web_test::TestRequest::post()
+                .uri(uri)
+                .insert_header(("content-type", "application/json"))
+                .set_payload(body.to_owned())
+        };
+        assert_error(
+            call(post("/mirrors", "{")).await,
+            400,
+            "INVALID_REQUEST",
+            "bad JSON body",
+        );
+        assert_error(
+            call(post("/mirrors", r#"{"properties":{}}"#)).await,
+            400,
+            "INVALID_REQUEST",
+            "missing field `name`",
+        );
+        assert_error(
+            call(post("/mirrors", r#"{"name":"m","propertiez":{}}"#)).await,
+            400,
+            "INVALID_REQUEST",
+            "unknown field `propertiez`",
+        );
+        assert_error(
+            call(post("/mirrors", r#"{"name":" "}"#)).await,
+            400,
+            "INVALID_REQUEST",
+            "name",
+        );
+        assert_error(
+            call(post("/mirrors/m/pause", r#"{"topics":[]}"#)).await,
+            400,
+            "INVALID_REQUEST",
+            "topics",
+        );
+        assert_error(
+            call(post(
+                "/mirrors/m/stop",
+                r#"{"topics":["a"],"exclude":["b"]}"#,
+            ))
+            .await,
+            400,
+            "INVALID_REQUEST",
+            "exclude",
+        );
+        assert_error(
+            call(post("/mirrors/m/start", r#"{"topics":"a"}"#)).await,
+            400,
+            "INVALID_REQUEST",
+            "invalid type",
+        );
+        assert_error(
+            call(post(
+                "/mirrors/m/start",
+                r#"{"topics":["a"],"state_validation_offset":-1}"#,
+            ))
+            .await,
+            400,
+            "INVALID_REQUEST",
+            "invalid value",
+        );
+    }
+
+    #[actix_web::test]
+    async fn bad_queries_routes_and_methods() {
+        assert_error(
+            call(
+                web_test::TestRequest::get().uri("/offsets/translate?mirror=m&topic=t&partition=0"),
+            )
+            .await,
+            400,
+            "INVALID_REQUEST",
+            "missing field `offset`",
+        );
+        assert_error(
+            call(web_test::TestRequest::get().uri("/mirrors/m/partitions?failed=maybe")).await,
+            400,
+            "INVALID_REQUEST",
+            "bad query string",
+        );
+        assert_error(
+            call(
+                web_test::TestRequest::post()
+                    .uri("/mirrors/m/frobnicate")
+                    .set_payload(r#"{"topics":["a"]}"#),
+            )
+            .await,
+            404,
+            "NOT_FOUND",
+            "frobnicate",
+        );
+        assert_error(
+            call(web_test::TestRequest::get().uri("/nope")).await,
+            404,
+            "NOT_FOUND",
+            "/nope",
+        );
+        assert_error(
+            call(web_test::TestRequest::put().uri("/mirrors")).await,
+            405,
+            "METHOD_NOT_ALLOWED",
+            "PUT",
+        );
+    }
+
+    #[actix_web::test]
+    async fn node_errors_keep_their_kip_name() {
+        let (status, body) =
+            call(web_test::TestRequest::delete().uri("/mirrors/never-created")).await;
+        assert!(
+            status.is_client_error() || status.is_server_error(),
+            "{status}"
+        );
+        assert!(
+            body["error"].as_str().is_some_and(|c| !c.is_empty()),
+            "{body}"
+        );
+        assert_eq!(status, status_for(body["error"].as_str().unwrap()));
+    }
+
+    #[actix_web::test]
+    async fn metrics_and_state_offset_answer() {
+        let app = web_test::init_service(
+            App::new()
+                .app_data(Data::new(node().await))
+                .configure(configure),
+        )
+        .await;
+        let resp = web_test::call_service(
+            &app,
+            web_test::TestRequest::get().uri("/metrics").to_request(),
+        )
+        .await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let text = String::from_utf8(web_test::read_body(resp).await.to_vec()).unwrap();
+        assert!(text.contains("kmirror_MirroringPartitionState"), "{text}");
+        let resp = web_test::call_service(
+            &app,
+            web_test::TestRequest::get()
+                .uri("/state-offset")
+                .to_request(),
+        )
+        .await;
+        let body: serde_json::Value =
+            serde_json::from_slice(&web_test::read_body(resp).await).unwrap();
+        assert!(body["state_offset"].is_u64(), "{body}");
+    }
+
+    #[test]
+    fn statuses() {
+        assert_eq!(status_for("MIRROR_TOPIC_NOT_PAUSED"), StatusCode::CONFLICT);
+        assert_eq!(status_for("UNKNOWN_CLUSTER_MIRROR"), StatusCode::NOT_FOUND);
+        assert_eq!(
+            status_for("INVALID_CLUSTER_MIRROR_STATES"),
+            StatusCode::CONFLICT
+        );
+        assert_eq!(status_for("INVALID_CONFIG"), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            status_for("SOMETHING_ELSE"),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
+}

@@ -1,0 +1,205 @@
+//! A minimal blocking HTTP/1.1 client for the CLI.
+//!
+//! The CLI only ever talks to a kmirror admin API (usually on loopback), one
+//! request per process; a few dozen lines over `TcpStream` avoid pulling a
+//! full HTTP client (and a TLS stack) into the binary.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// How long to wait for the daemon. Operations that connect to a source
+/// cluster can take a while (the Kafka client's own timeouts bound them).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const READ_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A response: status code and body.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+/// `http://host:port[/prefix]`, split once.
+#[derive(Debug, Clone)]
+pub struct BaseUrl {
+    host_port: String,
+    prefix: String,
+}
+
+impl BaseUrl {
+    pub fn parse(url: &str) -> Result<Self, String> {
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| format!("`{url}`: only http:// URLs are supported"))?;
+        let (host_port, prefix) = match rest.find('/') {
+            Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+            None => (rest, ""),
+        };
+        if host_port.is_empty() {
+            return Err(format!("`{url}`: no host"));
+        }
+        let host_port = if host_port
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+        {
+            host_port.to_owned()
+        } else {
+            format!("{host_port}:80")
+        };
+        Ok(BaseUrl {
+            host_port,
+            prefix: prefix.to_owned(),
+        })
+    }
+
+    /// Sends one request; `body` is JSON. Errors are transport errors only:
+    /// any HTTP status is a `Response`.
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+    ) -> Result<Response, String> {
+        let fail = |e: std::io::Error| {
+            format!(
+                "cannot reach the kmirror daemon at http://{}: {e}",
+                self.host_port
+            )
+        };
+        let addr = self
+            .host_port
+            .to_socket_addrs()
+            .map_err(fail)?
+            .next()
+            .ok_or_else(|| format!("{}: no address", self.host_port))?;
+        let mut stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(fail)?;
+        stream.set_read_timeout(Some(READ_TIMEOUT)).map_err(fail)?;
+        let body = body.unwrap_or_default();
+        let mut request = format!(
+            "{method} {}{path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nAccept: application/json\r\nContent-Length: {}\r\n",
+            self.prefix,
+            self.host_port,
+            body.len()
+        );
+        if !body.is_empty() {
+            request.push_str("Content-Type: application/json\r\n");
+        }
+        request.push_str("\r\n");
+        stream.write_all(request.as_bytes()).map_err(fail)?;
+        stream.write_all(body).map_err(fail)?;
+        read_response(BufReader::new(stream)).map_err(fail)
+    }
+}
+
+fn bad(message: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, message.to_owned())
+}
+
+fn read_response(mut reader: impl BufRead) -> std::io::Result<Response> {
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let status = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse::<u16>().ok())
+        .ok_or_else(|| bad("not an HTTP response"))?;
+    let mut length = None;
+    let mut chunked = false;
+    loop {
+        line.clear();
+        if reader.read_line(&mut line)? == 0 {
+            return Err(bad("connection closed inside the headers"));
+        }
+        let header = line.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = header.split_once(':') {
+            let value = value.trim();
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.parse::<usize>().ok();
+            } else if name.eq_ignore_ascii_case("transfer-encoding") {
+                chunked = value.eq_ignore_ascii_case("chunked");
+            }
+        }
+    }
+    let mut body = Vec::new();
+    if chunked {
+        loop {
+            line.clear();
+            reader.read_line(&mut line)?;
+            let size = usize::from_str_radix(line.trim().split(';').next().unwrap_or(""), 16)
+                .map_err(|_| bad("bad chunk size"))?;
+            if size == 0 {
+                break;
+            }
+            let start = body.len();
+            body.resize(start + size, 0);
+            reader.read_exact(&mut body[start..])?;
+            line.clear();
+            reader.read_line(&mut line)?;
+        }
+    } else if let Some(n) = length {
+        body.resize(n, 0);
+        reader.read_exact(&mut body)?;
+    } else {
+        reader.read_to_end(&mut body)?;
+    }
+    Ok(Response { status, body })
+}
+
+/// Percent-encodes a path segment or query value.
+pub fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let u = BaseUrl::parse("http://127.0.0.1:9650").unwrap();
+        assert_eq!(
+            (u.host_port.as_str(), u.prefix.as_str()),
+            ("127.0.0.1:9650", "")
+        );
+        let u = BaseUrl::parse("http://localhost/kmirror/").unwrap();
+        assert_eq!(
+            (u.host_port.as_str(), u.prefix.as_str()),
+            ("localhost:80", "/kmirror")
+        );
+        assert!(BaseUrl::parse("https://x:1").is_err());
+        assert!(BaseUrl::parse("http://").is_err());
+    }
+
+    #[test]
+    fn responses_with_length_chunks_or_close() {
+        let r = read_response(&b"HTTP/1.1 409 Conflict\r\ncontent-length: 2\r\n\r\n{}extra"[..])
+            .unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (409, &b"{}"[..]));
+        let r = read_response(
+            &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"[..],
+        )
+        .unwrap();
+        assert_eq!(r.body, b"abcde");
+        let r = read_response(&b"HTTP/1.0 200 OK\r\n\r\nall of it"[..]).unwrap();
+        assert_eq!(r.body, b"all of it");
+        assert!(read_response(&b"garbage"[..]).is_err());
+    }
+
+    #[test]
+    fn encoding() {
+        assert_eq!(encode("orders-1.a_b~"), "orders-1.a_b~");
+        assert_eq!(encode("a b/c?&é"), "a%20b%2Fc%3F%26%C3%A9");
+    }
+}

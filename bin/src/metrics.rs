@@ -1,0 +1,266 @@
+//! `/metrics` in the Prometheus text format.
+//!
+//! The partition-state gauges keep the KIP's broker gauge names
+//! (`MirroringPartitionState`, …) so dashboards written for KIP-1279 brokers
+//! map one to one; everything else follows Prometheus naming.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
+
+use kmirror_actors::node::NodeMetrics;
+
+/// The KIP's partition states, each of which always gets a gauge (0 when no
+/// partition is in it) so that alerts on e.g. `FailedPartitionState > 0`
+/// never see a missing series.
+const KIP_STATES: &[&str] = &[
+    "LOG_ALIGNMENT",
+    "EPOCH_FENCING",
+    "ULE_RECOVERY",
+    "MIRRORING",
+    "PAUSING",
+    "PAUSED",
+    "STOPPING",
+    "STOPPED",
+    "FAILED",
+];
+
+/// `LOG_ALIGNMENT` → `LogAlignmentPartitionState`.
+fn gauge_name(state: &str) -> String {
+    let mut name: String = state
+        .split('_')
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            let lower = w.to_ascii_lowercase();
+            let mut chars = lower.chars();
+            chars
+                .next()
+                .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+                .unwrap_or_default()
+        })
+        .collect();
+    name.push_str("PartitionState");
+    name
+}
+
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+struct Family<'a> {
+    out: &'a mut String,
+}
+
+impl Family<'_> {
+    fn header(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.out, "# HELP kmirror_{name} {help}");
+        let _ = writeln!(self.out, "# TYPE kmirror_{name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        let _ = write!(self.out, "kmirror_{name}");
+        if !labels.is_empty() {
+            let labels: Vec<String> = labels
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+                .collect();
+            let _ = write!(self.out, "{{{}}}", labels.join(","));
+        }
+        let _ = writeln!(self.out, " {value}");
+    }
+}
+
+/// Renders the node's figures.
+pub fn render(m: &NodeMetrics) -> String {
+    let mut out = String::new();
+    let mut f = Family { out: &mut out };
+
+    let mut states: BTreeSet<&str> = KIP_STATES.iter().copied().collect();
+    states.extend(m.partitions_by_state.keys().map(String::as_str));
+    for state in states {
+        let name = gauge_name(state);
+        f.header(
+            &name,
+            "gauge",
+            &format!("Mirror partitions in state {state}."),
+        );
+        f.sample(
+            &name,
+            &[],
+            m.partitions_by_state.get(state).copied().unwrap_or(0),
+        );
+    }
+
+    f.header("mirrors", "gauge", "Mirrors on this node.");
+    f.sample("mirrors", &[], m.mirrors);
+    f.header(
+        "event_log_end_offset",
+        "gauge",
+        "End offset of the event log (the StateValidationOffset).",
+    );
+    f.sample("event_log_end_offset", &[], m.event_log_end_offset);
+
+    let mut topics: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for p in &m.partitions {
+        topics.entry(&p.mirror).or_default().insert(&p.topic);
+    }
+    f.header("MirrorTopicCount", "gauge", "Topics per mirror.");
+    for (mirror, topics) in &topics {
+        f.sample("MirrorTopicCount", &[("mirror", mirror)], topics.len());
+    }
+
+    let total_records: u64 = m.partitions.iter().map(|p| p.records_mirrored).sum();
+    let total_bytes: u64 = m.partitions.iter().map(|p| p.bytes_mirrored).sum();
+    f.header(
+        "records_mirrored_total",
+        "counter",
+        "Records mirrored by this node.",
+    );
+    f.sample("records_mirrored_total", &[], total_records);
+    f.header(
+        "bytes_mirrored_total",
+        "counter",
+        "Bytes mirrored by this node.",
+    );
+    f.sample("bytes_mirrored_total", &[], total_bytes);
+    let with_error = m.partitions.iter().filter(|p| p.error.is_some()).count();
+    f.header(
+        "partitions_with_error",
+        "gauge",
+        "Partitions holding an error message.",
+    );
+    f.sample("partitions_with_error", &[], with_error);
+
+    type Value = fn(&kmirror_actors::node::PartitionDescription) -> String;
+    let per_partition: [(&str, &str, &str, Value); 6] = [
+        (
+            "partition_lag_records",
+            "gauge",
+            "Records behind the source high watermark (-1 unknown).",
+            |p| p.lag.to_string(),
+        ),
+        (
+            "partition_lag_seconds",
+            "gauge",
+            "Seconds behind the source.",
+            |p| p.lag_seconds.to_string(),
+        ),
+        (
+            "partition_records_mirrored_total",
+            "counter",
+            "Records mirrored.",
+            |p| p.records_mirrored.to_string(),
+        ),
+        (
+            "partition_bytes_mirrored_total",
+            "counter",
+            "Bytes mirrored.",
+            |p| p.bytes_mirrored.to_string(),
+        ),
+        (
+            "partition_retry_attempt",
+            "gauge",
+            "FAILED retries so far (-1 not retryable).",
+            |p| p.retry_attempt.to_string(),
+        ),
+        (
+            "partition_error",
+            "gauge",
+            "1 when the partition holds an error message.",
+            |p| u8::from(p.error.is_some()).to_string(),
+        ),
+    ];
+    for (name, kind, help, value) in per_partition {
+        f.header(name, kind, help);
+        for p in &m.partitions {
+            let partition = p.partition.to_string();
+            let labels = [
+                ("mirror", p.mirror.as_str()),
+                ("topic", p.topic.as_str()),
+                ("partition", partition.as_str()),
+            ];
+            f.sample(name, &labels, value(p));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kmirror_actors::node::PartitionDescription;
+
+    fn partition(topic: &str, partition: i32, state: &str) -> PartitionDescription {
+        PartitionDescription {
+            mirror: "m\"1".into(),
+            topic: topic.into(),
+            partition,
+            source_offset: 100,
+            destination_offset: 90,
+            lag: 10,
+            lag_seconds: 1.5,
+            state: state.into(),
+            retry_attempt: 0,
+            max_attempts: 20,
+            error: (state == "FAILED").then(|| "boom".into()),
+            offsets_identical: true,
+            records_mirrored: 90,
+            bytes_mirrored: 9000,
+        }
+    }
+
+    #[test]
+    fn gauge_names_follow_the_kip() {
+        assert_eq!(gauge_name("LOG_ALIGNMENT"), "LogAlignmentPartitionState");
+        assert_eq!(gauge_name("ULE_RECOVERY"), "UleRecoveryPartitionState");
+        assert_eq!(gauge_name("MIRRORING"), "MirroringPartitionState");
+    }
+
+    #[test]
+    fn renders_states_lag_and_totals() {
+        let m = NodeMetrics {
+            partitions: vec![
+                partition("orders", 0, "MIRRORING"),
+                partition("orders", 1, "FAILED"),
+            ],
+            partitions_by_state: [
+                ("MIRRORING".to_string(), 1),
+                ("FAILED".to_string(), 1),
+                ("UNKNOWN".to_string(), 2),
+            ]
+            .into_iter()
+            .collect(),
+            mirrors: 1,
+            event_log_end_offset: 42,
+        };
+        let text = render(&m);
+        for line in [
+            "kmirror_MirroringPartitionState 1",
+            "kmirror_FailedPartitionState 1",
+            "kmirror_PausedPartitionState 0",
+            "kmirror_LogAlignmentPartitionState 0",
+            "kmirror_UnknownPartitionState 2",
+            "kmirror_mirrors 1",
+            "kmirror_event_log_end_offset 42",
+            "kmirror_MirrorTopicCount{mirror=\"m\\\"1\"} 1",
+            "kmirror_records_mirrored_total 180",
+            "kmirror_bytes_mirrored_total 18000",
+            "kmirror_partitions_with_error 1",
+            "kmirror_partition_lag_records{mirror=\"m\\\"1\",topic=\"orders\",partition=\"1\"} 10",
+            "kmirror_partition_lag_seconds{mirror=\"m\\\"1\",topic=\"orders\",partition=\"0\"} 1.5",
+            "kmirror_partition_error{mirror=\"m\\\"1\",topic=\"orders\",partition=\"1\"} 1",
+            "# TYPE kmirror_partition_bytes_mirrored_total counter",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing `{line}` in\n{text}"
+            );
+        }
+        // Every sample line is `name[{labels}] value`, and every family is typed once.
+        let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
+        let helps = text.lines().filter(|l| l.starts_with("# HELP")).count();
+        assert_eq!(types, helps);
+    }
+}

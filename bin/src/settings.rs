@@ -1,0 +1,440 @@
+//! Daemon settings: a TOML file, `KMIRROR_` environment overrides, then
+//! command-line flags, all validated before anything starts.
+//!
+//! Every error names the key at fault, in the file's spelling, so an
+//! operator knows which line (or which variable) to fix.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use config::{Config, Environment, File, FileFormat, Value, ValueKind};
+use kmirror_actors::kafka::{ClientConfig, KafkaError};
+
+/// The admin API address when nothing else is said: loopback only, so a
+/// fresh daemon never exposes its control plane.
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9650";
+
+const TOP_LEVEL_KEYS: &[&str] = &[
+    "data_dir",
+    "admin_listen",
+    "log_format",
+    "metadata_refresh_interval_ms",
+    "destination",
+];
+
+/// How log lines are written: text for people, JSON for log shippers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Validated daemon settings.
+#[derive(Debug, Clone)]
+pub struct DaemonSettings {
+    pub data_dir: PathBuf,
+    pub admin_listen: SocketAddr,
+    /// Kafka client properties of the destination, with Kafka's own keys
+    /// (`bootstrap.servers`, …), ready for `KafkaClient::from_properties`.
+    pub destination: BTreeMap<String, String>,
+    pub log_format: LogFormat,
+    /// None: the node's own default.
+    pub metadata_refresh_interval: Option<Duration>,
+}
+
+/// What the `daemon` command line says; it wins over the file and the
+/// environment.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub config: Option<PathBuf>,
+    pub data_dir: Option<String>,
+    pub admin_listen: Option<String>,
+    pub destination: Option<String>,
+}
+
+/// A setting that is missing or wrong: `key` is as written in the TOML file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettingsError {
+    pub key: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for SettingsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "INVALID_CONFIG: {}: {}", self.key, self.message)
+    }
+}
+
+impl std::error::Error for SettingsError {}
+
+fn err(key: impl Into<String>, message: impl Into<String>) -> SettingsError {
+    SettingsError {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+/// The `KMIRROR_` variables that are settings. Other `KMIRROR_` variables
+/// (the test bed's, the CLI's) are none of the daemon's business, so they
+/// are left out rather than refused as unknown keys.
+fn setting_vars(env: impl IntoIterator<Item = (String, String)>) -> config::Map<String, String> {
+    env.into_iter()
+        .filter(|(name, _)| {
+            let Some(rest) = name.strip_prefix("KMIRROR_") else {
+                return false;
+            };
+            let rest = rest.to_ascii_lowercase();
+            rest.starts_with("destination__") || TOP_LEVEL_KEYS.contains(&rest.as_str())
+        })
+        .collect()
+}
+
+/// Loads and validates the settings. `env` is the process environment
+/// (a parameter so tests do not depend on, or change, the real one).
+pub fn load(
+    overrides: &Overrides,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<DaemonSettings, SettingsError> {
+    let mut builder = Config::builder();
+    if let Some(path) = &overrides.config {
+        if !path.is_file() {
+            return Err(err(
+                "--config",
+                format!("{} does not exist or is not a file", path.display()),
+            ));
+        }
+        builder = builder.add_source(File::from(path.as_path()).format(FileFormat::Toml));
+    }
+    builder = builder.add_source(
+        Environment::with_prefix("KMIRROR")
+            .prefix_separator("_")
+            .separator("__")
+            .source(Some(setting_vars(env))),
+    );
+    let flags = [
+        ("data_dir", &overrides.data_dir),
+        ("admin_listen", &overrides.admin_listen),
+        ("destination.bootstrap_servers", &overrides.destination),
+    ];
+    for (key, value) in flags {
+        if let Some(value) = value {
+            builder = builder
+                .set_override(key, value.as_str())
+                .map_err(|e| err(key, e.to_string()))?;
+        }
+    }
+    let table = builder
+        .build()
+        .and_then(|c| c.try_deserialize::<config::Map<String, Value>>())
+        .map_err(|e| {
+            let file = overrides
+                .config
+                .as_deref()
+                .map(Path::display)
+                .map(|d| d.to_string())
+                .unwrap_or_else(|| "settings".into());
+            err(file, e.to_string())
+        })?;
+    from_table(table)
+}
+
+fn from_table(table: config::Map<String, Value>) -> Result<DaemonSettings, SettingsError> {
+    for key in table.keys() {
+        if !TOP_LEVEL_KEYS.contains(&key.as_str()) {
+            return Err(err(
+                key,
+                format!("unknown key; expected one of {}", TOP_LEVEL_KEYS.join(", ")),
+            ));
+        }
+    }
+    let string = |key: &str| -> Result<Option<String>, SettingsError> {
+        match table.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .clone()
+                .into_string()
+                .map(|s| Some(s.trim().to_owned()).filter(|s| !s.is_empty()))
+                .map_err(|e| err(key, e.to_string())),
+        }
+    };
+
+    let data_dir = string("data_dir")?.map(PathBuf::from).ok_or_else(|| {
+        err(
+            "data_dir",
+            "is required (in the config file, KMIRROR_DATA_DIR or --data-dir)",
+        )
+    })?;
+
+    let listen = string("admin_listen")?.unwrap_or_else(|| DEFAULT_ADMIN_LISTEN.into());
+    let admin_listen = listen.parse::<SocketAddr>().map_err(|_| {
+        err(
+            "admin_listen",
+            format!("`{listen}` is not an address like {DEFAULT_ADMIN_LISTEN}"),
+        )
+    })?;
+
+    let log_format = match string("log_format")?.as_deref() {
+        None | Some("text") => LogFormat::Text,
+        Some("json") => LogFormat::Json,
+        Some(other) => {
+            return Err(err(
+                "log_format",
+                format!("`{other}`: expected text or json"),
+            ))
+        }
+    };
+
+    let metadata_refresh_interval = match table.get("metadata_refresh_interval_ms") {
+        None => None,
+        Some(v) => {
+            let key = "metadata_refresh_interval_ms";
+            let ms = v
+                .clone()
+                .into_int()
+                .map_err(|_| err(key, format!("`{v}` is not a number of milliseconds")))?;
+            if ms <= 0 {
+                return Err(err(key, "must be > 0"));
+            }
+            Some(Duration::from_millis(ms as u64))
+        }
+    };
+
+    let destination = destination_properties(table.get("destination"))?;
+
+    Ok(DaemonSettings {
+        data_dir,
+        admin_listen,
+        destination,
+        log_format,
+        metadata_refresh_interval,
+    })
+}
+
+/// `[destination]` keys are Kafka's with `.` written as `_` (so that they
+/// can be environment variables); a nested TOML table (`bootstrap.servers
+/// = …` unquoted) is accepted too. The result is checked by the Kafka
+/// client's own parser, whose errors are mapped back to our spelling.
+fn destination_properties(
+    value: Option<&Value>,
+) -> Result<BTreeMap<String, String>, SettingsError> {
+    let missing = || {
+        err(
+            "destination.bootstrap_servers",
+            "is required (in [destination], KMIRROR_DESTINATION__BOOTSTRAP_SERVERS or --destination)",
+        )
+    };
+    let Some(value) = value else {
+        return Err(missing());
+    };
+    let table = value
+        .clone()
+        .into_table()
+        .map_err(|_| err("destination", "must be a table of Kafka client properties"))?;
+    let mut props = BTreeMap::new();
+    flatten("", table, &mut props)?;
+    if !props.contains_key("bootstrap.servers") {
+        return Err(missing());
+    }
+    ClientConfig::from_properties(&props).map_err(|e| match e {
+        KafkaError::Config { key, message } => {
+            err(format!("destination.{}", key.replace('.', "_")), message)
+        }
+        other => err("destination", other.to_string()),
+    })?;
+    Ok(props)
+}
+
+fn flatten(
+    prefix: &str,
+    table: config::Map<String, Value>,
+    out: &mut BTreeMap<String, String>,
+) -> Result<(), SettingsError> {
+    for (key, value) in table {
+        let kafka_key = format!("{prefix}{}", key.replace('_', "."));
+        if let ValueKind::Table(inner) = value.kind {
+            flatten(&format!("{kafka_key}."), inner, out)?;
+            continue;
+        }
+        let text = value.into_string().map_err(|e| {
+            err(
+                format!("destination.{}", kafka_key.replace('.', "_")),
+                e.to_string(),
+            )
+        })?;
+        out.insert(kafka_key, text);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, text: &str) -> PathBuf {
+        let path = dir.join("kmirror.toml");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn load_file(text: &str, env: &[(&str, &str)]) -> Result<DaemonSettings, SettingsError> {
+        let dir = tempfile::tempdir().unwrap();
+        let overrides = Overrides {
+            config: Some(write(dir.path(), text)),
+            ..Overrides::default()
+        };
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        load(&overrides, env)
+    }
+
+    const GOOD: &str = r#"
+data_dir = "/tmp/kmirror-data"
+admin_listen = "127.0.0.1:9700"
+log_format = "json"
+metadata_refresh_interval_ms = 2000
+
+[destination]
+bootstrap_servers = "127.0.0.1:9092"
+security_protocol = "PLAINTEXT"
+request_timeout_ms = 15000
+"#;
+
+    #[test]
+    fn a_full_file_loads() {
+        let s = load_file(GOOD, &[]).unwrap();
+        assert_eq!(s.data_dir, PathBuf::from("/tmp/kmirror-data"));
+        assert_eq!(s.admin_listen, "127.0.0.1:9700".parse().unwrap());
+        assert_eq!(s.log_format, LogFormat::Json);
+        assert_eq!(s.metadata_refresh_interval, Some(Duration::from_secs(2)));
+        assert_eq!(s.destination["bootstrap.servers"], "127.0.0.1:9092");
+        assert_eq!(s.destination["security.protocol"], "PLAINTEXT");
+        assert_eq!(s.destination["request.timeout.ms"], "15000");
+    }
+
+    #[test]
+    fn environment_overrides_the_file_and_flags_override_both() {
+        let env = [
+            ("KMIRROR_DATA_DIR", "/env/data"),
+            ("KMIRROR_ADMIN_LISTEN", "127.0.0.1:9800"),
+            ("KMIRROR_DESTINATION__BOOTSTRAP_SERVERS", "127.0.0.1:1111"),
+            // Not a setting: ignored, not refused.
+            ("KMIRROR_BED_ENV", "/tmp/env"),
+        ];
+        let s = load_file(GOOD, &env).unwrap();
+        assert_eq!(s.data_dir, PathBuf::from("/env/data"));
+        assert_eq!(s.admin_listen.port(), 9800);
+        assert_eq!(s.destination["bootstrap.servers"], "127.0.0.1:1111");
+
+        let dir = tempfile::tempdir().unwrap();
+        let overrides = Overrides {
+            config: Some(write(dir.path(), GOOD)),
+            data_dir: Some("/flag/data".into()),
+            admin_listen: Some("127.0.0.1:9900".into()),
+            destination: Some("127.0.0.1:2222".into()),
+        };
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        let s = load(&overrides, env).unwrap();
+        assert_eq!(s.data_dir, PathBuf::from("/flag/data"));
+        assert_eq!(s.admin_listen.port(), 9900);
+        assert_eq!(s.destination["bootstrap.servers"], "127.0.0.1:2222");
+        assert_eq!(s.destination["security.protocol"], "PLAINTEXT");
+    }
+
+    #[test]
+    fn flags_alone_are_enough_and_defaults_apply() {
+        let overrides = Overrides {
+            data_dir: Some("/d".into()),
+            destination: Some("127.0.0.1:9092".into()),
+            ..Overrides::default()
+        };
+        let s = load(&overrides, []).unwrap();
+        assert_eq!(s.admin_listen.to_string(), DEFAULT_ADMIN_LISTEN);
+        assert_eq!(s.log_format, LogFormat::Text);
+        assert_eq!(s.metadata_refresh_interval, None);
+    }
+
+    #[test]
+    fn dotted_destination_keys_are_accepted() {
+        let text = "data_dir = \"/d\"\n[destination]\nbootstrap.servers = \"127.0.0.1:9092\"\n";
+        let s = load_file(text, &[]).unwrap();
+        assert_eq!(s.destination["bootstrap.servers"], "127.0.0.1:9092");
+    }
+
+    fn key_of(text: &str) -> String {
+        load_file(text, &[]).unwrap_err().key
+    }
+
+    #[test]
+    fn every_error_names_its_key() {
+        let dest = "[destination]\nbootstrap_servers = \"127.0.0.1:9092\"\n";
+        assert_eq!(key_of(dest), "data_dir");
+        assert_eq!(
+            key_of("data_dir = \"/d\"\n"),
+            "destination.bootstrap_servers"
+        );
+        assert_eq!(
+            key_of(&format!(
+                "data_dir = \"/d\"\nadmin_listen = \"nowhere\"\n{dest}"
+            )),
+            "admin_listen"
+        );
+        assert_eq!(
+            key_of(&format!("data_dir = \"/d\"\nlog_format = \"xml\"\n{dest}")),
+            "log_format"
+        );
+        assert_eq!(
+            key_of(&format!(
+                "data_dir = \"/d\"\nmetadata_refresh_interval_ms = \"soon\"\n{dest}"
+            )),
+            "metadata_refresh_interval_ms"
+        );
+        assert_eq!(
+            key_of(&format!(
+                "data_dir = \"/d\"\nmetadata_refresh_interval_ms = 0\n{dest}"
+            )),
+            "metadata_refresh_interval_ms"
+        );
+        assert_eq!(
+            key_of(&format!("data_dir = \"/d\"\nadmin_port = 1\n{dest}")),
+            "admin_port"
+        );
+        assert_eq!(
+            key_of(&format!(
+                "data_dir = \"/d\"\n{dest}security_protocol = \"TLS\"\n"
+            )),
+            "destination.security_protocol"
+        );
+        assert_eq!(
+            key_of(&format!(
+                "data_dir = \"/d\"\n{dest}bootstrap_serverz = \"x\"\n"
+            )),
+            "destination.bootstrap_serverz"
+        );
+        assert_eq!(
+            key_of("data_dir = \"/d\"\n[destination]\nbootstrap_servers = \"no-port\"\n"),
+            "destination.bootstrap_servers"
+        );
+    }
+
+    #[test]
+    fn the_message_names_the_key() {
+        let e = load_file("data_dir = \"/d\"\n", &[]).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with("INVALID_CONFIG: destination.bootstrap_servers: "),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_missing_or_broken_file_is_named() {
+        let overrides = Overrides {
+            config: Some("/nonexistent/kmirror.toml".into()),
+            ..Overrides::default()
+        };
+        assert_eq!(load(&overrides, []).unwrap_err().key, "--config");
+        let e = load_file("data_dir = \n", &[]).unwrap_err();
+        assert!(e.key.ends_with("kmirror.toml"), "{e}");
+    }
+}

@@ -1,0 +1,463 @@
+//! The `kmirror` binary as an operator runs it: `kmirror daemon` against
+//! the real test bed, the admin API over HTTP, the CLI's exit codes and
+//! error names, and a graceful SIGTERM.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use kmirror_tests::{bed, create_topic, kafka_tool_stdin, unique};
+use serde_json::Value;
+
+const KMIRROR: &str = env!("CARGO_BIN_EXE_kmirror");
+
+fn kmirror(args: &[&str]) -> Output {
+    Command::new(KMIRROR)
+        .args(args)
+        .env_remove("KMIRROR_DATA_DIR")
+        .env_remove("KMIRROR_ADMIN_LISTEN")
+        .env_remove("KMIRROR_ADMIN_URL")
+        .env_remove("KMIRROR_DESTINATION__BOOTSTRAP_SERVERS")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run kmirror")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Asserts a failure whose stderr starts with `CODE: ` and mentions `word`.
+fn assert_fails(out: &Output, code: &str, word: &str) {
+    let err = stderr(out);
+    assert!(
+        !out.status.success(),
+        "expected failure, got success: {}",
+        stdout(out)
+    );
+    assert!(
+        err.starts_with(&format!("{code}: ")),
+        "stderr should start with {code}: {err}"
+    );
+    assert!(err.contains(word), "stderr should mention `{word}`: {err}");
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+#[test]
+fn settings_errors_name_the_key_and_exit_non_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = kmirror(&["daemon"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_fails(&out, "INVALID_CONFIG", "data_dir");
+
+    let config = dir.path().join("kmirror.toml");
+    std::fs::write(
+        &config,
+        "data_dir = \"/tmp/unused\"\nadmin_listen = \"everywhere\"\n[destination]\nbootstrap_servers = \"127.0.0.1:9092\"\n",
+    )
+    .unwrap();
+    let out = kmirror(&["daemon", "--config", config.to_str().unwrap()]);
+    assert_fails(&out, "INVALID_CONFIG", "admin_listen");
+
+    std::fs::write(
+        &config,
+        "data_dir = \"/tmp/unused\"\n[destination]\nbootstrap_servers = \"127.0.0.1:9092\"\nsecurity_protocol = \"TLS\"\n",
+    )
+    .unwrap();
+    let out = kmirror(&["daemon", "--config", config.to_str().unwrap()]);
+    assert_fails(&out, "INVALID_CONFIG", "destination.security_protocol");
+
+    let out = Command::new(KMIRROR)
+        .args([
+            "daemon",
+            "--config",
+            config.to_str().unwrap(),
+            "--destination",
+            "127.0.0.1:9092",
+        ])
+        .env("KMIRROR_LOG_FORMAT", "xml")
+        .output()
+        .unwrap();
+    assert_fails(&out, "INVALID_CONFIG", "log_format");
+}
+
+#[test]
+fn an_unreachable_destination_stops_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let data = dir.path().join("data");
+    let out = kmirror(&[
+        "daemon",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--destination",
+        &format!("127.0.0.1:{port}"),
+        "--admin-listen",
+        &format!("127.0.0.1:{}", free_port()),
+    ]);
+    assert_fails(&out, "NETWORK_EXCEPTION", "destination");
+}
+
+#[test]
+fn cli_errors_have_a_name_and_a_non_zero_exit() {
+    let out = kmirror(&["mirror", "pause", "--mirror", "m"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_fails(&out, "INVALID_REQUEST", "--topics");
+
+    let admin = format!("http://127.0.0.1:{}", free_port());
+    let out = kmirror(&["mirror", "list", "--admin", &admin]);
+    assert_fails(&out, "NETWORK_EXCEPTION", &admin);
+
+    let out = kmirror(&[
+        "mirror",
+        "create",
+        "--mirror",
+        "m",
+        "--mirror-config",
+        "/nonexistent.properties",
+        "--admin",
+        &admin,
+    ]);
+    assert_fails(&out, "INVALID_CONFIG", "--mirror-config");
+
+    let out = kmirror(&[
+        "offsets",
+        "translate",
+        "--mirror",
+        "m",
+        "--topic",
+        "t",
+        "--partition",
+        "x",
+        "--offset",
+        "1",
+    ]);
+    assert_fails(&out, "INVALID_REQUEST", "--partition");
+}
+
+/// A running daemon, killed if a test fails before it stops it.
+struct Daemon {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    fn start() -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let config = dir.path().join("kmirror.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "data_dir = \"{}\"\nadmin_listen = \"127.0.0.1:{port}\"\nmetadata_refresh_interval_ms = 1000\n[destination]\nbootstrap_servers = \"{}\"\n",
+                dir.path().join("data").display(),
+                bed().destination
+            ),
+        )
+        .unwrap();
+        let child = Command::new(KMIRROR)
+            .args(["daemon", "--config", config.to_str().unwrap()])
+            .env("KMIRROR_LOG_FORMAT", "json")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn kmirror daemon");
+        let mut daemon = Daemon {
+            child,
+            port,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok((200, _)) = daemon.try_http("GET", "/health", None) {
+                return daemon;
+            }
+            if let Some(status) = daemon.child.try_wait().unwrap() {
+                let mut err = String::new();
+                daemon
+                    .child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
+                panic!("daemon exited during start-up ({status}): {err}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "daemon did not answer /health within 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn admin(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn try_http(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> std::io::Result<(u16, String)> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
+        s.set_read_timeout(Some(Duration::from_secs(60)))?;
+        let body = body.unwrap_or("");
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )?;
+        let mut text = String::new();
+        s.read_to_string(&mut text)?;
+        let status = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
+        Ok((status, body))
+    }
+
+    fn http(&self, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+        self.try_http(method, path, body)
+            .expect("admin API answers")
+    }
+
+    fn cli(&self, args: &[&str]) -> Output {
+        let admin = self.admin();
+        let mut all = args.to_vec();
+        all.extend(["--admin", admin.as_str()]);
+        kmirror(&all)
+    }
+
+    /// SIGTERM, then the exit status (within 30 s).
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "daemon did not exit within 30 s of SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[test]
+fn daemon_serves_the_admin_api_and_stops_on_sigterm() {
+    let daemon = Daemon::start();
+
+    let (status, body) = daemon.http("GET", "/health", None);
+    assert_eq!((status, body.contains("\"ok\"")), (200, true), "{body}");
+
+    let (status, body) = daemon.http("POST", "/mirrors", Some("{\"name\": 5}"));
+    assert_eq!(status, 400, "{body}");
+    let json: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(json["error"], "INVALID_REQUEST");
+    assert!(
+        json["message"].as_str().unwrap().contains("invalid type"),
+        "{body}"
+    );
+
+    let (status, body) = daemon.http("POST", "/mirrors/m/pause", Some("{\"topics\": []}"));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("topics"), "{body}");
+
+    let (status, body) = daemon.http("GET", "/offsets/translate?mirror=m", None);
+    assert_eq!(status, 400, "{body}");
+
+    let (status, body) = daemon.http("GET", "/metrics", None);
+    assert_eq!(status, 200);
+    assert!(body.contains("kmirror_FailedPartitionState "), "{body}");
+
+    let (status, body) = daemon.http("GET", "/state-offset", None);
+    assert_eq!(status, 200, "{body}");
+
+    let out = daemon.cli(&["mirror", "list", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(serde_json::from_slice::<Value>(&out.stdout)
+        .unwrap()
+        .is_array());
+
+    let out = daemon.cli(&["mirror", "describe"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("MIRROR"), "{}", stdout(&out));
+
+    let status = daemon.terminate();
+    assert_eq!(status.code(), Some(0), "SIGTERM must exit 0");
+}
+
+fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn describe(daemon: &Daemon, mirror: &str) -> Vec<Value> {
+    let out = daemon.cli(&["mirror", "describe", "--mirror", mirror, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice::<Value>(&out.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn write_properties(dir: &Path) -> String {
+    let file = dir.join("source.properties");
+    std::fs::write(
+        &file,
+        format!("# the source\nbootstrap.servers={}\n", bed().source),
+    )
+    .unwrap();
+    file.to_str().unwrap().to_owned()
+}
+
+#[test]
+#[ignore = "needs the Node bodies in actors/src/node.rs"]
+fn a_mirror_lifecycle_through_the_cli() {
+    let daemon = Daemon::start();
+    let topic = unique("cli-orders");
+    create_topic(&bed().source, &topic, 2, &[]);
+    let input: String = (0..100).map(|i| format!("record-{i}\n")).collect();
+    let out = kafka_tool_stdin(
+        "kafka-console-producer",
+        &["--bootstrap-server", &bed().source, "--topic", &topic],
+        input.as_bytes(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let mirror = unique("m");
+    let props = write_properties(dir.path());
+    let out = daemon.cli(&[
+        "mirror",
+        "create",
+        "--mirror",
+        &mirror,
+        "--mirror-config",
+        &props,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = daemon.cli(&[
+        "mirror",
+        "create",
+        "--mirror",
+        &mirror,
+        "--mirror-config",
+        &props,
+    ]);
+    assert_fails(&out, "CLUSTER_MIRROR_ALREADY_EXISTS", &mirror);
+
+    let out = daemon.cli(&["mirror", "list", "--json"]);
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let listed = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mirror"] == mirror.as_str())
+        .expect("listed");
+    assert_eq!(listed["source_bootstrap"], bed().source.as_str());
+    assert!(listed["source_cluster_id"]
+        .as_str()
+        .is_some_and(|id| !id.is_empty()));
+
+    let out = daemon.cli(&["mirror", "start", "--mirror", &mirror, "--topics", &topic]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_for("both partitions mirrored", || {
+        let parts = describe(&daemon, &mirror);
+        parts.len() == 2
+            && parts
+                .iter()
+                .all(|p| p["state"] == "MIRRORING" && p["lag"] == 0)
+    });
+    let total: i64 = describe(&daemon, &mirror)
+        .iter()
+        .map(|p| p["destination_offset"].as_i64().unwrap())
+        .sum();
+    assert_eq!(total, 100);
+
+    let out = daemon.cli(&[
+        "offsets",
+        "translate",
+        "--mirror",
+        &mirror,
+        "--topic",
+        &topic,
+        "--partition",
+        "0",
+        "--offset",
+        "0",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let out = daemon.cli(&["mirror", "delete", "--mirror", &mirror]);
+    assert_fails(&out, "CLUSTER_MIRROR_NOT_EMPTY", "");
+
+    let out = daemon.cli(&["mirror", "pause", "--mirror", &mirror, "--topics", &topic]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_for("paused", || {
+        describe(&daemon, &mirror)
+            .iter()
+            .all(|p| p["state"] == "PAUSED")
+    });
+    let out = daemon.cli(&["mirror", "pause", "--mirror", &mirror, "--topics", &topic]);
+    assert_fails(&out, "MIRROR_TOPIC_ALREADY_PAUSED", "");
+
+    let out = daemon.cli(&["mirror", "stop", "--mirror", &mirror, "--topics", &topic]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_for("stopped", || {
+        describe(&daemon, &mirror)
+            .iter()
+            .all(|p| p["state"] == "STOPPED")
+    });
+
+    let out = daemon.cli(&["mirror", "delete", "--mirror", &mirror]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = daemon.cli(&["mirror", "describe", "--mirror", &mirror]);
+    assert_fails(&out, "UNKNOWN_CLUSTER_MIRROR", "");
+
+    assert_eq!(daemon.terminate().code(), Some(0));
+}
