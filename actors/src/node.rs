@@ -168,17 +168,7 @@ struct Running {
 }
 
 /// Mirror-level keys that are not source connection properties.
-const MIRROR_KEYS: &[&str] = &[
-    "mirror.topics.include",
-    "mirror.topics.exclude",
-    "mirror.groups.include",
-    "mirror.groups.exclude",
-    "topic.properties.exclude",
-    "mirror.metadata.refresh.interval.ms",
-    "mirror.failed.retry.initial.backoff.ms",
-    "mirror.failed.retry.max.backoff.ms",
-    "mirror.failed.retry.max.attempts",
-];
+const MIRROR_KEYS: &[&str] = &["topic.properties.exclude", "acls.include"];
 
 fn refused(e: CoordinatorError) -> NodeError {
     NodeError::new(e.kip_name(), e.to_string())
@@ -189,7 +179,23 @@ fn unavailable(e: impl std::fmt::Display) -> NodeError {
 }
 
 fn kafka(what: &str, e: KafkaError) -> NodeError {
-    NodeError::new("NETWORK_EXCEPTION", format!("{what}: {e}"))
+    let code = match e {
+        KafkaError::Config { .. } => "INVALID_CONFIG",
+        KafkaError::Authentication { .. } => "SASL_AUTHENTICATION_FAILED",
+        _ => "NETWORK_EXCEPTION",
+    };
+    NodeError::new(code, format!("{what}: {e}"))
+}
+
+/// The Kafka client properties among a mirror's properties: everything but
+/// the mirror's own keys (`mirror.*`, `topic.properties.exclude`,
+/// `acls.include`), which the client would refuse as unknown.
+fn client_properties(props: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    props
+        .iter()
+        .filter(|(k, _)| !k.starts_with("mirror.") && !MIRROR_KEYS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 /// Splits a comma-separated list of names or regexes, dropping blanks.
@@ -279,7 +285,7 @@ impl Node {
         let mut props = config.source_properties.clone();
         props.insert("bootstrap.servers".into(), config.source_bootstrap.clone());
         let retry = retry_policy(&props)?;
-        let source = (self.inner.connect_source)(props)
+        let source = (self.inner.connect_source)(client_properties(&props))
             .await
             .map_err(|e| kafka("connect to the source cluster", e))?;
         let actor = MirrorActor::new(MirrorSpec {
@@ -346,7 +352,7 @@ impl Node {
                 format!("cluster mirror {name:?} already exists"),
             ));
         }
-        let source = (self.inner.connect_source)(properties.clone())
+        let source = (self.inner.connect_source)(client_properties(&properties))
             .await
             .map_err(|e| kafka("connect to the source cluster", e))?;
         let cluster_id = source
@@ -361,11 +367,19 @@ impl Node {
         };
         let config = MirrorConfig {
             source_bootstrap: bootstrap,
+            // Everything but the patterns (kept in their own fields):
+            // client properties and the mirror's retry and sync settings.
             source_properties: properties
                 .iter()
                 .filter(|(k, _)| {
-                    *k != "bootstrap.servers" && !MIRROR_KEYS.contains(&k.as_str())
-                        || k.starts_with("mirror.failed.retry.")
+                    !matches!(
+                        k.as_str(),
+                        "bootstrap.servers"
+                            | "mirror.topics.include"
+                            | "mirror.topics.exclude"
+                            | "mirror.groups.include"
+                            | "mirror.groups.exclude"
+                    )
                 })
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),

@@ -190,45 +190,99 @@ impl actix_web::Responder for ApiError {
 
 type Reply = Result<HttpResponse, ApiError>;
 
-async fn list(node: Data<Node>) -> Reply {
-    Ok(HttpResponse::Ok().json(node.list_mirrors().await))
+/// The node as HTTP handlers reach it. Every call runs on the System's
+/// main arbiter, where the node's actors live: a Kafka connection the node
+/// opened while serving a request would otherwise belong to the HTTP
+/// worker's runtime, and die with it when the admin API stops first at
+/// shutdown.
+#[derive(Clone)]
+pub struct NodeHandle {
+    node: Node,
+    home: actix::ArbiterHandle,
 }
 
-async fn create(node: Data<Node>, body: Json<CreateBody>) -> Reply {
+impl NodeHandle {
+    /// Must be called on the arbiter the node was started on.
+    pub fn new(node: Node) -> Self {
+        NodeHandle {
+            node,
+            home: actix::Arbiter::current(),
+        }
+    }
+
+    async fn run<T, F, Fut>(&self, call: F) -> Result<T, ApiError>
+    where
+        F: FnOnce(Node) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = T> + 'static,
+        T: Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let node = self.node.clone();
+        self.home.spawn_fn(move || {
+            actix::spawn(async move {
+                let _ = tx.send(call(node).await);
+            });
+        });
+        rx.await.map_err(|_| {
+            ApiError(NodeError::new(
+                "COORDINATOR_NOT_AVAILABLE",
+                "the node is shutting down",
+            ))
+        })
+    }
+}
+
+async fn list(node: Data<NodeHandle>) -> Reply {
+    let mirrors = node.run(|n| async move { n.list_mirrors().await }).await?;
+    Ok(HttpResponse::Ok().json(mirrors))
+}
+
+async fn create(node: Data<NodeHandle>, body: Json<CreateBody>) -> Reply {
     let CreateBody { name, properties } = body.into_inner();
     if name.trim().is_empty() {
         return Err(ApiError::invalid("name: must not be empty"));
     }
-    let listing = node.create_mirror(&name, properties).await?;
+    let mirror = name.clone();
+    let listing = node
+        .run(|n| async move { n.create_mirror(&mirror, properties).await })
+        .await??;
     tracing::info!(mirror = %name, "mirror created");
     Ok(HttpResponse::Created().json(listing))
 }
 
-async fn delete(node: Data<Node>, name: Path<String>, query: Query<DeleteQuery>) -> Reply {
-    node.delete_mirror(&name, query.state_validation_offset)
-        .await?;
+async fn delete(node: Data<NodeHandle>, name: Path<String>, query: Query<DeleteQuery>) -> Reply {
+    let (mirror, offset) = (name.clone(), query.state_validation_offset);
+    node.run(move |n| async move { n.delete_mirror(&mirror, offset).await })
+        .await??;
     tracing::info!(mirror = %name, "mirror deleted");
     Ok(HttpResponse::Ok().json(serde_json::json!({ "mirror": *name, "deleted": true })))
 }
 
-fn described(partitions: Vec<PartitionDescription>, failed: bool) -> HttpResponse {
-    let partitions: Vec<_> = partitions
+async fn describe(node: &NodeHandle, mirror: Option<String>, failed: bool) -> Reply {
+    let partitions = node
+        .run(|n| async move { n.describe(mirror.as_deref()).await })
+        .await??;
+    let partitions: Vec<PartitionDescription> = partitions
         .into_iter()
         .filter(|p| !failed || p.state == "FAILED")
         .collect();
-    HttpResponse::Ok().json(partitions)
+    Ok(HttpResponse::Ok().json(partitions))
 }
 
-async fn describe_one(node: Data<Node>, name: Path<String>, query: Query<DescribeQuery>) -> Reply {
-    Ok(described(node.describe(Some(&name)).await?, query.failed))
+async fn describe_one(
+    node: Data<NodeHandle>,
+    name: Path<String>,
+    query: Query<DescribeQuery>,
+) -> Reply {
+    describe(&node, Some(name.into_inner()), query.failed).await
 }
 
-async fn describe_all(node: Data<Node>, query: Query<DescribeQuery>) -> Reply {
-    Ok(described(node.describe(None).await?, query.failed))
+async fn describe_all(node: Data<NodeHandle>, query: Query<DescribeQuery>) -> Reply {
+    describe(&node, None, query.failed).await
 }
 
 async fn operate(
-    node: Data<Node>,
+    node: Data<NodeHandle>,
     path: Path<(String, String)>,
     body: Json<OperationBody>,
 ) -> Reply {
@@ -259,34 +313,45 @@ async fn operate(
             "state_validation_offset: recover does not take one",
         ));
     }
-    let report = match operation.as_str() {
-        "start" => node.start_topics(&mirror, &topics, &exclude, offset).await,
-        "stop" => node.stop_topics(&mirror, &topics, offset).await,
-        "pause" => node.pause_topics(&mirror, &topics, offset).await,
-        "resume" => node.resume_topics(&mirror, &topics, offset).await,
-        _ => node.recover_topics(&mirror, &topics).await,
-    }?;
+    let (m, op) = (mirror.clone(), operation.clone());
+    let report = node
+        .run(move |n| async move {
+            match op.as_str() {
+                "start" => n.start_topics(&m, &topics, &exclude, offset).await,
+                "stop" => n.stop_topics(&m, &topics, offset).await,
+                "pause" => n.pause_topics(&m, &topics, offset).await,
+                "resume" => n.resume_topics(&m, &topics, offset).await,
+                _ => n.recover_topics(&m, &topics).await,
+            }
+        })
+        .await??;
     tracing::info!(%mirror, %operation, topics = ?report.topics, "operation applied");
     Ok(HttpResponse::Ok().json(report))
 }
 
-async fn translate(node: Data<Node>, q: Query<TranslateQuery>) -> Reply {
+async fn translate(node: Data<NodeHandle>, q: Query<TranslateQuery>) -> Reply {
+    let TranslateQuery {
+        mirror,
+        topic,
+        partition,
+        offset,
+    } = q.into_inner();
     let t = node
-        .translate(&q.mirror, &q.topic, q.partition, q.offset)
-        .await?;
+        .run(move |n| async move { n.translate(&mirror, &topic, partition, offset).await })
+        .await??;
     Ok(HttpResponse::Ok().json(t))
 }
 
-async fn state_offset(node: Data<Node>) -> Reply {
-    let offset = node.state_offset().await;
+async fn state_offset(node: Data<NodeHandle>) -> Reply {
+    let offset = node.run(|n| async move { n.state_offset().await }).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({ "state_offset": offset })))
 }
 
-async fn metrics(node: Data<Node>) -> Reply {
-    let text = crate::metrics::render(&node.metrics().await);
+async fn metrics(node: Data<NodeHandle>) -> Reply {
+    let figures = node.run(|n| async move { n.metrics().await }).await?;
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
-        .body(text))
+        .body(crate::metrics::render(&figures)))
 }
 
 async fn health() -> Reply {
@@ -322,7 +387,7 @@ mod tests {
     async fn call(req: web_test::TestRequest) -> (StatusCode, serde_json::Value) {
         let app = web_test::init_service(
             App::new()
-                .app_data(Data::new(node().await))
+                .app_data(Data::new(NodeHandle::new(node().await)))
                 .configure(configure),
         )
         .await;
@@ -477,7 +542,7 @@ mod tests {
     async fn metrics_and_state_offset_answer() {
         let app = web_test::init_service(
             App::new()
-                .app_data(Data::new(node().await))
+                .app_data(Data::new(NodeHandle::new(node().await)))
                 .configure(configure),
         )
         .await;

@@ -97,8 +97,9 @@ fn open_log(settings: &DaemonSettings) -> Result<Arc<dyn EventLog>, settings::Se
         message: format!("{}: {what}", dir.display()),
     };
     std::fs::create_dir_all(dir).map_err(|e| fail(format!("cannot create it: {e}")))?;
-    let log = SledLog::open(dir.join("log"))
-        .map_err(|e| fail(format!("cannot open the event log: {e}")))?;
+    // The data dir *is* the sled directory, so `kmirror log … --data-dir`
+    // reads the same path.
+    let log = SledLog::open(dir).map_err(|e| fail(format!("cannot open the event log: {e}")))?;
     Ok(Arc::new(log))
 }
 
@@ -146,7 +147,7 @@ async fn serve(settings: DaemonSettings, log: Arc<dyn EventLog>) -> Result<(), S
         }
     };
 
-    let data = Data::new(node.clone());
+    let data = Data::new(crate::api::NodeHandle::new(node.clone()));
     let server = HttpServer::new(move || {
         App::new()
             .app_data(data.clone())

@@ -149,19 +149,19 @@ fn cli_errors_have_a_name_and_a_non_zero_exit() {
 struct Daemon {
     child: Child,
     port: u16,
-    _dir: tempfile::TempDir,
 }
 
 impl Daemon {
-    fn start() -> Daemon {
-        let dir = tempfile::tempdir().unwrap();
+    /// A daemon on `dir` (its config and data dir); a second one on the
+    /// same `dir` is a restart.
+    fn start(dir: &Path) -> Daemon {
         let port = free_port();
-        let config = dir.path().join("kmirror.toml");
+        let config = dir.join("kmirror.toml");
         std::fs::write(
             &config,
             format!(
                 "data_dir = \"{}\"\nadmin_listen = \"127.0.0.1:{port}\"\nmetadata_refresh_interval_ms = 1000\n[destination]\nbootstrap_servers = \"{}\"\n",
-                dir.path().join("data").display(),
+                dir.join("data").display(),
                 bed().destination
             ),
         )
@@ -174,11 +174,7 @@ impl Daemon {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn kmirror daemon");
-        let mut daemon = Daemon {
-            child,
-            port,
-            _dir: dir,
-        };
+        let mut daemon = Daemon { child, port };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok((200, _)) = daemon.try_http("GET", "/health", None) {
@@ -280,7 +276,8 @@ impl Drop for Daemon {
 
 #[test]
 fn daemon_serves_the_admin_api_and_stops_on_sigterm() {
-    let daemon = Daemon::start();
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path());
 
     let (status, body) = daemon.http("GET", "/health", None);
     assert_eq!((status, body.contains("\"ok\"")), (200, true), "{body}");
@@ -350,16 +347,11 @@ fn write_properties(dir: &Path) -> String {
     file.to_str().unwrap().to_owned()
 }
 
-#[test]
-#[ignore = "needs the Node bodies in actors/src/node.rs"]
-fn a_mirror_lifecycle_through_the_cli() {
-    let daemon = Daemon::start();
-    let topic = unique("cli-orders");
-    create_topic(&bed().source, &topic, 2, &[]);
-    let input: String = (0..100).map(|i| format!("record-{i}\n")).collect();
+fn produce(topic: &str, from: usize, to: usize) {
+    let input: String = (from..to).map(|i| format!("record-{i}\n")).collect();
     let out = kafka_tool_stdin(
         "kafka-console-producer",
-        &["--bootstrap-server", &bed().source, "--topic", &topic],
+        &["--bootstrap-server", &bed().source, "--topic", topic],
         input.as_bytes(),
     );
     assert!(
@@ -367,8 +359,33 @@ fn a_mirror_lifecycle_through_the_cli() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
 
+fn mirrored(daemon: &Daemon, mirror: &str, records: i64) -> bool {
+    let parts = describe(daemon, mirror);
+    parts.len() == 2
+        && parts
+            .iter()
+            .all(|p| p["state"] == "MIRRORING" && p["lag"] == 0)
+        && parts
+            .iter()
+            .map(|p| p["destination_offset"].as_i64().unwrap())
+            .sum::<i64>()
+            == records
+}
+
+fn in_state(daemon: &Daemon, mirror: &str, state: &str) -> bool {
+    describe(daemon, mirror).iter().all(|p| p["state"] == state)
+}
+
+#[test]
+fn a_mirror_lifecycle_through_the_cli() {
     let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path());
+    let topic = unique("cli-orders");
+    create_topic(&bed().source, &topic, 2, &[]);
+    produce(&topic, 0, 100);
+
     let mirror = unique("m");
     let props = write_properties(dir.path());
     let out = daemon.cli(&[
@@ -405,19 +422,23 @@ fn a_mirror_lifecycle_through_the_cli() {
 
     let out = daemon.cli(&["mirror", "start", "--mirror", &mirror, "--topics", &topic]);
     assert!(out.status.success(), "{}", stderr(&out));
-    wait_for("both partitions mirrored", || {
-        let parts = describe(&daemon, &mirror);
-        parts.len() == 2
-            && parts
-                .iter()
-                .all(|p| p["state"] == "MIRRORING" && p["lag"] == 0)
-    });
-    let total: i64 = describe(&daemon, &mirror)
-        .iter()
-        .map(|p| p["destination_offset"].as_i64().unwrap())
-        .sum();
-    assert_eq!(total, 100);
+    wait_for("100 records mirrored", || mirrored(&daemon, &mirror, 100));
 
+    let (_, metrics) = daemon.http("GET", "/metrics", None);
+    let lag = format!(
+        "kmirror_partition_lag_records{{mirror=\"{mirror}\",topic=\"{topic}\",partition=\"0\"}} 0"
+    );
+    assert!(
+        metrics.lines().any(|l| l == lag),
+        "no `{lag}` in\n{metrics}"
+    );
+
+    // The console producer's sticky partitioner may fill one partition only.
+    let busy = describe(&daemon, &mirror)
+        .into_iter()
+        .find(|p| p["destination_offset"].as_i64() > Some(0))
+        .expect("a partition with records");
+    let partition = busy["partition"].to_string();
     let out = daemon.cli(&[
         "offsets",
         "translate",
@@ -426,33 +447,52 @@ fn a_mirror_lifecycle_through_the_cli() {
         "--topic",
         &topic,
         "--partition",
-        "0",
+        &partition,
         "--offset",
         "0",
         "--json",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
+    let translation: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(translation["kind"], "exact", "{translation}");
+    assert_eq!(translation["destination_offset"], 0, "{translation}");
 
     let out = daemon.cli(&["mirror", "delete", "--mirror", &mirror]);
     assert_fails(&out, "CLUSTER_MIRROR_NOT_EMPTY", "");
 
+    let (_, body) = daemon.http("GET", "/state-offset", None);
+    let before_pause = serde_json::from_str::<Value>(&body).unwrap()["state_offset"].to_string();
     let out = daemon.cli(&["mirror", "pause", "--mirror", &mirror, "--topics", &topic]);
     assert!(out.status.success(), "{}", stderr(&out));
-    wait_for("paused", || {
-        describe(&daemon, &mirror)
-            .iter()
-            .all(|p| p["state"] == "PAUSED")
-    });
+    wait_for("paused", || in_state(&daemon, &mirror, "PAUSED"));
     let out = daemon.cli(&["mirror", "pause", "--mirror", &mirror, "--topics", &topic]);
     assert_fails(&out, "MIRROR_TOPIC_ALREADY_PAUSED", "");
+    let out = daemon.cli(&[
+        "mirror",
+        "resume",
+        "--mirror",
+        &mirror,
+        "--topics",
+        &topic,
+        "--state-validation-offset",
+        &before_pause,
+    ]);
+    assert_fails(&out, "INVALID_CLUSTER_MIRROR_STATES", "");
+    let out = daemon.cli(&["mirror", "resume", "--mirror", &mirror, "--topics", &topic]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_for("resumed", || in_state(&daemon, &mirror, "MIRRORING"));
+
+    // A restart resumes the mirror from the log alone.
+    assert_eq!(daemon.terminate().code(), Some(0));
+    produce(&topic, 100, 150);
+    let daemon = Daemon::start(dir.path());
+    wait_for("150 records mirrored after a restart", || {
+        mirrored(&daemon, &mirror, 150)
+    });
 
     let out = daemon.cli(&["mirror", "stop", "--mirror", &mirror, "--topics", &topic]);
     assert!(out.status.success(), "{}", stderr(&out));
-    wait_for("stopped", || {
-        describe(&daemon, &mirror)
-            .iter()
-            .all(|p| p["state"] == "STOPPED")
-    });
+    wait_for("stopped", || in_state(&daemon, &mirror, "STOPPED"));
 
     let out = daemon.cli(&["mirror", "delete", "--mirror", &mirror]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -460,4 +500,11 @@ fn a_mirror_lifecycle_through_the_cli() {
     assert_fails(&out, "UNKNOWN_CLUSTER_MIRROR", "");
 
     assert_eq!(daemon.terminate().code(), Some(0));
+
+    // The daemon's data dir is what the offline log tools read.
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    let out = kmirror(&["log", "audit", "--data-dir", data, "--mirror", &mirror]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains(&topic), "{}", stdout(&out));
 }

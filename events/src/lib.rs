@@ -15,6 +15,7 @@ pub mod record;
 pub mod retry;
 pub mod routing;
 pub mod state;
+pub mod sync;
 
 pub use codec::{CodecError, Envelope, FORMAT_VERSION};
 pub use ids::{Offset, TopicId};
@@ -29,3 +30,6 @@ pub use record::*;
 pub use retry::{RetryDecision, RetryPolicy};
 pub use routing::{coordinator_partition, java_string_hash_code, kafka_abs};
 pub use state::{is_valid_transition, retry_target, PartitionState};
+pub use sync::{
+    group_offset_target, is_active_group_state, AclEntry, AclRules, SyncSettings,
+};

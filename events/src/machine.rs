@@ -246,6 +246,10 @@ fn require_mirror<'a>(
 fn validate_config(config: &MirrorConfig) -> Result<(), DecideError> {
     TopicFilter::new(&config.topics_include, &config.topics_exclude)?;
     GroupFilter::new(&config.groups_include, &config.groups_exclude)?;
+    // acls.include, topic.properties.exclude and the sync interval: refused
+    // here so a bad rule is an INVALID_CONFIG at create/alter time rather
+    // than a sync error every tick.
+    crate::sync::SyncSettings::from_config(config)?;
     if config.source_bootstrap.trim().is_empty() {
         return Err(DecideError::InvalidRequest(
             "source bootstrap servers must not be empty".into(),

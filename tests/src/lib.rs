@@ -12,6 +12,7 @@
 //! it (SIGKILL, abort) — by the watcher `scripts/kafka up --owner-pid` leaves
 //! behind.
 
+pub mod mirror;
 pub mod wire;
 
 use std::path::{Path, PathBuf};

@@ -2,164 +2,12 @@
 //! MirrorActor, PartitionActors, the sled log) copies topics written by
 //! Kafka's Java producer, and Kafka's Java consumer reads both sides.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kmirror_actors::cluster::kafka::{KafkaDestination, KafkaSource};
-use kmirror_actors::cluster::SourceCluster;
-use kmirror_actors::kafka::fetch::FetchOptions;
-use kmirror_actors::kafka::{ClientConfig, KafkaClient};
-use kmirror_actors::node::{Node, NodeSettings, SourceConnector};
-use kmirror_store::SledLog;
-use kmirror_tests::{bed, create_topic, kafka_tool_ok, kafka_tool_stdin, unique};
-
-fn connector() -> SourceConnector {
-    Arc::new(|props: BTreeMap<String, String>| {
-        Box::pin(async move {
-            let client = KafkaClient::from_properties(&props).await?;
-            Ok(Arc::new(KafkaSource::new(client, FetchOptions::default()))
-                as Arc<dyn SourceCluster>)
-        })
-    })
-}
-
-async fn node(dir: &std::path::Path) -> Node {
-    let log = Arc::new(SledLog::open(dir).expect("open event log"));
-    let dest = KafkaClient::connect(ClientConfig::plaintext(&bed().destination))
-        .await
-        .expect("connect destination");
-    Node::start(
-        log,
-        Arc::new(KafkaDestination::new(dest)),
-        connector(),
-        NodeSettings {
-            refresh_interval: Duration::from_millis(500),
-        },
-    )
-    .await
-    .expect("node start")
-}
-
-fn mirror_props() -> BTreeMap<String, String> {
-    BTreeMap::from([("bootstrap.servers".to_string(), bed().source.clone())])
-}
-
-/// Console-producer input lines `headers \t key \t value` with `NULL` as the
-/// null marker: null keys and values, null header values, duplicate header
-/// keys in a given order.
-fn lines(n: usize, tag: &str) -> String {
-    let mut out = String::new();
-    for i in 0..n {
-        let key = if i % 11 == 0 {
-            "NULL".to_string()
-        } else {
-            format!("key-{}", i % 97)
-        };
-        let value = if i % 13 == 0 {
-            "NULL".to_string()
-        } else {
-            format!("{tag}-value-{i}-{}", "x".repeat(i % 40))
-        };
-        out.push_str(&format!("seq:{i},dup:a,dup:NULL,dup:c\t{key}\t{value}\n"));
-    }
-    out
-}
-
-fn produce(topic: &str, input: &str, codec: &str) {
-    let out = kafka_tool_stdin(
-        "kafka-console-producer",
-        &[
-            "--bootstrap-server",
-            &bed().source,
-            "--topic",
-            topic,
-            "--producer-property",
-            &format!("compression.type={codec}"),
-            "--producer-property",
-            "linger.ms=50",
-            "--property",
-            "parse.key=true",
-            "--property",
-            "parse.headers=true",
-            "--property",
-            "null.marker=NULL",
-        ],
-        input.as_bytes(),
-    );
-    assert!(
-        out.status.success(),
-        "console producer: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Every record of `topic` as Kafka's console consumer prints it, sorted by
-/// partition then offset. Waits at most `timeout_ms` for the `n`th.
-fn consume_sorted(bootstrap: &str, topic: &str, n: usize, timeout_ms: u32) -> Vec<String> {
-    let out = kafka_tool_ok(
-        "kafka-console-consumer",
-        &[
-            "--bootstrap-server",
-            bootstrap,
-            "--topic",
-            topic,
-            "--from-beginning",
-            "--max-messages",
-            &n.to_string(),
-            "--timeout-ms",
-            &timeout_ms.to_string(),
-            "--property",
-            "print.key=true",
-            "--property",
-            "print.headers=true",
-            "--property",
-            "print.timestamp=true",
-            "--property",
-            "print.partition=true",
-            "--property",
-            "print.offset=true",
-            "--property",
-            "print.value=true",
-        ],
-    );
-    let mut rows: Vec<(i64, i64, String)> = out
-        .lines()
-        .map(|l| {
-            let field = |name: &str| -> i64 {
-                l.split('\t')
-                    .find_map(|f| f.strip_prefix(name))
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or_else(|| panic!("no {name} in {l}"))
-            };
-            (field("Partition:"), field("Offset:"), l.to_string())
-        })
-        .collect();
-    rows.sort();
-    rows.into_iter().map(|r| r.2).collect()
-}
-
-async fn wait_caught_up(node: &Node, mirror: &str, expected_records: u64, timeout: Duration) {
-    let start = Instant::now();
-    loop {
-        let parts = node.describe(Some(mirror)).await.unwrap();
-        let mirrored: u64 = parts
-            .iter()
-            .map(|p| p.destination_offset.max(0) as u64)
-            .sum();
-        if !parts.is_empty()
-            && mirrored >= expected_records
-            && parts.iter().all(|p| p.lag == 0 && p.state == "MIRRORING")
-        {
-            return;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "not caught up after {timeout:?}: {parts:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
+use kmirror_tests::mirror::{
+    consume_sorted, consume_sorted_with, lines, mirror_props, node, produce, wait_caught_up, without_offsets,
+};
+use kmirror_tests::{bed, create_topic, unique};
 
 #[actix::test]
 async fn eight_partitions_every_codec_identical_through_kafkas_own_consumer() {
@@ -291,5 +139,38 @@ async fn a_compacted_source_with_gaps_translates_every_offset() {
     }
     let p = &node.describe(Some("mc")).await.unwrap()[0];
     assert!(!p.offsets_identical, "{p:?} {surviving:?}");
+    node.shutdown().await;
+}
+
+#[actix::test]
+async fn only_committed_transactional_records_arrive() {
+    // Kafka's TransactionalMessageCopier writes the source topic in
+    // transactions of 50, aborting some at random (and re-sending their
+    // records in a later, committed transaction).
+    let input = unique("e2e-txn-in");
+    let topic = unique("e2e-txn");
+    create_topic(&bed().source, &input, 1, &[]);
+    create_topic(&bed().source, &topic, 1, &[]);
+    produce(&input, &lines(1_000, "txn"), "none");
+    kmirror_tests::kafka_tool_ok(
+        "kafka-transactional-message-copier",
+        &[
+            "--broker-list", &bed().source, "--input-topic", &input, "--input-partition", "0",
+            "--output-topic", &topic, "--transactional-id", &unique("copier"),
+            "--transaction-size", "50", "--enable-random-aborts", "--max-messages", "1000",
+        ],
+    );
+    let committed = consume_sorted_with(&bed().source, &topic, 1_000, 60_000, &["--isolation-level", "read_committed"]);
+    assert_eq!(committed.len(), 1_000);
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    node.create_mirror("mt", mirror_props()).await.unwrap();
+    node.start_topics("mt", std::slice::from_ref(&topic), &[], None).await.unwrap();
+    wait_caught_up(&node, "mt", 1_000, Duration::from_secs(60)).await;
+    let mirrored = consume_sorted(&bed().destination, &topic, 1_001, 5_000);
+    assert_eq!(without_offsets(&committed), without_offsets(&mirrored), "exactly the committed records, in order");
+    let p = &node.describe(Some("mt")).await.unwrap()[0];
+    assert_eq!(p.destination_offset, 1_000, "no aborted record and no marker on the destination");
+    assert!(p.source_offset > 1_000, "the source had markers (and aborted data) to skip: {p:?}");
     node.shutdown().await;
 }

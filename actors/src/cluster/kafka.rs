@@ -7,7 +7,7 @@
 //! whose consumer is slow simply drops out of the next request until it has
 //! room again — back-pressure without a growing queue.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -16,10 +16,10 @@ use kmirror_events::TopicId;
 use tokio::sync::mpsc;
 
 use super::{
-    Ack, BoxFuture, DestinationCluster, LogBounds, PartitionFetch, PartitionSink, SourceCluster,
-    TopicInfo,
+    AclBinding, Ack, BoxFuture, DestinationCluster, GroupListing, GroupOffsets, LogBounds,
+    PartitionFetch, PartitionSink, SourceCluster, TopicInfo,
 };
-use crate::kafka::admin::{Admin, ConfigResource, NewTopic, OffsetSpec};
+use crate::kafka::admin::{Admin, AclFilter, AlterConfigOp, ConfigResource, NewTopic, OffsetSpec};
 use crate::kafka::batch::OutgoingBatch;
 use crate::kafka::fetch::{
     FetchError, FetchOptions, FetchSession, FetchedPartition, IsolationLevel, TopicPartition,
@@ -73,6 +73,47 @@ async fn bounds(admin: &Admin, tp: &TopicPartition) -> Result<LogBounds, KafkaEr
         end: end.offset,
         leader_epoch: end.leader_epoch,
     })
+}
+
+async fn list_groups(admin: &Admin) -> Result<Vec<GroupListing>, KafkaError> {
+    Ok(admin
+        .list_groups(&[])
+        .await?
+        .into_iter()
+        .map(|g| GroupListing {
+            group_id: g.group_id,
+            state: g.state,
+            protocol_type: g.protocol_type,
+            group_type: g.group_type,
+        })
+        .collect())
+}
+
+async fn committed_offsets(
+    admin: &Admin,
+    group: &str,
+    topics: &[String],
+) -> Result<GroupOffsets, KafkaError> {
+    let mut all = admin.offset_fetch(group, None).await?;
+    all.retain(|(t, _), _| topics.contains(t));
+    Ok(all)
+}
+
+async fn describe_acls(admin: &Admin) -> Result<Vec<AclBinding>, KafkaError> {
+    admin.describe_acls(&AclFilter::any()).await
+}
+
+/// A filter matching exactly one binding.
+fn exact_filter(a: &AclBinding) -> AclFilter {
+    AclFilter {
+        resource_type: a.resource_type,
+        resource_name: Some(a.resource_name.clone()),
+        pattern_type: a.pattern_type,
+        principal: Some(a.principal.clone()),
+        host: Some(a.host.clone()),
+        operation: a.operation,
+        permission_type: a.permission_type,
+    }
 }
 
 /// The source cluster over Kafka.
@@ -260,6 +301,23 @@ impl SourceCluster for KafkaSource {
         })
     }
 
+    fn list_groups(&self) -> BoxFuture<'_, Result<Vec<GroupListing>, KafkaError>> {
+        Box::pin(list_groups(&self.admin))
+    }
+
+    fn committed_offsets(
+        &self,
+        group: &str,
+        topics: &[String],
+    ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>> {
+        let (group, topics) = (group.to_string(), topics.to_vec());
+        Box::pin(async move { committed_offsets(&self.admin, &group, &topics).await })
+    }
+
+    fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>> {
+        Box::pin(describe_acls(&self.admin))
+    }
+
     fn open(
         &self,
         tp: TopicPartition,
@@ -374,6 +432,94 @@ impl DestinationCluster for KafkaDestination {
                 .find(|e| e.name == "max.message.bytes")
                 .and_then(|e| e.value.as_deref()?.parse().ok())
                 .unwrap_or(1_048_588))
+        })
+    }
+
+    fn bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>> {
+        let tp = tp.clone();
+        Box::pin(async move { bounds(&self.admin, &tp).await })
+    }
+
+    fn list_groups(&self) -> BoxFuture<'_, Result<Vec<GroupListing>, KafkaError>> {
+        Box::pin(list_groups(&self.admin))
+    }
+
+    fn committed_offsets(
+        &self,
+        group: &str,
+        topics: &[String],
+    ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>> {
+        let (group, topics) = (group.to_string(), topics.to_vec());
+        Box::pin(async move { committed_offsets(&self.admin, &group, &topics).await })
+    }
+
+    fn commit_offsets(
+        &self,
+        group: &str,
+        offsets: GroupOffsets,
+    ) -> BoxFuture<'_, Result<(), KafkaError>> {
+        let group = group.to_string();
+        Box::pin(async move {
+            // OffsetCommit v10+ names topics by id: make sure we know them.
+            let md = self.client.metadata();
+            let missing: Vec<String> = offsets
+                .keys()
+                .map(|(t, _)| t.clone())
+                .filter(|t| md.topic(t).is_none())
+                .collect();
+            if !missing.is_empty() {
+                self.client.refresh_metadata(Some(&missing)).await?;
+            }
+            self.admin.offset_commit(&group, &offsets).await
+        })
+    }
+
+    fn topic_config_values(
+        &self,
+        topic: &str,
+    ) -> BoxFuture<'_, Result<BTreeMap<String, Option<String>>, KafkaError>> {
+        let resource = ConfigResource::Topic(topic.to_string());
+        Box::pin(async move {
+            Ok(self
+                .admin
+                .describe_configs(&resource)
+                .await?
+                .into_iter()
+                .map(|e| (e.name, if e.is_sensitive { None } else { e.value }))
+                .collect())
+        })
+    }
+
+    fn alter_topic_configs(
+        &self,
+        topic: &str,
+        set: Vec<(String, String)>,
+    ) -> BoxFuture<'_, Result<(), KafkaError>> {
+        let resource = ConfigResource::Topic(topic.to_string());
+        let ops: Vec<AlterConfigOp> = set
+            .into_iter()
+            .map(|(k, v)| AlterConfigOp::Set(k, v))
+            .collect();
+        Box::pin(async move { self.admin.incremental_alter_configs(&resource, &ops).await })
+    }
+
+    fn create_partitions(&self, topic: &str, total: i32) -> BoxFuture<'_, Result<(), KafkaError>> {
+        let topic = topic.to_string();
+        Box::pin(async move { self.admin.create_partitions(&topic, total).await })
+    }
+
+    fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>> {
+        Box::pin(describe_acls(&self.admin))
+    }
+
+    fn create_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>> {
+        Box::pin(async move { self.admin.create_acls(&acls).await })
+    }
+
+    fn delete_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>> {
+        Box::pin(async move {
+            let filters: Vec<AclFilter> = acls.iter().map(exact_filter).collect();
+            self.admin.delete_acls(&filters).await.map(|_| ())
         })
     }
 

@@ -12,6 +12,7 @@
 pub mod kafka;
 pub mod memory;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -21,6 +22,24 @@ use crate::kafka::batch::OutgoingBatch;
 use crate::kafka::fetch::{FetchError, FetchedPartition, TopicPartition};
 use crate::kafka::produce::ProduceAck;
 use crate::kafka::KafkaError;
+
+pub use crate::kafka::admin::{AclBinding, CommittedOffset};
+
+/// A group's committed offsets by `(topic, partition)`.
+pub type GroupOffsets = BTreeMap<(String, i32), CommittedOffset>;
+
+/// A group as ListGroups reports it: what offset sync needs to pick the
+/// groups to copy and to leave the destination's live groups alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupListing {
+    pub group_id: String,
+    /// As the coordinator spells it (`Stable`, `Empty`, `ASSIGNING`, …).
+    pub state: String,
+    /// `consumer`, `connect`, or empty for a standalone-commit group.
+    pub protocol_type: String,
+    /// `classic`, `consumer`, `share` (empty from brokers before KIP-848).
+    pub group_type: String,
+}
 
 /// A boxed, sendable future: the trait methods below return these so the
 /// traits stay object-safe (`Arc<dyn SourceCluster>`).
@@ -77,6 +96,16 @@ pub trait SourceCluster: Send + Sync {
         &self,
         topic: &str,
     ) -> BoxFuture<'_, Result<Vec<(String, String)>, KafkaError>>;
+    /// Every group of the source with its state (metadata sync).
+    fn list_groups(&self) -> BoxFuture<'_, Result<Vec<GroupListing>, KafkaError>>;
+    /// A group's committed offsets on `topics` (metadata sync).
+    fn committed_offsets(
+        &self,
+        group: &str,
+        topics: &[String],
+    ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>>;
+    /// Every ACL of the source (SECURITY_DISABLED when it has no authorizer).
+    fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>>;
     /// Starts reading `tp` at `offset`, sharing one fetch stream per source
     /// broker with every other open partition that broker leads.
     fn open(
@@ -103,6 +132,42 @@ pub trait DestinationCluster: Send + Sync {
     ) -> BoxFuture<'_, Result<(), KafkaError>>;
     /// The largest batch the destination topic accepts (`max.message.bytes`).
     fn max_message_bytes(&self, topic: &str) -> BoxFuture<'_, Result<usize, KafkaError>>;
+    /// Log start and high watermark now, without waiting for them to
+    /// settle: what a translated group offset is clamped to.
+    fn bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>>;
+    /// Every group of the destination with its state, so offset sync can
+    /// skip the ones with live members.
+    fn list_groups(&self) -> BoxFuture<'_, Result<Vec<GroupListing>, KafkaError>>;
+    fn committed_offsets(
+        &self,
+        group: &str,
+        topics: &[String],
+    ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>>;
+    /// A standalone commit (no member, generation −1): Kafka refuses it for
+    /// a group with live members, which is the last line of defence when a
+    /// consumer joins between our listing and our commit.
+    fn commit_offsets(
+        &self,
+        group: &str,
+        offsets: GroupOffsets,
+    ) -> BoxFuture<'_, Result<(), KafkaError>>;
+    /// A topic's effective config values (sensitive ones as `None`).
+    fn topic_config_values(
+        &self,
+        topic: &str,
+    ) -> BoxFuture<'_, Result<BTreeMap<String, Option<String>>, KafkaError>>;
+    /// IncrementalAlterConfigs SET of each pair; other keys are untouched.
+    fn alter_topic_configs(
+        &self,
+        topic: &str,
+        set: Vec<(String, String)>,
+    ) -> BoxFuture<'_, Result<(), KafkaError>>;
+    /// Grows `topic` to `total` partitions (counts never shrink).
+    fn create_partitions(&self, topic: &str, total: i32) -> BoxFuture<'_, Result<(), KafkaError>>;
+    fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>>;
+    fn create_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>>;
+    /// Deletes exactly these bindings (each matched on every field).
+    fn delete_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>>;
     /// Opens the partition's writer. At most one is open per partition.
     fn open_sink(
         &self,

@@ -54,10 +54,14 @@ impl Progress {
     pub fn lag(&self) -> i64 {
         (self.source_high_watermark - self.source_offset).max(0)
     }
-    /// Lag in seconds: newest source timestamp − newest mirrored timestamp.
+    /// Lag in seconds: newest source timestamp − newest mirrored timestamp;
+    /// −1 (unknown) while records wait and none has been copied yet.
     pub fn lag_seconds(&self) -> f64 {
         if self.lag() == 0 {
             return 0.0;
+        }
+        if self.newest_mirrored_timestamp <= 0 {
+            return -1.0;
         }
         ((self.newest_source_timestamp - self.newest_mirrored_timestamp).max(0)) as f64 / 1000.0
     }
@@ -289,6 +293,11 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
             }
             Some((pending, ack)) = inflight.next(), if !inflight.is_empty() => {
                 on_ack(cx, &mut cursor, pending, ack)?;
+                if inflight.is_empty() {
+                    // Everything planned is acknowledged: batches dropped
+                    // after the last produced one (markers) count as done.
+                    cx.progress.lock().unwrap().source_offset = cursor.next_source;
+                }
                 healthy = true;
                 dirty = true;
             }
@@ -373,10 +382,23 @@ async fn forward(
     fetched: crate::kafka::fetch::FetchedPartition,
     max_message_bytes: usize,
 ) -> Result<(), PumpExit> {
+    {
+        // Lag first: a batch that cannot be forwarded still counts as waiting.
+        let newest = fetched
+            .batches()
+            .filter_map(Result::ok)
+            .filter(|b| !b.is_control())
+            .map(|b| b.max_timestamp())
+            .max();
+        let mut p = cx.progress.lock().unwrap();
+        p.source_high_watermark = fetched.high_watermark;
+        if let Some(ts) = newest {
+            p.newest_source_timestamp = p.newest_source_timestamp.max(ts);
+        }
+    }
     let mut aborted = fetched.aborted();
     let mut to_send = Vec::new();
     let mut new_runs = Vec::new();
-    let mut newest_ts = i64::MIN;
     for batch in fetched.batches() {
         let batch: RecordBatch = batch.map_err(|e| kafka_failure("source batch", e))?;
         let is_aborted = aborted
@@ -385,9 +407,6 @@ async fn forward(
         let action = classify(&batch, is_aborted, max_message_bytes, cursor.next_source);
         let outgoing = prepare(&batch, action, max_message_bytes, cursor.next_source)
             .map_err(|e| kafka_failure("prepare batch", e))?;
-        if !batch.is_control() {
-            newest_ts = newest_ts.max(batch.max_timestamp());
-        }
         if outgoing.is_empty() {
             cursor.plan(&[], batch.next_offset());
             continue;
@@ -415,16 +434,9 @@ async fn forward(
             to_send.push((pending, ob));
         }
     }
-    {
-        let mut p = cx.progress.lock().unwrap();
-        p.source_high_watermark = fetched.high_watermark;
-        if newest_ts > i64::MIN {
-            p.newest_source_timestamp = p.newest_source_timestamp.max(newest_ts);
-        }
-        if to_send.is_empty() && inflight.is_empty() {
-            // Only dropped batches: nothing to wait for, the position moves now.
-            p.source_offset = cursor.next_source;
-        }
+    if to_send.is_empty() && inflight.is_empty() {
+        // Only dropped batches: nothing to wait for, the position moves now.
+        cx.progress.lock().unwrap().source_offset = cursor.next_source;
     }
     // The runs these produces open are durable before any of them is sent.
     cx.record_runs(new_runs).await?;

@@ -1,0 +1,189 @@
+//! Running a whole kmirror `Node` in process against the bed, and reading
+//! both sides with Kafka's own Java tools.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kmirror_actors::cluster::kafka::{KafkaDestination, KafkaSource};
+use kmirror_actors::cluster::SourceCluster;
+use kmirror_actors::kafka::fetch::FetchOptions;
+use kmirror_actors::kafka::{ClientConfig, KafkaClient};
+use kmirror_actors::node::{Node, NodeSettings, SourceConnector};
+use kmirror_store::SledLog;
+
+use crate::{bed, kafka_tool_ok, kafka_tool_stdin};
+
+pub fn connector() -> SourceConnector {
+    Arc::new(|props: BTreeMap<String, String>| {
+        Box::pin(async move {
+            let client = KafkaClient::from_properties(&props).await?;
+            Ok(Arc::new(KafkaSource::new(client, FetchOptions::default()))
+                as Arc<dyn SourceCluster>)
+        })
+    })
+}
+
+pub async fn node(dir: &std::path::Path) -> Node {
+    let log = Arc::new(SledLog::open(dir).expect("open event log"));
+    let dest = KafkaClient::connect(ClientConfig::plaintext(&bed().destination))
+        .await
+        .expect("connect destination");
+    Node::start(
+        log,
+        Arc::new(KafkaDestination::new(dest)),
+        connector(),
+        NodeSettings {
+            refresh_interval: Duration::from_millis(500),
+        },
+    )
+    .await
+    .expect("node start")
+}
+
+pub fn mirror_props() -> BTreeMap<String, String> {
+    BTreeMap::from([("bootstrap.servers".to_string(), bed().source.clone())])
+}
+
+/// Console-producer input lines `headers \t key \t value` with `NULL` as the
+/// null marker: null keys and values, null header values, duplicate header
+/// keys in a given order.
+pub fn lines(n: usize, tag: &str) -> String {
+    let mut out = String::new();
+    for i in 0..n {
+        let key = if i % 11 == 0 {
+            "NULL".to_string()
+        } else {
+            format!("key-{}", i % 97)
+        };
+        let value = if i % 13 == 0 {
+            "NULL".to_string()
+        } else {
+            format!("{tag}-value-{i}-{}", "x".repeat(i % 40))
+        };
+        out.push_str(&format!("seq:{i},dup:a,dup:NULL,dup:c\t{key}\t{value}\n"));
+    }
+    out
+}
+
+pub fn produce(topic: &str, input: &str, codec: &str) {
+    let out = kafka_tool_stdin(
+        "kafka-console-producer",
+        &[
+            "--bootstrap-server",
+            &bed().source,
+            "--topic",
+            topic,
+            "--producer-property",
+            &format!("compression.type={codec}"),
+            "--producer-property",
+            "linger.ms=50",
+            "--property",
+            "parse.key=true",
+            "--property",
+            "parse.headers=true",
+            "--property",
+            "null.marker=NULL",
+        ],
+        input.as_bytes(),
+    );
+    assert!(
+        out.status.success(),
+        "console producer: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Every record of `topic` as Kafka's console consumer prints it, sorted by
+/// partition then offset. Waits at most `timeout_ms` for the `n`th.
+pub fn consume_sorted(bootstrap: &str, topic: &str, n: usize, timeout_ms: u32) -> Vec<String> {
+    consume_sorted_with(bootstrap, topic, n, timeout_ms, &[])
+}
+
+/// [`consume_sorted`] with extra console-consumer arguments.
+pub fn consume_sorted_with(
+    bootstrap: &str,
+    topic: &str,
+    n: usize,
+    timeout_ms: u32,
+    extra: &[&str],
+) -> Vec<String> {
+    let timeout = timeout_ms.to_string();
+    let max = n.to_string();
+    let mut args = vec![
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--from-beginning",
+            "--max-messages",
+            &max,
+            "--timeout-ms",
+            &timeout,
+            "--property",
+            "print.key=true",
+            "--property",
+            "print.headers=true",
+            "--property",
+            "print.timestamp=true",
+            "--property",
+            "print.partition=true",
+            "--property",
+            "print.offset=true",
+            "--property",
+            "print.value=true",
+        ];
+    args.extend_from_slice(extra);
+    let out = kafka_tool_ok("kafka-console-consumer", &args);
+    let mut rows: Vec<(i64, i64, String)> = out
+        .lines()
+        .map(|l| {
+            let field = |name: &str| -> i64 {
+                l.split('\t')
+                    .find_map(|f| f.strip_prefix(name))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| panic!("no {name} in {l}"))
+            };
+            (field("Partition:"), field("Offset:"), l.to_string())
+        })
+        .collect();
+    rows.sort();
+    rows.into_iter().map(|r| r.2).collect()
+}
+
+pub async fn wait_caught_up(node: &Node, mirror: &str, expected_records: u64, timeout: Duration) {
+    let start = Instant::now();
+    loop {
+        let parts = node.describe(Some(mirror)).await.unwrap();
+        let mirrored: u64 = parts
+            .iter()
+            .map(|p| p.destination_offset.max(0) as u64)
+            .sum();
+        if !parts.is_empty()
+            && mirrored >= expected_records
+            && parts.iter().all(|p| p.lag == 0 && p.state == "MIRRORING")
+        {
+            return;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "not caught up after {timeout:?}: {parts:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+
+/// The console-consumer lines without their `Offset:` field: what must be
+/// identical on both sides when offsets legitimately differ.
+pub fn without_offsets(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| {
+            l.split('\t')
+                .filter(|f| !f.starts_with("Offset:"))
+                .collect::<Vec<_>>()
+                .join("\t")
+        })
+        .collect()
+}
