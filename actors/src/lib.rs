@@ -6,10 +6,13 @@
 //!   traits, over Kafka and in memory.
 //! - [`coordinator`]: CoordinatorActor, the only writer of state records.
 //! - [`partition`]: PartitionActor and its data path.
+//! - [`metadata_sync`]: MetadataSyncActor (group offsets, configs,
+//!   partition counts, ACLs).
 
 pub mod cluster;
 pub mod coordinator;
 pub mod kafka;
+pub mod metadata_sync;
 pub mod mirror;
 pub mod node;
 pub mod partition;

@@ -21,6 +21,7 @@ use kmirror_events::{
 
 use crate::cluster::{DestinationCluster, SourceCluster, TopicInfo};
 use crate::coordinator::{CoordinatorActor, Execute, ReadImage};
+use crate::metadata_sync::{GetSyncMetrics, MetadataSyncActor, StopSync, SyncMetrics, SyncSpec};
 use crate::partition::{
     Desire, GetStatus, PartitionActor, PartitionSpec, PartitionStatus, Recover, Shutdown,
 };
@@ -59,6 +60,8 @@ pub struct MirrorActor {
     spec: MirrorSpec,
     partitions: HashMap<MirrorPartitionKey, Addr<PartitionActor>>,
     refreshing: bool,
+    /// Group offsets, configs, partition counts, ACLs (started with us).
+    sync: Option<Addr<MetadataSyncActor>>,
 }
 
 /// Makes sure the destination has `topic` with at least the source's
@@ -91,6 +94,7 @@ impl MirrorActor {
             spec,
             partitions: HashMap::new(),
             refreshing: false,
+            sync: None,
         }
     }
 
@@ -297,6 +301,18 @@ impl Actor for MirrorActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        self.sync = Some(
+            MetadataSyncActor::new(SyncSpec {
+                mirror: self.spec.name.clone(),
+                source: self.spec.source.clone(),
+                destination: self.spec.destination.clone(),
+                coordinator: self.spec.coordinator.clone(),
+                reconcile: ctx.address().recipient(),
+                metadata_interval: self.spec.refresh_interval,
+                start_delay: std::time::Duration::from_secs(1),
+            })
+            .start(),
+        );
         self.refresh(ctx);
         ctx.run_interval(self.spec.refresh_interval, |act, ctx| act.refresh(ctx));
     }
@@ -366,13 +382,34 @@ impl Handler<StopMirror> for MirrorActor {
     type Result = ResponseActFuture<Self, ()>;
     fn handle(&mut self, _msg: StopMirror, _ctx: &mut Context<Self>) -> Self::Result {
         let addrs: Vec<_> = self.partitions.drain().map(|(_, a)| a).collect();
+        let sync = self.sync.take();
         Box::pin(
             async move {
+                if let Some(sync) = sync {
+                    let _ = sync.send(StopSync).await;
+                }
                 let stops = addrs.iter().map(|a| a.send(Shutdown));
                 futures_util::future::join_all(stops).await;
             }
             .into_actor(self)
             .map(|_, _act, ctx| ctx.stop()),
         )
+    }
+}
+
+impl Handler<GetSyncMetrics> for MirrorActor {
+    type Result = ResponseFuture<SyncMetrics>;
+    fn handle(&mut self, _msg: GetSyncMetrics, _ctx: &mut Context<Self>) -> Self::Result {
+        let sync = self.sync.clone();
+        let mirror = self.spec.name.clone();
+        Box::pin(async move {
+            match sync {
+                Some(s) => s.send(GetSyncMetrics).await.unwrap_or_default(),
+                None => SyncMetrics {
+                    mirror,
+                    ..Default::default()
+                },
+            }
+        })
     }
 }

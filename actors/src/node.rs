@@ -23,6 +23,7 @@ use serde::Serialize;
 use crate::cluster::{BoxFuture, DestinationCluster, SourceCluster};
 use crate::coordinator::{Applied, CoordinatorActor, CoordinatorError, Execute, ReadImage};
 use crate::kafka::KafkaError;
+use crate::metadata_sync::{GetSyncMetrics, SyncMetrics};
 use crate::mirror::{
     ensure_destination_topic, Describe, MirrorActor, MirrorSpec, Reconcile, RecoverTopics,
     StopMirror,
@@ -127,6 +128,9 @@ pub struct NodeMetrics {
     pub partitions_by_state: BTreeMap<String, u64>,
     pub mirrors: u64,
     pub event_log_end_offset: u64,
+    /// Metadata sync per mirror: errors per kind, last successful sync
+    /// times, active destination groups skipped, changes made.
+    pub sync: Vec<SyncMetrics>,
 }
 
 /// Settings of a node.
@@ -783,7 +787,27 @@ impl Node {
             partitions_by_state,
             mirrors: self.inner.mirrors.lock().await.len() as u64,
             event_log_end_offset: self.state_offset().await,
+            sync: self.sync_metrics().await,
         }
+    }
+
+    /// Each running mirror's metadata-sync counters.
+    pub async fn sync_metrics(&self) -> Vec<SyncMetrics> {
+        let actors: Vec<_> = self
+            .inner
+            .mirrors
+            .lock()
+            .await
+            .values()
+            .map(|r| r.actor.clone())
+            .collect();
+        let mut out = Vec::new();
+        for a in actors {
+            if let Ok(m) = a.send(GetSyncMetrics).await {
+                out.push(m);
+            }
+        }
+        out
     }
 
     /// Graceful stop: every partition stops fetching, finishes what is in

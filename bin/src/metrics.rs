@@ -234,6 +234,7 @@ mod tests {
             .collect(),
             mirrors: 1,
             event_log_end_offset: 42,
+            ..Default::default()
         };
         let text = render(&m);
         for line in [

@@ -91,12 +91,6 @@ pub enum Command {
         key: MirrorPartitionKey,
         value: LastMirrorEpochsValue,
     },
-    /// Appends runs (in source order) to the partition's offset map,
-    /// coalescing contiguous ones.
-    ExtendOffsetMap {
-        key: MirrorPartitionKey,
-        runs: Vec<OffsetMapRun>,
-    },
     /// The PartitionActor's write-ahead map maintenance: `upsert` opens runs
     /// (at length 0, before the produce that fills them) and records
     /// acknowledged lengths (same `source_start`, longer length); `remove`
@@ -722,54 +716,6 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
                 key.clone(),
                 Some(value.clone()),
             )])
-        }
-        Command::ExtendOffsetMap { key, runs } => {
-            require_partition(image, key)?;
-            let mut last = image.last_offset_run(key);
-            let mut out: Vec<OffsetMapRun> = Vec::new();
-            for r in runs {
-                if r.length <= 0 || r.source_start < 0 || r.destination_start < 0 {
-                    return Err(DecideError::InvalidRequest(format!(
-                        "invalid offset map run {r:?}"
-                    )));
-                }
-                if let Some(l) = last {
-                    if r.source_start < l.source_end() || r.destination_start < l.destination_end()
-                    {
-                        return Err(DecideError::InvalidRequest(format!(
-                            "offset map run {r:?} overlaps or precedes the last run {l:?}"
-                        )));
-                    }
-                    if r.source_start == l.source_end()
-                        && r.destination_start == l.destination_end()
-                    {
-                        let merged = OffsetMapRun {
-                            length: l.length + r.length,
-                            ..l
-                        };
-                        match out.last_mut() {
-                            Some(o) if o.source_start == l.source_start => *o = merged,
-                            _ => out.push(merged),
-                        }
-                        last = Some(merged);
-                        continue;
-                    }
-                }
-                out.push(*r);
-                last = Some(*r);
-            }
-            Ok(out
-                .into_iter()
-                .map(|r| {
-                    Record::OffsetMapRun(
-                        OffsetMapRunKey {
-                            partition: key.clone(),
-                            source_start: r.source_start,
-                        },
-                        Some(r),
-                    )
-                })
-                .collect())
         }
         Command::SetOffsetRuns {
             key,

@@ -74,7 +74,7 @@ pub fn command() -> impl Strategy<Value = Command> {
         3 => (pkey(), 0i64..3, 0i64..3, 1i64..5).prop_map(|(key, sgap, dgap, len)| {
             // Offsets relative to nothing: decide refuses overlaps, which is
             // part of what we exercise.
-            Command::ExtendOffsetMap { key, runs: vec![OffsetMapRun { source_start: sgap * 3, destination_start: dgap * 2, length: len }] }
+            Command::SetOffsetRuns { key, upsert: vec![OffsetMapRun { source_start: sgap * 3, destination_start: dgap * 2, length: len }], remove: vec![] }
         }),
         1 => (pkey(), 0i64..50).prop_map(|(key, s)| Command::RecordGap {
             key, gap: GapDetected { source_start: s, source_end: s + 3, reason: "retention".into() }

@@ -265,40 +265,56 @@ fn topic_commands_and_delete() {
         "MIRROR_TOPIC_BEING_STOPPED"
     );
     go(&mut img, &k, PartitionState::LogAlignment).unwrap();
-    cmd(
-        Command::ExtendOffsetMap {
-            key: k.clone(),
-            runs: vec![OffsetMapRun {
-                source_start: 0,
-                destination_start: 0,
-                length: 5,
-            }],
-        },
-        &mut img,
-    )
-    .unwrap();
+    let run = |s, d, l| OffsetMapRun {
+        source_start: s,
+        destination_start: d,
+        length: l,
+    };
+    // Opened at length 0 before its produce, then its acknowledged length.
+    for upsert in [vec![run(0, 0, 0)], vec![run(0, 0, 5)]] {
+        cmd(
+            Command::SetOffsetRuns {
+                key: k.clone(),
+                upsert,
+                remove: vec![],
+            },
+            &mut img,
+        )
+        .unwrap();
+    }
     let r = cmd(
-        Command::ExtendOffsetMap {
+        Command::SetOffsetRuns {
             key: k.clone(),
-            runs: vec![
-                OffsetMapRun {
-                    source_start: 5,
-                    destination_start: 5,
-                    length: 5,
-                },
-                OffsetMapRun {
-                    source_start: 12,
-                    destination_start: 10,
-                    length: 1,
-                },
-            ],
+            upsert: vec![run(0, 0, 10), run(12, 10, 1)],
+            remove: vec![],
         },
         &mut img,
     )
     .unwrap();
-    assert_eq!(r.len(), 2, "first run coalesced, second new");
+    assert_eq!(
+        r.len(),
+        2,
+        "the first run extended in place, the second new"
+    );
     assert_eq!(img.offset_runs(&k).len(), 2);
     assert_eq!(img.translate(&k, 11), Translation::InGap(10));
+    let overlap = Command::SetOffsetRuns {
+        key: k.clone(),
+        upsert: vec![run(11, 9, 1)],
+        remove: vec![],
+    };
+    assert_eq!(
+        cmd(overlap, &mut img).unwrap_err().kip_name(),
+        "INVALID_REQUEST"
+    );
+    // Alignment removes a run that never landed.
+    let aligned = Command::SetOffsetRuns {
+        key: k.clone(),
+        upsert: vec![],
+        remove: vec![12],
+    };
+    cmd(aligned, &mut img).unwrap();
+    assert_eq!(img.translate(&k, 12), Translation::AtEnd(10));
     assert_eq!(
         cmd(Command::DeleteMirror { name: "m1".into() }, &mut img)
             .unwrap_err()

@@ -56,13 +56,14 @@ fn main() {
         run(&mut image, t(PartitionState::Mirroring));
         run(
             &mut image,
-            Command::ExtendOffsetMap {
+            Command::SetOffsetRuns {
                 key: key.clone(),
-                runs: vec![OffsetMapRun {
+                upsert: vec![OffsetMapRun {
                     source_start: 0,
                     destination_start: 0,
                     length: 100,
                 }],
+                remove: vec![],
             },
         );
         if p == 1 {
@@ -86,13 +87,14 @@ fn main() {
         }
         run(
             &mut image,
-            Command::ExtendOffsetMap {
+            Command::SetOffsetRuns {
                 key: key.clone(),
-                runs: vec![OffsetMapRun {
+                upsert: vec![OffsetMapRun {
                     source_start: 120,
                     destination_start: 100,
                     length: 50,
                 }],
+                remove: vec![],
             },
         );
     }

@@ -111,28 +111,28 @@ pub fn consume_sorted_with(
     let timeout = timeout_ms.to_string();
     let max = n.to_string();
     let mut args = vec![
-            "--bootstrap-server",
-            bootstrap,
-            "--topic",
-            topic,
-            "--from-beginning",
-            "--max-messages",
-            &max,
-            "--timeout-ms",
-            &timeout,
-            "--property",
-            "print.key=true",
-            "--property",
-            "print.headers=true",
-            "--property",
-            "print.timestamp=true",
-            "--property",
-            "print.partition=true",
-            "--property",
-            "print.offset=true",
-            "--property",
-            "print.value=true",
-        ];
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        topic,
+        "--from-beginning",
+        "--max-messages",
+        &max,
+        "--timeout-ms",
+        &timeout,
+        "--property",
+        "print.key=true",
+        "--property",
+        "print.headers=true",
+        "--property",
+        "print.timestamp=true",
+        "--property",
+        "print.partition=true",
+        "--property",
+        "print.offset=true",
+        "--property",
+        "print.value=true",
+    ];
     args.extend_from_slice(extra);
     let out = kafka_tool_ok("kafka-console-consumer", &args);
     let mut rows: Vec<(i64, i64, String)> = out
@@ -172,7 +172,6 @@ pub async fn wait_caught_up(node: &Node, mirror: &str, expected_records: u64, ti
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
-
 
 /// The console-consumer lines without their `Offset:` field: what must be
 /// identical on both sides when offsets legitimately differ.

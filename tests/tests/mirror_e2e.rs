@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use kmirror_tests::mirror::{
-    consume_sorted, consume_sorted_with, lines, mirror_props, node, produce, wait_caught_up, without_offsets,
+    consume_sorted, consume_sorted_with, lines, mirror_props, node, produce, wait_caught_up,
+    without_offsets,
 };
 use kmirror_tests::{bed, create_topic, unique};
 
@@ -13,7 +14,7 @@ use kmirror_tests::{bed, create_topic, unique};
 async fn eight_partitions_every_codec_identical_through_kafkas_own_consumer() {
     let topic = unique("e2e-orders");
     create_topic(&bed().source, &topic, 8, &[]);
-    let per_codec = 2_000;
+    let per_codec = 40_000; // 200,000 records in all
     let codecs = ["none", "gzip", "snappy", "lz4", "zstd"];
     for codec in codecs {
         produce(&topic, &lines(per_codec, codec), codec);
@@ -155,22 +156,52 @@ async fn only_committed_transactional_records_arrive() {
     kmirror_tests::kafka_tool_ok(
         "kafka-transactional-message-copier",
         &[
-            "--broker-list", &bed().source, "--input-topic", &input, "--input-partition", "0",
-            "--output-topic", &topic, "--transactional-id", &unique("copier"),
-            "--transaction-size", "50", "--enable-random-aborts", "--max-messages", "1000",
+            "--broker-list",
+            &bed().source,
+            "--input-topic",
+            &input,
+            "--input-partition",
+            "0",
+            "--output-topic",
+            &topic,
+            "--transactional-id",
+            &unique("copier"),
+            "--transaction-size",
+            "50",
+            "--enable-random-aborts",
+            "--max-messages",
+            "1000",
         ],
     );
-    let committed = consume_sorted_with(&bed().source, &topic, 1_000, 60_000, &["--isolation-level", "read_committed"]);
+    let committed = consume_sorted_with(
+        &bed().source,
+        &topic,
+        1_000,
+        60_000,
+        &["--isolation-level", "read_committed"],
+    );
     assert_eq!(committed.len(), 1_000);
     let dir = tempfile::tempdir().unwrap();
     let node = node(dir.path()).await;
     node.create_mirror("mt", mirror_props()).await.unwrap();
-    node.start_topics("mt", std::slice::from_ref(&topic), &[], None).await.unwrap();
+    node.start_topics("mt", std::slice::from_ref(&topic), &[], None)
+        .await
+        .unwrap();
     wait_caught_up(&node, "mt", 1_000, Duration::from_secs(60)).await;
     let mirrored = consume_sorted(&bed().destination, &topic, 1_001, 5_000);
-    assert_eq!(without_offsets(&committed), without_offsets(&mirrored), "exactly the committed records, in order");
+    assert_eq!(
+        without_offsets(&committed),
+        without_offsets(&mirrored),
+        "exactly the committed records, in order"
+    );
     let p = &node.describe(Some("mt")).await.unwrap()[0];
-    assert_eq!(p.destination_offset, 1_000, "no aborted record and no marker on the destination");
-    assert!(p.source_offset > 1_000, "the source had markers (and aborted data) to skip: {p:?}");
+    assert_eq!(
+        p.destination_offset, 1_000,
+        "no aborted record and no marker on the destination"
+    );
+    assert!(
+        p.source_offset > 1_000,
+        "the source had markers (and aborted data) to skip: {p:?}"
+    );
     node.shutdown().await;
 }

@@ -20,16 +20,30 @@ async fn a_retryable_fault_retries_at_growing_delays_then_mirrors() {
     kafka_tool_ok(
         "kafka-producer-perf-test",
         &[
-            "--topic", &topic, "--num-records", "20", "--record-size", "5000",
-            "--throughput", "-1", "--producer-props", &props, "batch.size=1",
+            "--topic",
+            &topic,
+            "--num-records",
+            "20",
+            "--record-size",
+            "5000",
+            "--throughput",
+            "-1",
+            "--producer-props",
+            &props,
+            "batch.size=1",
         ],
     );
     let dir = tempfile::tempdir().unwrap();
     let node = node(dir.path()).await;
     let mut props = mirror_props();
-    props.insert("mirror.failed.retry.initial.backoff.ms".into(), "100".into());
+    props.insert(
+        "mirror.failed.retry.initial.backoff.ms".into(),
+        "100".into(),
+    );
     node.create_mirror("mf", props).await.unwrap();
-    node.start_topics("mf", std::slice::from_ref(&topic), &[], None).await.unwrap();
+    node.start_topics("mf", std::slice::from_ref(&topic), &[], None)
+        .await
+        .unwrap();
 
     // Let it fail and retry a few times (100, 200, 400, 800 ms ± 20%).
     let start = Instant::now();
@@ -37,18 +51,38 @@ async fn a_retryable_fault_retries_at_growing_delays_then_mirrors() {
         let p = &node.describe(Some("mf")).await.unwrap()[0];
         if p.retry_attempt >= 4 {
             assert_eq!(p.state, "FAILED");
-            assert!(p.error.as_deref().unwrap_or("").contains("exceeds the destination limit"), "{p:?}");
-            assert_eq!((p.lag, p.lag_seconds), (20, -1.0), "lag seconds unknown until a record is copied: {p:?}");
+            assert!(
+                p.error
+                    .as_deref()
+                    .unwrap_or("")
+                    .contains("exceeds the destination limit"),
+                "{p:?}"
+            );
+            assert_eq!(
+                (p.lag, p.lag_seconds),
+                (20, -1.0),
+                "lag seconds unknown until a record is copied: {p:?}"
+            );
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "no retries: {p:?}");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no retries: {p:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     kafka_tool_ok(
         "kafka-configs",
         &[
-            "--bootstrap-server", &bed().destination, "--alter", "--entity-type", "topics",
-            "--entity-name", &topic, "--add-config", "max.message.bytes=1048588",
+            "--bootstrap-server",
+            &bed().destination,
+            "--alter",
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            &topic,
+            "--add-config",
+            "max.message.bytes=1048588",
         ],
     );
     wait_caught_up(&node, "mf", 20, Duration::from_secs(60)).await;
@@ -71,7 +105,10 @@ async fn a_retryable_fault_retries_at_growing_delays_then_mirrors() {
             states.push((e.timestamp_ms, v));
         }
     }
-    let failed: Vec<_> = states.iter().filter(|(_, v)| v.state == PartitionState::Failed).collect();
+    let failed: Vec<_> = states
+        .iter()
+        .filter(|(_, v)| v.state == PartitionState::Failed)
+        .collect();
     assert!(failed.len() >= 4, "{states:#?}");
     for (i, (_, v)) in failed.iter().enumerate() {
         assert_eq!(v.previous_state, PartitionState::Mirroring);

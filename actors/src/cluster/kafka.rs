@@ -16,10 +16,10 @@ use kmirror_events::TopicId;
 use tokio::sync::mpsc;
 
 use super::{
-    AclBinding, Ack, BoxFuture, DestinationCluster, GroupListing, GroupOffsets, LogBounds,
+    Ack, AclBinding, BoxFuture, DestinationCluster, GroupListing, GroupOffsets, LogBounds,
     PartitionFetch, PartitionSink, SourceCluster, TopicInfo,
 };
-use crate::kafka::admin::{Admin, AclFilter, AlterConfigOp, ConfigResource, NewTopic, OffsetSpec};
+use crate::kafka::admin::{AclFilter, Admin, AlterConfigOp, ConfigResource, NewTopic, OffsetSpec};
 use crate::kafka::batch::OutgoingBatch;
 use crate::kafka::fetch::{
     FetchError, FetchOptions, FetchSession, FetchedPartition, IsolationLevel, TopicPartition,
@@ -401,6 +401,14 @@ impl DestinationCluster for KafkaDestination {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         })
+    }
+
+    fn leader_epoch(&self, tp: &TopicPartition) -> Option<i32> {
+        let md = self.client.metadata();
+        md.topic(&tp.topic)?
+            .partition(tp.partition)
+            .map(|p| p.leader_epoch)
+            .filter(|e| *e >= 0)
     }
 
     fn create_topic(

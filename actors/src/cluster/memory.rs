@@ -15,15 +15,15 @@ use bytes::{Bytes, BytesMut};
 use kmirror_events::TopicId;
 
 use super::{
-    Ack, BoxFuture, DestinationCluster, LogBounds, PartitionFetch, PartitionSink, SourceCluster,
-    TopicInfo,
+    Ack, AclBinding, BoxFuture, CommittedOffset, DestinationCluster, GroupListing, GroupOffsets,
+    LogBounds, PartitionFetch, PartitionSink, SourceCluster, TopicInfo,
 };
 use crate::kafka::batch::{
     decode_records, encode_batch, Codec, OutgoingBatch, Record, RecordBatch,
 };
 use crate::kafka::fetch::{FetchError, FetchedPartition, TopicPartition};
 use crate::kafka::produce::ProduceAck;
-use crate::kafka::KafkaError;
+use crate::kafka::{KafkaError, ResponseError};
 
 /// One stored batch and the offsets it covers.
 #[derive(Clone, Debug)]
@@ -46,6 +46,54 @@ struct SourceState {
     cluster_id: String,
     topics: BTreeMap<String, (TopicId, Vec<SourcePartition>)>,
     fetches: u64,
+    groups: Groups,
+    configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// `None`: no authorizer (DescribeAcls answers SECURITY_DISABLED).
+    acls: Option<Vec<AclBinding>>,
+}
+
+/// Groups of an in-memory cluster: state and committed offsets.
+#[derive(Default, Debug, Clone)]
+struct Groups(BTreeMap<String, (String, GroupOffsets)>);
+
+impl Groups {
+    fn listing(&self) -> Vec<GroupListing> {
+        self.0
+            .iter()
+            .map(|(g, (state, _))| GroupListing {
+                group_id: g.clone(),
+                state: state.clone(),
+                protocol_type: "consumer".into(),
+                group_type: "classic".into(),
+            })
+            .collect()
+    }
+    fn offsets(&self, group: &str, topics: &[String]) -> GroupOffsets {
+        let mut o = self.0.get(group).map(|g| g.1.clone()).unwrap_or_default();
+        o.retain(|(t, _), _| topics.contains(t));
+        o
+    }
+    fn commit(&mut self, group: &str, topic: &str, partition: i32, offset: CommittedOffset) {
+        self.0
+            .entry(group.to_string())
+            .or_insert_with(|| ("Empty".into(), GroupOffsets::new()))
+            .1
+            .insert((topic.to_string(), partition), offset);
+    }
+    fn set_state(&mut self, group: &str, state: &str) {
+        self.0
+            .entry(group.to_string())
+            .or_insert_with(|| (String::new(), GroupOffsets::new()))
+            .0 = state.to_string();
+    }
+}
+
+fn broker_error(error: ResponseError, context: &str) -> KafkaError {
+    KafkaError::Broker {
+        error,
+        context: context.to_string(),
+        message: None,
+    }
 }
 
 /// A source cluster in memory.
@@ -185,6 +233,65 @@ impl MemorySource {
         self.with(tp, |p| p.leader_epoch = epoch);
     }
 
+    /// A source consumer group in `state` (`Stable`, `Empty`, …).
+    pub fn set_group_state(&self, group: &str, state: &str) {
+        self.state.lock().unwrap().groups.set_state(group, state);
+    }
+
+    /// A source consumer commits `offset` (creating an EMPTY group).
+    pub fn commit(&self, group: &str, topic: &str, partition: i32, offset: i64, metadata: &str) {
+        self.state.lock().unwrap().groups.commit(
+            group,
+            topic,
+            partition,
+            CommittedOffset {
+                offset,
+                leader_epoch: 0,
+                metadata: Some(metadata.to_string()),
+            },
+        );
+    }
+
+    /// Sets an explicit topic config on the source.
+    pub fn set_topic_config(&self, topic: &str, key: &str, value: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .configs
+            .entry(topic.to_string())
+            .or_default()
+            .insert(key.to_string(), value.to_string());
+    }
+
+    /// Grows a source topic to `total` partitions.
+    pub fn add_partitions(&self, topic: &str, total: i32) {
+        let mut s = self.state.lock().unwrap();
+        let (_, parts) = s.topics.get_mut(topic).expect("test topic exists");
+        while (parts.len() as i32) < total {
+            parts.push(SourcePartition::default());
+        }
+    }
+
+    /// Turns the authorizer on (with no ACLs).
+    pub fn enable_acls(&self) {
+        self.state.lock().unwrap().acls.get_or_insert_with(Vec::new);
+    }
+
+    pub fn add_acl(&self, acl: AclBinding) {
+        self.state
+            .lock()
+            .unwrap()
+            .acls
+            .get_or_insert_with(Vec::new)
+            .push(acl);
+    }
+
+    pub fn remove_acl(&self, acl: &AclBinding) {
+        if let Some(a) = self.state.lock().unwrap().acls.as_mut() {
+            a.retain(|x| x != acl);
+        }
+    }
+
     /// Re-creates a topic under the same name with a new id and no data.
     pub fn recreate_topic(&self, name: &str, id: TopicId, partitions: i32) {
         self.create_topic(name, id, partitions);
@@ -290,9 +397,45 @@ impl SourceCluster for MemorySource {
 
     fn topic_configs(
         &self,
-        _topic: &str,
+        topic: &str,
     ) -> BoxFuture<'_, Result<Vec<(String, String)>, KafkaError>> {
-        Box::pin(async move { Ok(Vec::new()) })
+        let configs = self
+            .state
+            .lock()
+            .unwrap()
+            .configs
+            .get(topic)
+            .map(|c| {
+                c.iter()
+                    .filter(|(k, _)| {
+                        !kmirror_events::DEFAULT_TOPIC_PROPERTIES_EXCLUDE.contains(&k.as_str())
+                    })
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Box::pin(async move { Ok(configs) })
+    }
+
+    fn list_groups(&self) -> BoxFuture<'_, Result<Vec<GroupListing>, KafkaError>> {
+        let l = self.state.lock().unwrap().groups.listing();
+        Box::pin(async move { Ok(l) })
+    }
+
+    fn committed_offsets(
+        &self,
+        group: &str,
+        topics: &[String],
+    ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>> {
+        let o = self.state.lock().unwrap().groups.offsets(group, topics);
+        Box::pin(async move { Ok(o) })
+    }
+
+    fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>> {
+        let acls = self.state.lock().unwrap().acls.clone();
+        Box::pin(async move {
+            acls.ok_or_else(|| broker_error(ResponseError::SecurityDisabled, "DescribeAcls"))
+        })
     }
 
     fn open(
@@ -320,6 +463,7 @@ pub struct StoredRecord {
 struct DestPartition {
     records: Vec<StoredRecord>,
     log_start: i64,
+    leader_epoch: i32,
     produce_faults: VecDeque<KafkaError>,
 }
 
@@ -329,6 +473,12 @@ struct DestState {
     topics: BTreeMap<String, (TopicId, Vec<DestPartition>)>,
     max_message_bytes: usize,
     next_topic_id: u8,
+    groups: Groups,
+    /// Offset commits received (each call counts once).
+    commits: u64,
+    commit_faults: VecDeque<KafkaError>,
+    configs: BTreeMap<String, BTreeMap<String, String>>,
+    acls: Option<Vec<AclBinding>>,
 }
 
 /// A destination cluster in memory.
@@ -364,6 +514,69 @@ impl MemoryDestination {
 
     pub fn has_topic(&self, name: &str) -> bool {
         self.state.lock().unwrap().topics.contains_key(name)
+    }
+
+    /// A destination group in `state`; `Stable` and friends have live
+    /// members, so a standalone commit into them is refused.
+    pub fn set_group_state(&self, group: &str, state: &str) {
+        self.state.lock().unwrap().groups.set_state(group, state);
+    }
+
+    /// A group's committed offsets on the destination.
+    pub fn committed(&self, group: &str) -> GroupOffsets {
+        let s = self.state.lock().unwrap();
+        s.groups
+            .0
+            .get(group)
+            .map(|g| g.1.clone())
+            .unwrap_or_default()
+    }
+
+    /// Offset commits received so far.
+    pub fn commit_count(&self) -> u64 {
+        self.state.lock().unwrap().commits
+    }
+
+    /// The next offset commit fails with `error`.
+    pub fn fail_next_commit(&self, error: KafkaError) {
+        self.state.lock().unwrap().commit_faults.push_back(error);
+    }
+
+    /// The topic's explicit configs.
+    pub fn topic_config(&self, topic: &str) -> BTreeMap<String, String> {
+        let s = self.state.lock().unwrap();
+        s.configs.get(topic).cloned().unwrap_or_default()
+    }
+
+    pub fn partition_count(&self, topic: &str) -> i32 {
+        let s = self.state.lock().unwrap();
+        s.topics.get(topic).map(|t| t.1.len() as i32).unwrap_or(0)
+    }
+
+    /// Turns the authorizer on (with no ACLs).
+    pub fn enable_acls(&self) {
+        self.state.lock().unwrap().acls.get_or_insert_with(Vec::new);
+    }
+
+    /// An operator's own ACL.
+    pub fn add_acl(&self, acl: AclBinding) {
+        self.state
+            .lock()
+            .unwrap()
+            .acls
+            .get_or_insert_with(Vec::new)
+            .push(acl);
+    }
+
+    pub fn acl_list(&self) -> Vec<AclBinding> {
+        let mut a = self.state.lock().unwrap().acls.clone().unwrap_or_default();
+        a.sort();
+        a
+    }
+
+    /// A leader election on the destination partition.
+    pub fn set_leader_epoch(&self, tp: &TopicPartition, epoch: i32) {
+        self.with(tp, |p| p.leader_epoch = epoch);
     }
 
     /// The next produce to `tp` fails with `error`.
@@ -426,6 +639,10 @@ impl DestinationCluster for MemoryDestination {
         Box::pin(async move { Ok(id) })
     }
 
+    fn leader_epoch(&self, tp: &TopicPartition) -> Option<i32> {
+        Some(self.with(tp, |p| p.leader_epoch))
+    }
+
     fn topics(&self) -> BoxFuture<'_, Result<Vec<TopicInfo>, KafkaError>> {
         let topics = self
             .state
@@ -447,7 +664,7 @@ impl DestinationCluster for MemoryDestination {
         let b = self.with(tp, |p| LogBounds {
             log_start: p.log_start,
             end: p.log_start + p.records.len() as i64,
-            leader_epoch: 0,
+            leader_epoch: p.leader_epoch,
         });
         Box::pin(async move { Ok(b) })
     }
@@ -456,14 +673,145 @@ impl DestinationCluster for MemoryDestination {
         &self,
         name: &str,
         partitions: i32,
-        _configs: Vec<(String, String)>,
+        configs: Vec<(String, String)>,
     ) -> BoxFuture<'_, Result<(), KafkaError>> {
         let mut s = self.state.lock().unwrap();
         s.next_topic_id += 1;
         let id = TopicId([s.next_topic_id; 16]);
         let parts = (0..partitions).map(|_| DestPartition::default()).collect();
-        s.topics.entry(name.to_string()).or_insert((id, parts));
+        if !s.topics.contains_key(name) {
+            s.topics.insert(name.to_string(), (id, parts));
+            s.configs
+                .insert(name.to_string(), configs.into_iter().collect());
+        }
         Box::pin(async move { Ok(()) })
+    }
+
+    fn bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>> {
+        self.settled_bounds(tp)
+    }
+
+    fn list_groups(&self) -> BoxFuture<'_, Result<Vec<GroupListing>, KafkaError>> {
+        let l = self.state.lock().unwrap().groups.listing();
+        Box::pin(async move { Ok(l) })
+    }
+
+    fn committed_offsets(
+        &self,
+        group: &str,
+        topics: &[String],
+    ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>> {
+        let o = self.state.lock().unwrap().groups.offsets(group, topics);
+        Box::pin(async move { Ok(o) })
+    }
+
+    fn commit_offsets(
+        &self,
+        group: &str,
+        offsets: GroupOffsets,
+    ) -> BoxFuture<'_, Result<(), KafkaError>> {
+        let mut s = self.state.lock().unwrap();
+        s.commits += 1;
+        let result = if let Some(e) = s.commit_faults.pop_front() {
+            Err(e)
+        } else if s
+            .groups
+            .0
+            .get(group)
+            .is_some_and(|g| kmirror_events::is_active_group_state(&g.0))
+        {
+            // Kafka refuses a standalone commit into a group with members.
+            Err(broker_error(ResponseError::UnknownMemberId, "OffsetCommit"))
+        } else {
+            for ((t, p), o) in offsets {
+                s.groups.commit(group, &t, p, o);
+            }
+            Ok(())
+        };
+        Box::pin(async move { result })
+    }
+
+    fn topic_config_values(
+        &self,
+        topic: &str,
+    ) -> BoxFuture<'_, Result<BTreeMap<String, Option<String>>, KafkaError>> {
+        let c = self
+            .topic_config(topic)
+            .into_iter()
+            .map(|(k, v)| (k, Some(v)))
+            .collect();
+        Box::pin(async move { Ok(c) })
+    }
+
+    fn alter_topic_configs(
+        &self,
+        topic: &str,
+        set: Vec<(String, String)>,
+    ) -> BoxFuture<'_, Result<(), KafkaError>> {
+        self.state
+            .lock()
+            .unwrap()
+            .configs
+            .entry(topic.to_string())
+            .or_default()
+            .extend(set);
+        Box::pin(async move { Ok(()) })
+    }
+
+    fn create_partitions(&self, topic: &str, total: i32) -> BoxFuture<'_, Result<(), KafkaError>> {
+        let mut s = self.state.lock().unwrap();
+        let result = match s.topics.get_mut(topic) {
+            None => Err(broker_error(
+                ResponseError::UnknownTopicOrPartition,
+                "CreatePartitions",
+            )),
+            Some((_, parts)) if parts.len() as i32 >= total => Err(broker_error(
+                ResponseError::InvalidPartitions,
+                "CreatePartitions",
+            )),
+            Some((_, parts)) => {
+                while (parts.len() as i32) < total {
+                    parts.push(DestPartition::default());
+                }
+                Ok(())
+            }
+        };
+        Box::pin(async move { result })
+    }
+
+    fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>> {
+        let acls = self.state.lock().unwrap().acls.clone();
+        Box::pin(async move {
+            acls.ok_or_else(|| broker_error(ResponseError::SecurityDisabled, "DescribeAcls"))
+        })
+    }
+
+    fn create_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>> {
+        let mut s = self.state.lock().unwrap();
+        let result = match s.acls.as_mut() {
+            None => Err(broker_error(ResponseError::SecurityDisabled, "CreateAcls")),
+            Some(have) => {
+                for a in acls {
+                    if !have.contains(&a) {
+                        have.push(a);
+                    }
+                }
+                Ok(())
+            }
+        };
+        Box::pin(async move { result })
+    }
+
+    fn delete_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>> {
+        let mut s = self.state.lock().unwrap();
+        let result = match s.acls.as_mut() {
+            None => Err(broker_error(ResponseError::SecurityDisabled, "DeleteAcls")),
+            Some(have) => {
+                have.retain(|a| !acls.contains(a));
+                Ok(())
+            }
+        };
+        Box::pin(async move { result })
     }
 
     fn max_message_bytes(&self, _topic: &str) -> BoxFuture<'_, Result<usize, KafkaError>> {

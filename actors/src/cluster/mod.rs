@@ -123,6 +123,9 @@ pub trait DestinationCluster: Send + Sync {
     /// appended but uncommitted batch of an earlier (crashed) producer would
     /// otherwise become visible after we resumed behind it, as a duplicate.
     fn settled_bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>>;
+    /// The partition's leader epoch as last seen in (cached) metadata, without
+    /// a request: the data path polls it to notice a destination leader change.
+    fn leader_epoch(&self, tp: &TopicPartition) -> Option<i32>;
     /// Creates a topic with the given partition count and configs.
     fn create_topic(
         &self,

@@ -246,7 +246,8 @@ impl PartitionActor {
     }
 
     fn start_pump(&mut self, ctx: &mut Context<Self>) {
-        let copying = self.state.state != PartitionState::LogAlignment;
+        // Only MIRRORING copies; the recovery states align first and wait.
+        let copying = self.state.state == PartitionState::Mirroring;
         if let Some(p) = &mut self.pump {
             if copying {
                 if let Some(go) = p.may_copy.take() {
@@ -375,8 +376,13 @@ impl Handler<Desire> for PartitionActor {
 impl Handler<Aligned> for PartitionActor {
     type Result = ();
     fn handle(&mut self, msg: Aligned, ctx: &mut Context<Self>) {
-        if msg.generation == self.generation && self.state.state == PartitionState::LogAlignment {
-            self.transition(PartitionState::Mirroring, ctx);
+        use PartitionState as S;
+        let aligning = matches!(
+            self.state.state,
+            S::LogAlignment | S::EpochFencing | S::UleRecovery
+        );
+        if msg.generation == self.generation && aligning {
+            self.transition(S::Mirroring, ctx);
         }
     }
 }
@@ -413,6 +419,14 @@ impl Handler<PumpEnded> for PartitionActor {
         }
         match msg.exit {
             PumpExit::Stopped => self.after_pump_stopped(ctx),
+            PumpExit::EpochMoved { from, to } => {
+                tracing::info!(partition = %self.tp, from, to, "destination leader epoch moved; re-checking the tail");
+                if self.state.state == PartitionState::Mirroring {
+                    self.transition(PartitionState::EpochFencing, ctx);
+                } else {
+                    self.enter(ctx);
+                }
+            }
             PumpExit::Failed { message, retryable } => {
                 tracing::warn!(partition = %self.tp, retryable, error = %message, "partition failed");
                 self.write(

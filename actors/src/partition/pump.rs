@@ -75,6 +75,10 @@ pub enum PumpExit {
     /// Failed; `retryable` decides between a backoff retry and manual
     /// recovery.
     Failed { message: String, retryable: bool },
+    /// The destination partition's leader epoch moved (a leader election):
+    /// what was in flight is acknowledged and the map durable; the tail must
+    /// be re-checked against the map before producing more (EPOCH_FENCING).
+    EpochMoved { from: i32, to: i32 },
 }
 
 impl PumpExit {
@@ -274,6 +278,7 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
     let mut stop = cx.stop.clone();
     let mut last_checkpoint = Instant::now();
     let mut healthy = false;
+    let mut moved = None;
     // Acknowledged lengths not yet written to the log.
     let mut dirty = false;
     loop {
@@ -327,6 +332,12 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
             cx.record_runs(cursor.checkpoint()).await?;
             last_checkpoint = Instant::now();
             dirty = false;
+            if let Some(now) = cx.destination.leader_epoch(&cx.tp) {
+                if dest.leader_epoch >= 0 && now != dest.leader_epoch {
+                    moved = Some((dest.leader_epoch, now));
+                    break;
+                }
+            }
         }
     }
     // Stop: finish what is in flight, then make the map durable.
@@ -334,7 +345,10 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
         on_ack(cx, &mut cursor, pending, ack)?;
     }
     cx.record_runs(cursor.checkpoint()).await?;
-    Ok(())
+    match moved {
+        Some((from, to)) => Err(PumpExit::EpochMoved { from, to }),
+        None => Ok(()),
+    }
 }
 
 type PendingAck = std::pin::Pin<

@@ -402,3 +402,35 @@ async fn fetch_errors_are_retried_with_the_position_kept() {
         "every record readable"
     );
 }
+
+#[actix::test]
+async fn a_destination_leader_change_goes_through_epoch_fencing() {
+    let rig = rig().await;
+    rig.append(3, 0);
+    let actor = rig.start(RetryPolicy::default());
+    eventually("3 records", async || rig.dest.records(&rig.tp).len() == 3).await;
+    rig.dest.set_leader_epoch(&rig.tp, 5);
+    // Noticed at the next 1 s checkpoint.
+    for _ in 0..300 {
+        if history(&rig.log, &rig.key)
+            .iter()
+            .any(|h| h.0 == PartitionState::EpochFencing)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    eventually("MIRRORING again", async || {
+        state(&actor).await.state == PartitionState::Mirroring
+    })
+    .await;
+    rig.append(2, 3);
+    eventually("5 records", async || rig.dest.records(&rig.tp).len() == 5).await;
+    assert_eq!(rig.values(), ["v0", "v1", "v2", "v3", "v4"]);
+    let states: Vec<_> = history(&rig.log, &rig.key).iter().map(|h| h.0).collect();
+    use PartitionState as S;
+    assert_eq!(
+        states,
+        [S::LogAlignment, S::Mirroring, S::EpochFencing, S::Mirroring]
+    );
+}
