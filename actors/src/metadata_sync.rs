@@ -206,7 +206,14 @@ impl Handler<SyncNow> for MetadataSyncActor {
 impl Handler<GetSyncMetrics> for MetadataSyncActor {
     type Result = MessageResult<GetSyncMetrics>;
     fn handle(&mut self, _msg: GetSyncMetrics, _ctx: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.shared.state.lock().expect("sync state").metrics.clone())
+        MessageResult(
+            self.shared
+                .state
+                .lock()
+                .expect("sync state")
+                .metrics
+                .clone(),
+        )
     }
 }
 
@@ -325,8 +332,8 @@ async fn sync_groups(
     };
     let settings = SyncSettings::from_config(config).map_err(|e| e.to_string())?;
     *next = settings.group_interval;
-    let filter =
-        GroupFilter::new(&config.groups_include, &config.groups_exclude).map_err(|e| e.to_string())?;
+    let filter = GroupFilter::new(&config.groups_include, &config.groups_exclude)
+        .map_err(|e| e.to_string())?;
     // Only topics actively mirrored: a paused topic's copy is not moving,
     // and a stopped one has failed over — its destination groups belong to
     // the consumers that moved there.
@@ -585,7 +592,11 @@ async fn sync_configs(
 /// Source partition counts that grew: destination partitions first (so the
 /// PartitionActors the record starts have somewhere to write), then the
 /// record, then the MirrorActor reconciles.
-async fn sync_partitions(shared: &Shared, image: &MirrorStateImage, added: &mut u64) -> Vec<String> {
+async fn sync_partitions(
+    shared: &Shared,
+    image: &MirrorStateImage,
+    added: &mut u64,
+) -> Vec<String> {
     let spec = &shared.spec;
     let topics = mirrored_topics(
         image,

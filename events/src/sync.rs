@@ -295,7 +295,12 @@ impl AclRule {
                 fields.len()
             )));
         }
-        let field = |i: usize| fields.get(i).copied().filter(|f| !f.is_empty() && *f != "*");
+        let field = |i: usize| {
+            fields
+                .get(i)
+                .copied()
+                .filter(|f| !f.is_empty() && *f != "*")
+        };
         let resource_type = match field(0) {
             None => None,
             Some(t) => {
@@ -320,7 +325,8 @@ impl AclRule {
             Some(o) => Some(
                 name_of(
                     OPERATIONS,
-                    code_of(OPERATIONS, o).ok_or_else(|| err(format!("unknown operation {o:?}")))?,
+                    code_of(OPERATIONS, o)
+                        .ok_or_else(|| err(format!("unknown operation {o:?}")))?,
                 )
                 .expect("round trip")
                 .to_string(),
@@ -331,8 +337,9 @@ impl AclRule {
             Some(p) => Some(
                 name_of(
                     PERMISSIONS,
-                    code_of(PERMISSIONS, p)
-                        .ok_or_else(|| err(format!("permission type {p:?}: expected ALLOW or DENY")))?,
+                    code_of(PERMISSIONS, p).ok_or_else(|| {
+                        err(format!("permission type {p:?}: expected ALLOW or DENY"))
+                    })?,
                 )
                 .expect("round trip")
                 .to_string(),
@@ -495,13 +502,28 @@ mod tests {
         let all = AclRules::parse("*").unwrap();
         assert!(all.matches(&acl("TOPIC", "LITERAL", "t", "User:a", "READ", "ALLOW")));
         assert!(all.matches(&acl("GROUP", "PREFIXED", "g", "User:a", "READ", "ALLOW")));
-        assert!(!all.matches(&acl("CLUSTER", "LITERAL", "kafka-cluster", "User:a", "ALTER", "ALLOW")));
+        assert!(!all.matches(&acl(
+            "CLUSTER",
+            "LITERAL",
+            "kafka-cluster",
+            "User:a",
+            "ALTER",
+            "ALLOW"
+        )));
 
         let r = AclRules::parse("topic;orders-.*;read, GROUP;*;*;ALLOW;User:bob").unwrap();
-        assert!(r.matches(&acl("TOPIC", "LITERAL", "orders-1", "User:x", "READ", "DENY")));
-        assert!(r.matches(&acl("TOPIC", "PREFIXED", "orders-", "User:x", "READ", "ALLOW")));
-        assert!(!r.matches(&acl("TOPIC", "LITERAL", "orders", "User:x", "READ", "ALLOW")));
-        assert!(!r.matches(&acl("TOPIC", "LITERAL", "orders-1", "User:x", "WRITE", "ALLOW")));
+        assert!(r.matches(&acl(
+            "TOPIC", "LITERAL", "orders-1", "User:x", "READ", "DENY"
+        )));
+        assert!(r.matches(&acl(
+            "TOPIC", "PREFIXED", "orders-", "User:x", "READ", "ALLOW"
+        )));
+        assert!(!r.matches(&acl(
+            "TOPIC", "LITERAL", "orders", "User:x", "READ", "ALLOW"
+        )));
+        assert!(!r.matches(&acl(
+            "TOPIC", "LITERAL", "orders-1", "User:x", "WRITE", "ALLOW"
+        )));
         assert!(r.matches(&acl("GROUP", "LITERAL", "g", "User:bob", "READ", "ALLOW")));
         assert!(!r.matches(&acl("GROUP", "LITERAL", "g", "User:eve", "READ", "ALLOW")));
         assert!(AclRules::parse("").unwrap().is_empty());

@@ -93,9 +93,16 @@ fn bed_from_env(env: &str) -> Option<Bed> {
 /// Starts `n` independent clusters under `dir`, stopped when this process ends.
 /// Returns the env-file text (`CLUSTER_<i>=host:port` lines).
 pub fn start_clusters(n: usize, dir: &Path) -> String {
+    start_clusters_with(n, dir, &[])
+}
+
+/// [`start_clusters`] with extra `scripts/kafka up` flags (`--authorizer`,
+/// `--security`).
+pub fn start_clusters_with(n: usize, dir: &Path, flags: &[&str]) -> String {
     let out = Command::new(kafka_script())
         .args(["up", "--clusters", &n.to_string(), "--dir"])
         .arg(dir)
+        .args(flags)
         .args(["--owner-pid", &std::process::id().to_string()])
         .stdin(Stdio::null())
         .output()

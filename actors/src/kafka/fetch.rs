@@ -81,8 +81,12 @@ impl Default for FetchOptions {
             isolation: IsolationLevel::ReadCommitted,
             max_wait: Duration::from_millis(500),
             min_bytes: 1,
-            max_bytes: 52_428_800,
-            partition_max_bytes: 4 * 1_048_576,
+            // The KIP's mirror defaults (fetch.response.max.bytes 10 MiB,
+            // fetch.max.bytes 1 MiB per partition). They also bound memory:
+            // a response frame is shared by its partitions' slices, and a
+            // broker's fetch task holds at most a few frames at once.
+            max_bytes: 10 * 1_048_576,
+            partition_max_bytes: 1_048_576,
             incremental: true,
         }
     }
