@@ -102,6 +102,11 @@ impl MirrorActor {
     /// desired state.
     fn reconcile(&mut self, image: &MirrorStateImage, ctx: &mut Context<Self>) {
         let mut live = HashSet::new();
+        let support_ule = image.mirror(&self.spec.name).is_some_and(|c| {
+            c.source_properties
+                .get("mirror.support.unclean.leader.election")
+                .is_some_and(|v| v == "true")
+        });
         for entry in image.topics_of(&self.spec.name) {
             let t = &entry.change;
             for p in 0..t.partition_count {
@@ -116,6 +121,7 @@ impl MirrorActor {
                         coordinator: self.spec.coordinator.clone(),
                         retry: self.spec.retry,
                         desired: t.desired_state,
+                        support_unclean_leader_election: support_ule,
                     })
                     .start()
                 });

@@ -216,6 +216,15 @@ impl MemorySource {
         })
     }
 
+    /// An unclean leader election: the log now ends at `offset` (whole
+    /// batches above it are gone; tests truncate at batch boundaries).
+    pub fn truncate_to(&self, tp: &TopicPartition, offset: i64) {
+        self.with(tp, |p| {
+            p.batches.retain(|b| b.last < offset);
+            p.end = offset;
+        });
+    }
+
     /// Retention: drops everything below `offset`.
     pub fn delete_before(&self, tp: &TopicPartition, offset: i64) {
         self.with(tp, |p| {

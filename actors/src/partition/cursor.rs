@@ -129,6 +129,53 @@ pub fn align(
     })
 }
 
+/// What an unclean leader election on the source leaves to repair: the
+/// source now ends at `source_end`, below records kmirror had mirrored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Divergence {
+    /// Source offsets that were mirrored but no longer exist on the source
+    /// (offsets the source will now reuse for other records).
+    pub source: (i64, i64),
+    /// Where those records sit on the destination (kept: Kafka cannot
+    /// truncate a partition's tail).
+    pub destination: (i64, i64),
+    /// The run cut at `source_end`, to record.
+    pub cut: Option<OffsetMapRun>,
+    /// Runs wholly beyond `source_end`, to remove.
+    pub removed: Vec<OffsetMapRun>,
+}
+
+/// Cuts the map at `source_end` after the source was truncated under it, so
+/// the source offsets it will reuse map to the new records, not the old ones.
+/// The destination keeps its tail; the next run opens after it.
+pub fn cut_divergent(alignment: &mut Alignment, source_end: i64) -> Divergence {
+    let old_next = alignment.next_source.unwrap_or(source_end);
+    let mut removed = Vec::new();
+    let mut cut = None;
+    let mut divergent_dst_start = alignment.next_destination;
+    alignment.runs.retain_mut(|r| {
+        if r.source_start >= source_end {
+            divergent_dst_start = divergent_dst_start.min(r.destination_start);
+            removed.push(*r);
+            false
+        } else {
+            if r.source_end() > source_end {
+                r.length = source_end - r.source_start;
+                divergent_dst_start = divergent_dst_start.min(r.destination_end());
+                cut = Some(*r);
+            }
+            true
+        }
+    });
+    alignment.next_source = Some(source_end);
+    Divergence {
+        source: (source_end, old_next),
+        destination: (divergent_dst_start, alignment.next_destination),
+        cut,
+        removed,
+    }
+}
+
 /// The planned position of a partition's copy: where the next fetched record
 /// comes from and where it will land, and which runs still need their
 /// acknowledged length written to the log.
@@ -353,6 +400,24 @@ mod tests {
                 expected: 0
             })
         );
+    }
+
+    #[test]
+    fn a_truncated_source_cuts_the_map_and_the_next_run_follows_the_tail() {
+        let mut a = align(vec![run(0, 0, 10), run(12, 10, 5)], 0, 15).unwrap();
+        let d = cut_divergent(&mut a, 8);
+        assert_eq!(d.source, (8, 17));
+        assert_eq!(d.destination, (8, 15));
+        assert_eq!(d.cut, Some(run(0, 0, 8)));
+        assert_eq!(d.removed, vec![run(12, 10, 5)]);
+        let mut c = Cursor::new(&a, 8);
+        let p = c.plan(&[seg(8, 3)], 11);
+        assert_eq!(
+            p.runs_to_record,
+            vec![run(8, 15, 0)],
+            "new records after the kept tail"
+        );
+        assert!(!c.identical());
     }
 
     #[test]

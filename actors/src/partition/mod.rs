@@ -99,6 +99,9 @@ pub struct PartitionSpec {
     pub retry: RetryPolicy,
     /// The topic's desired state when the actor starts.
     pub desired: PartitionState,
+    /// `mirror.support.unclean.leader.election` (a mirror property here:
+    /// stock Kafka refuses unknown topic configs).
+    pub support_unclean_leader_election: bool,
 }
 
 pub struct PartitionActor {
@@ -276,6 +279,7 @@ impl PartitionActor {
             coordinator: self.spec.coordinator.clone(),
             progress: self.progress.clone(),
             stop: stop_rx,
+            support_unclean_leader_election: self.spec.support_unclean_leader_election,
             on_aligned: Some(Box::new(move || {
                 aligned_addr.do_send(Aligned { generation })
             })),
@@ -419,6 +423,24 @@ impl Handler<PumpEnded> for PartitionActor {
         }
         match msg.exit {
             PumpExit::Stopped => self.after_pump_stopped(ctx),
+            PumpExit::SourceTruncated { message } => {
+                if self.spec.support_unclean_leader_election
+                    && self.state.state == PartitionState::Mirroring
+                {
+                    tracing::warn!(partition = %self.tp, "{message}; recovering (ULE_RECOVERY)");
+                    self.transition(PartitionState::UleRecovery, ctx);
+                } else {
+                    self.write(
+                        Command::FailPartition {
+                            key: self.spec.key.clone(),
+                            leader_epoch: -1,
+                            error_message: message,
+                            retryable: false,
+                        },
+                        ctx,
+                    );
+                }
+            }
             PumpExit::EpochMoved { from, to } => {
                 tracing::info!(partition = %self.tp, from, to, "destination leader epoch moved; re-checking the tail");
                 if self.state.state == PartitionState::Mirroring {

@@ -75,6 +75,10 @@ pub enum PumpExit {
     /// Failed; `retryable` decides between a backoff retry and manual
     /// recovery.
     Failed { message: String, retryable: bool },
+    /// The source partition ends below the mirrored position: an unclean
+    /// leader election there. ULE_RECOVERY if the mirror allows it, else
+    /// FAILED, not retryable.
+    SourceTruncated { message: String },
     /// The destination partition's leader epoch moved (a leader election):
     /// what was in flight is acknowledged and the map durable; the tail must
     /// be re-checked against the map before producing more (EPOCH_FENCING).
@@ -106,6 +110,9 @@ pub struct PumpContext {
     pub progress: Arc<Mutex<Progress>>,
     /// Becomes `true` when the pump must stop.
     pub stop: watch::Receiver<bool>,
+    /// `mirror.support.unclean.leader.election`: repair a truncated source
+    /// (cut the map, record the divergence) instead of failing.
+    pub support_unclean_leader_election: bool,
     /// Called once the partition is aligned; the actor then records
     /// LOG_ALIGNMENT → MIRRORING and opens `may_copy`. No record is copied
     /// before MIRRORING is durable.
@@ -225,12 +232,14 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
         .bounds(&cx.tp)
         .await
         .map_err(|e| kafka_failure("source offsets", e))?;
+    let mut alignment = alignment;
     let mut next_source = alignment.next_source.unwrap_or(src.log_start);
     if next_source > src.end {
-        return Err(PumpExit::fatal(format!(
-            "Detected log truncation during mirroring: the source partition ends at {} but {} records up to {} were already mirrored. This implies unclean leader election in source cluster, but mirror.support.unclean.leader.election is disabled.",
-            src.end, next_source - src.end, next_source
-        )));
+        if !cx.support_unclean_leader_election {
+            return Err(truncated(src.end, next_source));
+        }
+        repair_divergence(cx, &mut alignment, src.end).await?;
+        next_source = src.end;
     }
     if next_source < src.log_start {
         record_gap(cx, next_source, src.log_start).await?;
@@ -464,6 +473,47 @@ async fn forward(
     Ok(())
 }
 
+fn truncated(end: i64, position: i64) -> PumpExit {
+    PumpExit::SourceTruncated {
+        message: format!(
+            "Detected log truncation during mirroring: the source partition ends at {end}, below the mirrored position {position}. This implies unclean leader election in source cluster, but mirror.support.unclean.leader.election is disabled."
+        ),
+    }
+}
+
+/// ULE recovery: the map is cut where the source now ends, the divergent
+/// range is recorded (the destination keeps those records: Kafka cannot
+/// truncate a partition), and copying resumes at the source's end.
+async fn repair_divergence(
+    cx: &PumpContext,
+    alignment: &mut super::cursor::Alignment,
+    source_end: i64,
+) -> Result<(), PumpExit> {
+    let d = super::cursor::cut_divergent(alignment, source_end);
+    tracing::warn!(
+        partition = %cx.tp, source = ?d.source, destination = ?d.destination,
+        "unclean leader election on the source: mirrored records no longer exist there; continuing after them"
+    );
+    cx.execute(Command::RecordGap {
+        key: cx.key.clone(),
+        gap: GapDetected {
+            source_start: d.source.0,
+            source_end: d.source.1,
+            reason: format!(
+                "divergent after an unclean leader election on the source: destination offsets {}..{} hold records the source no longer has",
+                d.destination.0, d.destination.1
+            ),
+        },
+    })
+    .await?;
+    cx.execute(Command::SetOffsetRuns {
+        key: cx.key.clone(),
+        upsert: d.cut.into_iter().collect(),
+        remove: d.removed.iter().map(|r| r.source_start).collect(),
+    })
+    .await
+}
+
 async fn record_gap(cx: &PumpContext, from: i64, to: i64) -> Result<(), PumpExit> {
     tracing::warn!(
         partition = %cx.tp, lost_from = from, lost_to = to,
@@ -497,10 +547,7 @@ async fn reopen(
                 record_gap(cx, cursor.next_source, b.log_start).await?;
                 cursor.next_source = b.log_start;
             } else if cursor.next_source > b.end {
-                return Err(PumpExit::fatal(format!(
-                    "Detected log truncation during mirroring: the source partition now ends at {}, below the mirrored position {}. This implies unclean leader election in source cluster, but mirror.support.unclean.leader.election is disabled.",
-                    b.end, cursor.next_source
-                )));
+                return Err(truncated(b.end, cursor.next_source));
             }
         }
         FetchError::LeaderChanged { .. } => {

@@ -29,6 +29,7 @@ struct Rig {
     dest: MemoryDestination,
     tp: TopicPartition,
     key: MirrorPartitionKey,
+    ule: bool,
 }
 
 async fn rig() -> Rig {
@@ -72,6 +73,7 @@ async fn rig() -> Rig {
         dest,
         tp: TopicPartition::new(TOPIC, 0),
         key: MirrorPartitionKey::new("m", ID, 0),
+        ule: false,
     }
 }
 
@@ -85,6 +87,7 @@ impl Rig {
             coordinator: self.coordinator.clone(),
             retry,
             desired: PartitionState::Mirroring,
+            support_unclean_leader_election: self.ule,
         })
         .start()
     }
@@ -433,4 +436,62 @@ async fn a_destination_leader_change_goes_through_epoch_fencing() {
         states,
         [S::LogAlignment, S::Mirroring, S::EpochFencing, S::Mirroring]
     );
+}
+
+#[actix::test]
+async fn a_truncated_source_fails_unless_unclean_election_is_supported() {
+    for ule in [false, true] {
+        let mut rig = rig().await;
+        rig.ule = ule;
+        rig.append(6, 0);
+        let actor = rig.start(fast_retry());
+        eventually("6 records", async || rig.dest.records(&rig.tp).len() == 6).await;
+        actor.send(Shutdown).await.unwrap();
+        // An unclean election on the source: it now ends at 4 (below the
+        // mirrored 6); later it takes new records at offsets 4 and 5.
+        rig.source.truncate_to(&rig.tp, 4);
+        let actor = rig.start(fast_retry());
+        if !ule {
+            eventually("FAILED", async || {
+                state(&actor).await.state == PartitionState::Failed
+            })
+            .await;
+            let s = state(&actor).await;
+            assert_eq!(s.retry_attempt, -1);
+            assert!(s
+                .error
+                .unwrap()
+                .contains("mirror.support.unclean.leader.election is disabled"));
+            continue;
+        }
+        eventually("divergence recorded", async || {
+            !rig.image().await.gaps(&rig.key).is_empty()
+        })
+        .await;
+        rig.append(2, 100);
+        eventually("8 records", async || rig.dest.records(&rig.tp).len() == 8).await;
+        assert_eq!(
+            rig.values(),
+            ["v0", "v1", "v2", "v3", "v4", "v5", "v100", "v101"]
+        );
+        eventually("MIRRORING", async || {
+            state(&actor).await.state == PartitionState::Mirroring
+        })
+        .await;
+        actor.send(Shutdown).await.unwrap();
+        let image = rig.image().await;
+        assert_eq!(image.translate(&rig.key, 3), Translation::Exact(3));
+        assert_eq!(
+            image.translate(&rig.key, 4),
+            Translation::Exact(6),
+            "offset 4 is the new record"
+        );
+        let gap = &image.gaps(&rig.key)[0];
+        assert_eq!((gap.source_start, gap.source_end), (4, 6));
+        assert!(
+            gap.reason.contains("destination offsets 4..6"),
+            "{}",
+            gap.reason
+        );
+    }
 }
