@@ -217,10 +217,14 @@ impl NodeHandle {
         T: Send + 'static,
     {
         let (tx, rx) = tokio::sync::oneshot::channel();
+        eprintln!("DBG run start");
         let node = self.node.clone();
         self.home.spawn_fn(move || {
+            eprintln!("DBG on arbiter");
             actix::spawn(async move {
+                eprintln!("DBG spawned");
                 let _ = tx.send(call(node).await);
+                eprintln!("DBG done");
             });
         });
         rx.await.map_err(|_| {
