@@ -782,12 +782,17 @@ impl Node {
         for p in &partitions {
             *partitions_by_state.entry(p.state.clone()).or_insert(0) += 1;
         }
+        // Each await on its own line: a lock guard taken inside the struct
+        // literal would live to its end and deadlock `sync_metrics`.
+        let mirrors = self.inner.mirrors.lock().await.len() as u64;
+        let event_log_end_offset = self.state_offset().await;
+        let sync = self.sync_metrics().await;
         NodeMetrics {
             partitions,
             partitions_by_state,
-            mirrors: self.inner.mirrors.lock().await.len() as u64,
-            event_log_end_offset: self.state_offset().await,
-            sync: self.sync_metrics().await,
+            mirrors,
+            event_log_end_offset,
+            sync,
         }
     }
 

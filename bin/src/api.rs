@@ -217,14 +217,10 @@ impl NodeHandle {
         T: Send + 'static,
     {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        eprintln!("DBG run start");
         let node = self.node.clone();
         self.home.spawn_fn(move || {
-            eprintln!("DBG on arbiter");
             actix::spawn(async move {
-                eprintln!("DBG spawned");
                 let _ = tx.send(call(node).await);
-                eprintln!("DBG done");
             });
         });
         rx.await.map_err(|_| {
@@ -388,16 +384,27 @@ mod tests {
         .expect("node starts on in-memory clusters")
     }
 
-    async fn call(req: web_test::TestRequest) -> (StatusCode, serde_json::Value) {
+    /// One request to a fresh app; a node call that never answers fails the
+    /// test instead of hanging it.
+    async fn call_raw(req: web_test::TestRequest) -> (StatusCode, Vec<u8>) {
         let app = web_test::init_service(
             App::new()
                 .app_data(Data::new(NodeHandle::new(node().await)))
                 .configure(configure),
         )
         .await;
-        let resp = web_test::call_service(&app, req.to_request()).await;
-        let status = resp.status();
-        let body = web_test::read_body(resp).await;
+        let answer = async {
+            let resp = web_test::call_service(&app, req.to_request()).await;
+            let status = resp.status();
+            (status, web_test::read_body(resp).await.to_vec())
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(20), answer)
+            .await
+            .expect("the admin API answers within 20 s")
+    }
+
+    async fn call(req: web_test::TestRequest) -> (StatusCode, serde_json::Value) {
+        let (status, body) = call_raw(req).await;
         let json = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
         (status, json)
     }
@@ -544,29 +551,12 @@ mod tests {
 
     #[actix_web::test]
     async fn metrics_and_state_offset_answer() {
-        let app = web_test::init_service(
-            App::new()
-                .app_data(Data::new(NodeHandle::new(node().await)))
-                .configure(configure),
-        )
-        .await;
-        let resp = web_test::call_service(
-            &app,
-            web_test::TestRequest::get().uri("/metrics").to_request(),
-        )
-        .await;
-        assert_eq!(resp.status(), StatusCode::OK);
-        let text = String::from_utf8(web_test::read_body(resp).await.to_vec()).unwrap();
+        let (status, body) = call_raw(web_test::TestRequest::get().uri("/metrics")).await;
+        assert_eq!(status, StatusCode::OK);
+        let text = String::from_utf8(body).unwrap();
         assert!(text.contains("kmirror_MirroringPartitionState"), "{text}");
-        let resp = web_test::call_service(
-            &app,
-            web_test::TestRequest::get()
-                .uri("/state-offset")
-                .to_request(),
-        )
-        .await;
-        let body: serde_json::Value =
-            serde_json::from_slice(&web_test::read_body(resp).await).unwrap();
+        let (status, body) = call(web_test::TestRequest::get().uri("/state-offset")).await;
+        assert_eq!(status, StatusCode::OK);
         assert!(body["state_offset"].is_u64(), "{body}");
     }
 

@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
+use kmirror_actors::metadata_sync::SyncMetrics;
 use kmirror_actors::node::NodeMetrics;
 
 /// The KIP's partition states, each of which always gets a gauge (0 when no
@@ -184,7 +185,97 @@ pub fn render(m: &NodeMetrics) -> String {
             f.sample(name, &labels, value(p));
         }
     }
+
+    // Metadata sync, per mirror. The error meters keep the KIP's names.
+    type SyncValue = fn(&SyncMetrics) -> String;
+    let per_mirror: [(&str, &str, &str, SyncValue); 13] = [
+        (
+            "ConsumerGroupOffsetSyncError",
+            "counter",
+            "Failed consumer-group offset sync passes.",
+            |s| s.group_sync_errors.to_string(),
+        ),
+        (
+            "TopicConfigSyncError",
+            "counter",
+            "Failed topic-config sync passes.",
+            |s| s.config_sync_errors.to_string(),
+        ),
+        (
+            "TopicMetadataRefreshError",
+            "counter",
+            "Failed partition-count sync passes.",
+            |s| s.partition_sync_errors.to_string(),
+        ),
+        ("AclSyncError", "counter", "Failed ACL sync passes.", |s| {
+            s.acl_sync_errors.to_string()
+        }),
+        (
+            "sync_group_offsets_committed_total",
+            "counter",
+            "Group offsets committed on the destination.",
+            |s| s.group_offsets_committed.to_string(),
+        ),
+        (
+            "sync_topic_configs_changed_total",
+            "counter",
+            "Destination topic configs changed.",
+            |s| s.topic_configs_changed.to_string(),
+        ),
+        (
+            "sync_partitions_added_total",
+            "counter",
+            "Destination partitions added.",
+            |s| s.partitions_added.to_string(),
+        ),
+        (
+            "sync_acls_created_total",
+            "counter",
+            "Destination ACLs created.",
+            |s| s.acls_created.to_string(),
+        ),
+        (
+            "sync_acls_deleted_total",
+            "counter",
+            "Destination ACLs deleted.",
+            |s| s.acls_deleted.to_string(),
+        ),
+        (
+            "sync_active_groups_skipped_total",
+            "counter",
+            "Times a group active on the destination was skipped.",
+            |s| s.active_groups_skipped.to_string(),
+        ),
+        (
+            "sync_active_groups",
+            "gauge",
+            "Groups skipped as active in the last pass.",
+            |s| s.active_groups_now.to_string(),
+        ),
+        (
+            "sync_last_group_sync_timestamp_seconds",
+            "gauge",
+            "End of the last error-free group sync (0 never).",
+            |s| seconds(s.last_group_sync_ms),
+        ),
+        (
+            "sync_last_metadata_sync_timestamp_seconds",
+            "gauge",
+            "End of the last error-free config/partition/ACL sync (0 never).",
+            |s| seconds(s.last_metadata_sync_ms),
+        ),
+    ];
+    for (name, kind, help, value) in per_mirror {
+        f.header(name, kind, help);
+        for s in &m.sync {
+            f.sample(name, &[("mirror", s.mirror.as_str())], value(s));
+        }
+    }
     out
+}
+
+fn seconds(ms: i64) -> String {
+    (ms.max(0) as f64 / 1000.0).to_string()
 }
 
 #[cfg(test)]
@@ -234,7 +325,12 @@ mod tests {
             .collect(),
             mirrors: 1,
             event_log_end_offset: 42,
-            ..Default::default()
+            sync: vec![SyncMetrics {
+                mirror: "m\"1".into(),
+                group_sync_errors: 3,
+                last_group_sync_ms: 1_500,
+                ..Default::default()
+            }],
         };
         let text = render(&m);
         for line in [
@@ -253,6 +349,9 @@ mod tests {
             "kmirror_partition_lag_seconds{mirror=\"m\\\"1\",topic=\"orders\",partition=\"0\"} 1.5",
             "kmirror_partition_error{mirror=\"m\\\"1\",topic=\"orders\",partition=\"1\"} 1",
             "# TYPE kmirror_partition_bytes_mirrored_total counter",
+            "kmirror_ConsumerGroupOffsetSyncError{mirror=\"m\\\"1\"} 3",
+            "kmirror_AclSyncError{mirror=\"m\\\"1\"} 0",
+            "kmirror_sync_last_group_sync_timestamp_seconds{mirror=\"m\\\"1\"} 1.5",
         ] {
             assert!(
                 text.lines().any(|l| l == line),
