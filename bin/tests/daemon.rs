@@ -508,3 +508,155 @@ fn a_mirror_lifecycle_through_the_cli() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains(&topic), "{}", stdout(&out));
 }
+
+/// Records on the destination (sum of end offsets), read with Kafka's tool.
+fn destination_records(topic: &str) -> usize {
+    let out = kmirror_tests::kafka_tool_ok(
+        "kafka-get-offsets",
+        &["--bootstrap-server", &bed().destination, "--topic", topic],
+    );
+    out.lines()
+        .filter_map(|l| l.rsplit(':').next()?.trim().parse::<usize>().ok())
+        .sum()
+}
+
+/// Kills a helper process if the test fails early.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// SIGKILL, no grace.
+fn kill9(mut daemon: Daemon) {
+    let _ = daemon.child.kill();
+    let _ = daemon.child.wait();
+}
+
+/// A pseudo-random delay in `lo..hi` ms (no RNG crate needed for a test).
+fn jitter_ms(lo: u64, hi: u64) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64;
+    lo + nanos % (hi - lo)
+}
+
+#[test]
+fn kill_minus_nine_ten_times_loses_and_duplicates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("kill9");
+    create_topic(&bed().source, &topic, 4, &[]);
+    produce(&topic, 0, 20_000);
+    // Kafka's Java producer keeps writing during all ten kills, so every
+    // kill lands while records are being fetched, produced and mapped.
+    let total = 20_000 + 300_000;
+    let load = Command::new(kmirror_tests::kafka_script())
+        .args([
+            "tool",
+            "kafka-producer-perf-test",
+            "--topic",
+            &topic,
+            "--num-records",
+            "300000",
+            "--record-size",
+            "100",
+            "--throughput",
+            "15000",
+            "--producer-props",
+        ])
+        .arg(format!("bootstrap.servers={}", bed().source))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut load = ChildGuard(load);
+    let mirror = unique("k");
+    let props = write_properties(dir.path());
+    let mut mid_copy = 0;
+    for round in 0..10 {
+        let daemon = Daemon::start(dir.path());
+        if round == 0 {
+            let out = daemon.cli(&[
+                "mirror",
+                "create",
+                "--mirror",
+                &mirror,
+                "--mirror-config",
+                &props,
+            ]);
+            assert!(out.status.success(), "{}", stderr(&out));
+            let out = daemon.cli(&["mirror", "start", "--mirror", &mirror, "--topics", &topic]);
+            assert!(out.status.success(), "{}", stderr(&out));
+        }
+        std::thread::sleep(Duration::from_millis(jitter_ms(100, 1_200)));
+        kill9(daemon);
+        let landed = destination_records(&topic);
+        eprintln!("round {round}: killed with {landed} records on the destination");
+        if landed > 0 && load.0.try_wait().unwrap().is_none() {
+            mid_copy += 1;
+        }
+    }
+    assert!(
+        mid_copy >= 8,
+        "only {mid_copy} of 10 kills landed during the copy"
+    );
+    assert!(load.0.wait().unwrap().success(), "the load producer failed");
+    let daemon = Daemon::start(dir.path());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let parts = describe(&daemon, &mirror);
+        let done = parts.len() == 4
+            && parts
+                .iter()
+                .all(|p| p["state"] == "MIRRORING" && p["lag"] == 0)
+            && parts
+                .iter()
+                .map(|p| p["destination_offset"].as_i64().unwrap())
+                .sum::<i64>()
+                == total as i64;
+        if done {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not caught up: {parts:#?}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // Kafka's own consumer on both sides: every record exactly once, at the
+    // same partition and offset.
+    let read = |bootstrap: &str| -> Vec<String> {
+        let out = kmirror_tests::kafka_tool_ok(
+            "kafka-console-consumer",
+            &[
+                "--bootstrap-server",
+                bootstrap,
+                "--topic",
+                &topic,
+                "--from-beginning",
+                "--max-messages",
+                &total.to_string(),
+                "--timeout-ms",
+                "60000",
+                "--property",
+                "print.partition=true",
+                "--property",
+                "print.offset=true",
+            ],
+        );
+        let mut lines: Vec<String> = out.lines().map(str::to_owned).collect();
+        lines.sort();
+        lines
+    };
+    let source = read(&bed().source);
+    let destination = read(&bed().destination);
+    assert_eq!(source.len(), total);
+    assert_eq!(
+        source, destination,
+        "nothing lost, nothing duplicated, offsets identical"
+    );
+    assert_eq!(daemon.terminate().code(), Some(0));
+}
