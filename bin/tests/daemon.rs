@@ -660,3 +660,176 @@ fn kill_minus_nine_ten_times_loses_and_duplicates_nothing() {
     );
     assert_eq!(daemon.terminate().code(), Some(0));
 }
+
+/// Topics on a cluster, by Kafka's own `kafka-topics --list`.
+fn topic_list(bootstrap: &str) -> Vec<String> {
+    kmirror_tests::kafka_tool_ok("kafka-topics", &["--bootstrap-server", bootstrap, "--list"])
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn discovery_recover_and_replay_through_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path()); // refresh interval 1 s
+    let p = unique("disc");
+    let props = dir.path().join("disc.properties");
+    std::fs::write(
+        &props,
+        format!(
+            "bootstrap.servers={}\nmirror.topics.include={p}-orders-.*\nmirror.topics.exclude={p}-orders-tmp.*\nmirror.failed.retry.max.attempts=1\n",
+            bed().source
+        ),
+    )
+    .unwrap();
+    let mirror = unique("d");
+    let out = daemon.cli(&[
+        "mirror",
+        "create",
+        "--mirror",
+        &mirror,
+        "--mirror-config",
+        props.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // Topics created after the mirror: discovered within two refresh
+    // intervals; excluded and internal ones never.
+    let (orders, tmp, internal, big) = (
+        format!("{p}-orders-a"),
+        format!("{p}-orders-tmp-b"),
+        format!("__{p}-orders-internal"),
+        format!("{p}-orders-big"),
+    );
+    // The destination refuses `big`'s 5 KB record until an operator acts;
+    // with one attempt allowed, the partition stays FAILED until `recover`.
+    create_topic(&bed().destination, &big, 1, &["max.message.bytes=2000"]);
+    for t in [&orders, &tmp, &internal, &big] {
+        create_topic(&bed().source, t, 1, &[]);
+    }
+    produce(&orders, 0, 50);
+    let started = Instant::now();
+    wait_for("discovery", || {
+        describe(&daemon, &mirror)
+            .iter()
+            .any(|d| d["topic"] == orders.as_str())
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "discovered after {:?}",
+        started.elapsed()
+    );
+    wait_for("orders mirrored", || {
+        describe(&daemon, &mirror)
+            .iter()
+            .any(|d| d["topic"] == orders.as_str() && d["destination_offset"] == 50)
+    });
+    let dest = topic_list(&bed().destination);
+    assert!(
+        dest.contains(&orders) && !dest.contains(&tmp) && !dest.contains(&internal),
+        "{dest:?}"
+    );
+    assert!(describe(&daemon, &mirror)
+        .iter()
+        .all(|d| d["topic"] != tmp.as_str() && d["topic"] != internal.as_str()));
+
+    let big_record = format!("{}\n", "x".repeat(5_000));
+    let out = kafka_tool_stdin(
+        "kafka-console-producer",
+        &["--bootstrap-server", &bed().source, "--topic", &big],
+        big_record.as_bytes(),
+    );
+    assert!(out.status.success());
+    wait_for("big FAILED", || {
+        describe(&daemon, &mirror)
+            .iter()
+            .any(|d| d["topic"] == big.as_str() && d["state"] == "FAILED")
+    });
+    let out = daemon.cli(&["mirror", "describe", "--mirror", &mirror, "--failed"]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("1/1") && text.contains("exceeds the destination limit"),
+        "{text}"
+    );
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert!(
+        describe(&daemon, &mirror)
+            .iter()
+            .any(|d| d["topic"] == big.as_str() && d["state"] == "FAILED"),
+        "attempts exhausted: no automatic retry"
+    );
+    kmirror_tests::kafka_tool_ok(
+        "kafka-configs",
+        &[
+            "--bootstrap-server",
+            &bed().destination,
+            "--alter",
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            &big,
+            "--add-config",
+            "max.message.bytes=1048588",
+        ],
+    );
+    let out = daemon.cli(&["mirror", "recover", "--mirror", &mirror, "--topics", &big]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_for("big mirrored after recover", || {
+        describe(&daemon, &mirror).iter().any(|d| {
+            d["topic"] == big.as_str() && d["state"] == "MIRRORING" && d["destination_offset"] == 1
+        })
+    });
+    let out = daemon.cli(&["mirror", "recover", "--mirror", &mirror, "--topics", &big]);
+    assert!(
+        out.status.success(),
+        "recovering nothing is not an error: {}",
+        stderr(&out)
+    );
+
+    // The log alone rebuilds what the daemon reported.
+    let reported = describe(&daemon, &mirror);
+    assert_eq!(daemon.terminate().code(), Some(0));
+    let data = dir.path().join("data");
+    let out = kmirror(&[
+        "log",
+        "replay",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let replayed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let topics = replayed["mirrors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == mirror.as_str())
+        .expect("mirror in the replay")["topics"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let mut names: Vec<&str> = topics.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    names.sort();
+    let mut expected = vec![big.as_str(), orders.as_str()];
+    expected.sort();
+    assert_eq!(names, expected);
+    assert!(
+        reported.iter().all(|d| d["state"] == "MIRRORING"),
+        "{reported:?}"
+    );
+    assert!(topics.iter().all(|t| t["desired_state"] == "MIRRORING"));
+    let out = kmirror(&[
+        "log",
+        "audit",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--topic",
+        &big,
+    ]);
+    let audit = stdout(&out);
+    assert!(
+        audit.contains("FAILED") && audit.contains("MIRRORING"),
+        "{audit}"
+    );
+}
