@@ -495,3 +495,53 @@ async fn a_truncated_source_fails_unless_unclean_election_is_supported() {
         );
     }
 }
+
+#[actix::test]
+async fn a_source_leader_move_is_followed_without_a_failure() {
+    let rig = rig().await;
+    rig.append(3, 0);
+    rig.source.fail_next_fetch(
+        &rig.tp,
+        FetchError::LeaderChanged {
+            error: kafka_protocol::ResponseError::NotLeaderOrFollower,
+            new_leader: Some((2, 7)),
+            offset: 0,
+        },
+    );
+    let actor = rig.start(fast_retry());
+    eventually("3 records", async || rig.dest.records(&rig.tp).len() == 3).await;
+    rig.append(2, 3);
+    eventually("5 records", async || rig.dest.records(&rig.tp).len() == 5).await;
+    assert_eq!(rig.values(), ["v0", "v1", "v2", "v3", "v4"]);
+    let states: Vec<_> = history(&rig.log, &rig.key).iter().map(|h| h.0).collect();
+    assert_eq!(
+        states,
+        [PartitionState::LogAlignment, PartitionState::Mirroring],
+        "no FAILED"
+    );
+    assert_eq!(state(&actor).await.retry_attempt, 0);
+}
+
+#[actix::test]
+async fn a_produce_timeout_is_retried_from_the_destination_end() {
+    let rig = rig().await;
+    rig.append(4, 0);
+    rig.dest.fail_next_produce(
+        &rig.tp,
+        KafkaError::Timeout {
+            api: "Produce",
+            broker: "127.0.0.1:9092".into(),
+            timeout: Duration::from_secs(30),
+        },
+    );
+    let actor = rig.start(fast_retry());
+    eventually("4 records", async || rig.dest.records(&rig.tp).len() == 4).await;
+    eventually("MIRRORING", async || {
+        state(&actor).await.state == PartitionState::Mirroring
+    })
+    .await;
+    assert_eq!(rig.values(), ["v0", "v1", "v2", "v3"]);
+    let h = history(&rig.log, &rig.key);
+    let failed: Vec<_> = h.iter().filter(|s| s.0 == PartitionState::Failed).collect();
+    assert_eq!(failed.len(), 1, "{h:?}");
+}
