@@ -138,21 +138,60 @@ pub trait EventLog: Send + Sync {
 
     /// The folded state: the newest snapshot plus a replay of the tail.
     fn load_image(&self) -> Result<MirrorStateImage> {
-        let mut image = self.latest_snapshot()?.unwrap_or_default();
-        for e in self.read(image.end_offset())? {
-            let e = e?;
-            image.replay(e.offset, e.record);
-        }
-        Ok(image)
+        let image = self.latest_snapshot()?.unwrap_or_default();
+        let from = image.end_offset();
+        replay_onto(self, image, from)
     }
 
     /// The folded state from the first record, ignoring snapshots.
     fn replay_all(&self) -> Result<MirrorStateImage> {
-        let mut image = MirrorStateImage::default();
-        for e in self.read(0)? {
-            let e = e?;
-            image.replay(e.offset, e.record);
+        replay_onto(self, MirrorStateImage::default(), 0)
+    }
+}
+
+/// Folds the records from `from` onto `image`, reading and decoding on a
+/// second thread while this one folds: on two cores the two halves of a
+/// replay run side by side instead of one after the other.
+pub fn replay_onto<L: EventLog + ?Sized>(
+    log: &L,
+    mut image: MirrorStateImage,
+    from: Offset,
+) -> Result<MirrorStateImage> {
+    const CHUNK: usize = 4096;
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<LogEntry>>>(8);
+        scope.spawn(move || {
+            let entries = match log.read(from) {
+                Ok(it) => it,
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            let mut chunk = Vec::with_capacity(CHUNK);
+            for e in entries {
+                match e {
+                    Ok(e) => chunk.push(e),
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                }
+                if chunk.len() == CHUNK
+                    && tx
+                        .send(Ok(std::mem::replace(&mut chunk, Vec::with_capacity(CHUNK))))
+                        .is_err()
+                {
+                    return;
+                }
+            }
+            let _ = tx.send(Ok(chunk));
+        });
+        for chunk in rx {
+            for e in chunk? {
+                image.replay(e.offset, e.record);
+            }
         }
         Ok(image)
-    }
+    })
 }
