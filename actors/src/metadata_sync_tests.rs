@@ -8,14 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use kmirror_events::{
-    Command, MirrorConfig, MirrorPartitionKey, OffsetMapRun, Record, TopicId, TopicRef,
-};
+use kmirror_events::{Command, MirrorConfig, MirrorPartitionKey, OffsetMapRun, Record, TopicId};
 use kmirror_store::MemLog;
 
 use super::*;
-use crate::cluster::memory::{record as rec, MemoryDestination, MemorySource};
-use crate::cluster::DestinationCluster;
+use crate::cluster::memory::{record as rec, Fixture, MemoryDestination, MemorySource};
 use crate::coordinator::{CoordinatorActor, Execute, ReadImage};
 use crate::kafka::fetch::TopicPartition;
 
@@ -44,8 +41,6 @@ struct Rig {
 }
 
 async fn rig(props: &[(&str, &str)]) -> Rig {
-    let log = Arc::new(MemLog::new());
-    let coordinator = CoordinatorActor::load(log.clone()).unwrap().start();
     let config = MirrorConfig {
         source_bootstrap: "memory:9092".into(),
         topics_exclude: "__.*".into(),
@@ -58,30 +53,12 @@ async fn rig(props: &[(&str, &str)]) -> Rig {
             .collect(),
         ..Default::default()
     };
-    for command in [
-        Command::CreateMirror {
-            name: "m".into(),
-            config,
-        },
-        Command::StartTopics {
-            mirror: "m".into(),
-            topics: vec![TopicRef {
-                topic_id: ID,
-                name: TOPIC.into(),
-                partition_count: 2,
-            }],
-        },
-    ] {
-        coordinator
-            .send(Execute::new(command))
-            .await
-            .unwrap()
-            .unwrap();
-    }
-    let source = MemorySource::new("src");
-    source.create_topic(TOPIC, ID, 2);
-    let dest = MemoryDestination::new("dst");
-    dest.create_topic(TOPIC, 2, vec![]).await.unwrap();
+    let Fixture {
+        log,
+        coordinator,
+        source,
+        dest,
+    } = Fixture::new(config, TOPIC, ID, 2).await;
     let reconciles = Arc::new(AtomicUsize::new(0));
     let recipient = Reconciles(reconciles.clone()).start().recipient();
     let sync = MetadataSyncActor::new(SyncSpec {

@@ -839,3 +839,63 @@ impl DestinationCluster for MemoryDestination {
         Box::pin(async move { Ok(Box::new(sink) as Box<dyn PartitionSink>) })
     }
 }
+
+/// A one-topic mirror `m` on in-memory clusters, recorded through a
+/// coordinator over an in-memory log: the starting point of every actor
+/// unit test.
+#[cfg(test)]
+pub(crate) struct Fixture {
+    pub log: Arc<kmirror_store::MemLog>,
+    pub coordinator: actix::Addr<crate::coordinator::CoordinatorActor>,
+    pub source: MemorySource,
+    pub dest: MemoryDestination,
+}
+
+#[cfg(test)]
+impl Fixture {
+    /// Mirror `m` (with `config`'s patterns and properties) of `topic` with
+    /// `partitions` partitions, started; the topic exists on both sides.
+    pub async fn new(
+        config: kmirror_events::MirrorConfig,
+        topic: &str,
+        id: TopicId,
+        partitions: i32,
+    ) -> Self {
+        use actix::Actor;
+        use kmirror_events::{Command, TopicRef};
+        let log = Arc::new(kmirror_store::MemLog::new());
+        let coordinator = crate::coordinator::CoordinatorActor::load(log.clone())
+            .unwrap()
+            .start();
+        for command in [
+            Command::CreateMirror {
+                name: "m".into(),
+                config,
+            },
+            Command::StartTopics {
+                mirror: "m".into(),
+                topics: vec![TopicRef {
+                    topic_id: id,
+                    name: topic.into(),
+                    partition_count: partitions,
+                }],
+            },
+        ] {
+            coordinator
+                .send(crate::coordinator::Execute::new(command))
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        let source = MemorySource::new("src");
+        source.create_topic(topic, id, partitions);
+        let dest = MemoryDestination::new("dst");
+        dest.create_topic(topic, partitions, vec![]).await.unwrap();
+        Fixture {
+            log,
+            coordinator,
+            source,
+            dest,
+        }
+    }
+}

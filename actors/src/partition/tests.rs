@@ -6,15 +6,14 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use kmirror_events::{
-    Command, MirrorConfig, MirrorPartitionKey, MirrorStateImage, OffsetMapRun, PartitionState,
-    RetryPolicy, TopicId, TopicRef, Translation,
+    MirrorConfig, MirrorPartitionKey, MirrorStateImage, OffsetMapRun, PartitionState, RetryPolicy,
+    TopicId, Translation,
 };
 use kmirror_store::{EventLog, MemLog};
 
 use super::*;
-use crate::cluster::memory::{record, MemoryDestination, MemorySource};
-use crate::cluster::DestinationCluster;
-use crate::coordinator::{CoordinatorActor, Execute, ReadImage};
+use crate::cluster::memory::{record, Fixture, MemoryDestination, MemorySource};
+use crate::coordinator::{CoordinatorActor, ReadImage};
 use crate::kafka::batch::Codec;
 use crate::kafka::fetch::{FetchError, TopicPartition};
 use crate::kafka::KafkaError;
@@ -33,8 +32,6 @@ struct Rig {
 }
 
 async fn rig() -> Rig {
-    let log = Arc::new(MemLog::new());
-    let coordinator = CoordinatorActor::load(log.clone()).unwrap().start();
     let config = MirrorConfig {
         source_bootstrap: "memory:9092".into(),
         topics_exclude: "__.*".into(),
@@ -42,35 +39,12 @@ async fn rig() -> Rig {
         source_cluster_id: "src".into(),
         ..Default::default()
     };
-    for command in [
-        Command::CreateMirror {
-            name: "m".into(),
-            config,
-        },
-        Command::StartTopics {
-            mirror: "m".into(),
-            topics: vec![TopicRef {
-                topic_id: ID,
-                name: TOPIC.into(),
-                partition_count: 1,
-            }],
-        },
-    ] {
-        coordinator
-            .send(Execute::new(command))
-            .await
-            .unwrap()
-            .unwrap();
-    }
-    let source = MemorySource::new("src");
-    source.create_topic(TOPIC, ID, 1);
-    let dest = MemoryDestination::new("dst");
-    dest.create_topic(TOPIC, 1, vec![]).await.unwrap();
+    let f = Fixture::new(config, TOPIC, ID, 1).await;
     Rig {
-        log,
-        coordinator,
-        source,
-        dest,
+        log: f.log,
+        coordinator: f.coordinator,
+        source: f.source,
+        dest: f.dest,
         tp: TopicPartition::new(TOPIC, 0),
         key: MirrorPartitionKey::new("m", ID, 0),
         ule: false,
