@@ -236,6 +236,13 @@ impl Daemon {
             .expect("admin API answers")
     }
 
+    /// Runs the CLI against this daemon and asserts it succeeded.
+    fn cli_ok(&self, args: &[&str]) -> Output {
+        let out = self.cli(args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        out
+    }
+
     fn cli(&self, args: &[&str]) -> Output {
         let admin = self.admin();
         let mut all = args.to_vec();
@@ -305,14 +312,12 @@ fn daemon_serves_the_admin_api_and_stops_on_sigterm() {
     let (status, body) = daemon.http("GET", "/state-offset", None);
     assert_eq!(status, 200, "{body}");
 
-    let out = daemon.cli(&["mirror", "list", "--json"]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = daemon.cli_ok(&["mirror", "list", "--json"]);
     assert!(serde_json::from_slice::<Value>(&out.stdout)
         .unwrap()
         .is_array());
 
-    let out = daemon.cli(&["mirror", "describe"]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = daemon.cli_ok(&["mirror", "describe"]);
     assert!(stdout(&out).starts_with("MIRROR"), "{}", stdout(&out));
 
     let status = daemon.terminate();
@@ -328,8 +333,7 @@ fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
 }
 
 fn describe(daemon: &Daemon, mirror: &str) -> Vec<Value> {
-    let out = daemon.cli(&["mirror", "describe", "--mirror", mirror, "--json"]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = daemon.cli_ok(&["mirror", "describe", "--mirror", mirror, "--json"]);
     serde_json::from_slice::<Value>(&out.stdout)
         .unwrap()
         .as_array()
@@ -388,7 +392,7 @@ fn a_mirror_lifecycle_through_the_cli() {
 
     let mirror = unique("m");
     let props = write_properties(dir.path());
-    let out = daemon.cli(&[
+    daemon.cli_ok(&[
         "mirror",
         "create",
         "--mirror",
@@ -396,7 +400,6 @@ fn a_mirror_lifecycle_through_the_cli() {
         "--mirror-config",
         &props,
     ]);
-    assert!(out.status.success(), "{}", stderr(&out));
     let out = daemon.cli(&[
         "mirror",
         "create",
@@ -420,8 +423,7 @@ fn a_mirror_lifecycle_through_the_cli() {
         .as_str()
         .is_some_and(|id| !id.is_empty()));
 
-    let out = daemon.cli(&["mirror", "start", "--mirror", &mirror, "--topics", &topic]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    daemon.cli_ok(&["mirror", "start", "--mirror", &mirror, "--topics", &topic]);
     wait_for("100 records mirrored", || mirrored(&daemon, &mirror, 100));
 
     let (_, metrics) = daemon.http("GET", "/metrics", None);
@@ -439,7 +441,7 @@ fn a_mirror_lifecycle_through_the_cli() {
         .find(|p| p["destination_offset"].as_i64() > Some(0))
         .expect("a partition with records");
     let partition = busy["partition"].to_string();
-    let out = daemon.cli(&[
+    let out = daemon.cli_ok(&[
         "offsets",
         "translate",
         "--mirror",
@@ -452,7 +454,6 @@ fn a_mirror_lifecycle_through_the_cli() {
         "0",
         "--json",
     ]);
-    assert!(out.status.success(), "{}", stderr(&out));
     let translation: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(translation["kind"], "exact", "{translation}");
     assert_eq!(translation["destination_offset"], 0, "{translation}");
@@ -462,8 +463,7 @@ fn a_mirror_lifecycle_through_the_cli() {
 
     let (_, body) = daemon.http("GET", "/state-offset", None);
     let before_pause = serde_json::from_str::<Value>(&body).unwrap()["state_offset"].to_string();
-    let out = daemon.cli(&["mirror", "pause", "--mirror", &mirror, "--topics", &topic]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    daemon.cli_ok(&["mirror", "pause", "--mirror", &mirror, "--topics", &topic]);
     wait_for("paused", || in_state(&daemon, &mirror, "PAUSED"));
     let out = daemon.cli(&["mirror", "pause", "--mirror", &mirror, "--topics", &topic]);
     assert_fails(&out, "MIRROR_TOPIC_ALREADY_PAUSED", "");
@@ -478,8 +478,7 @@ fn a_mirror_lifecycle_through_the_cli() {
         &before_pause,
     ]);
     assert_fails(&out, "INVALID_CLUSTER_MIRROR_STATES", "");
-    let out = daemon.cli(&["mirror", "resume", "--mirror", &mirror, "--topics", &topic]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    daemon.cli_ok(&["mirror", "resume", "--mirror", &mirror, "--topics", &topic]);
     wait_for("resumed", || in_state(&daemon, &mirror, "MIRRORING"));
 
     // A restart resumes the mirror from the log alone.
@@ -490,12 +489,10 @@ fn a_mirror_lifecycle_through_the_cli() {
         mirrored(&daemon, &mirror, 150)
     });
 
-    let out = daemon.cli(&["mirror", "stop", "--mirror", &mirror, "--topics", &topic]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    daemon.cli_ok(&["mirror", "stop", "--mirror", &mirror, "--topics", &topic]);
     wait_for("stopped", || in_state(&daemon, &mirror, "STOPPED"));
 
-    let out = daemon.cli(&["mirror", "delete", "--mirror", &mirror]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    daemon.cli_ok(&["mirror", "delete", "--mirror", &mirror]);
     let out = daemon.cli(&["mirror", "describe", "--mirror", &mirror]);
     assert_fails(&out, "UNKNOWN_CLUSTER_MIRROR", "");
 
@@ -509,11 +506,11 @@ fn a_mirror_lifecycle_through_the_cli() {
     assert!(stdout(&out).contains(&topic), "{}", stdout(&out));
 }
 
-/// Records on the destination (sum of end offsets), read with Kafka's tool.
-fn destination_records(topic: &str) -> usize {
+/// Records in `topic` on a cluster (sum of end offsets), read with Kafka's tool.
+fn records_on(bootstrap: &str, topic: &str) -> usize {
     let out = kmirror_tests::kafka_tool_ok(
         "kafka-get-offsets",
-        &["--bootstrap-server", &bed().destination, "--topic", topic],
+        &["--bootstrap-server", bootstrap, "--topic", topic],
     );
     out.lines()
         .filter_map(|l| l.rsplit(':').next()?.trim().parse::<usize>().ok())
@@ -555,7 +552,7 @@ fn kill_minus_nine_ten_times_loses_and_duplicates_nothing() {
     produce(&topic, 0, 20_000);
     // Kafka's Java producer keeps writing during all ten kills, so every
     // kill lands while records are being fetched, produced and mapped.
-    let total = 20_000 + 300_000;
+    // Long enough to outlast the ten rounds; stopped after them.
     let load = Command::new(kmirror_tests::kafka_script())
         .args([
             "tool",
@@ -563,7 +560,7 @@ fn kill_minus_nine_ten_times_loses_and_duplicates_nothing() {
             "--topic",
             &topic,
             "--num-records",
-            "300000",
+            "2000000",
             "--record-size",
             "100",
             "--throughput",
@@ -582,7 +579,7 @@ fn kill_minus_nine_ten_times_loses_and_duplicates_nothing() {
     for round in 0..10 {
         let daemon = Daemon::start(dir.path());
         if round == 0 {
-            let out = daemon.cli(&[
+            daemon.cli_ok(&[
                 "mirror",
                 "create",
                 "--mirror",
@@ -590,13 +587,11 @@ fn kill_minus_nine_ten_times_loses_and_duplicates_nothing() {
                 "--mirror-config",
                 &props,
             ]);
-            assert!(out.status.success(), "{}", stderr(&out));
-            let out = daemon.cli(&["mirror", "start", "--mirror", &mirror, "--topics", &topic]);
-            assert!(out.status.success(), "{}", stderr(&out));
+            daemon.cli_ok(&["mirror", "start", "--mirror", &mirror, "--topics", &topic]);
         }
         std::thread::sleep(Duration::from_millis(jitter_ms(100, 1_200)));
         kill9(daemon);
-        let landed = destination_records(&topic);
+        let landed = records_on(&bed().destination, &topic);
         eprintln!("round {round}: killed with {landed} records on the destination");
         if landed > 0 && load.0.try_wait().unwrap().is_none() {
             mid_copy += 1;
@@ -606,7 +601,13 @@ fn kill_minus_nine_ten_times_loses_and_duplicates_nothing() {
         mid_copy >= 8,
         "only {mid_copy} of 10 kills landed during the copy"
     );
-    assert!(load.0.wait().unwrap().success(), "the load producer failed");
+    assert!(
+        load.0.try_wait().unwrap().is_none(),
+        "the load producer stopped early"
+    );
+    let _ = load.0.kill();
+    let _ = load.0.wait();
+    let total = records_on(&bed().source, &topic);
     let daemon = Daemon::start(dir.path());
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -684,7 +685,7 @@ fn discovery_recover_and_replay_through_the_cli() {
     )
     .unwrap();
     let mirror = unique("d");
-    let out = daemon.cli(&[
+    daemon.cli_ok(&[
         "mirror",
         "create",
         "--mirror",
@@ -692,7 +693,6 @@ fn discovery_recover_and_replay_through_the_cli() {
         "--mirror-config",
         props.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{}", stderr(&out));
 
     // Topics created after the mirror: discovered within two refresh
     // intervals; excluded and internal ones never.
@@ -773,8 +773,7 @@ fn discovery_recover_and_replay_through_the_cli() {
             "max.message.bytes=1048588",
         ],
     );
-    let out = daemon.cli(&["mirror", "recover", "--mirror", &mirror, "--topics", &big]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    daemon.cli_ok(&["mirror", "recover", "--mirror", &mirror, "--topics", &big]);
     wait_for("big mirrored after recover", || {
         describe(&daemon, &mirror).iter().any(|d| {
             d["topic"] == big.as_str() && d["state"] == "MIRRORING" && d["destination_offset"] == 1
