@@ -82,10 +82,18 @@ pub async fn ensure_destination_topic(
         .topic_configs(&topic.name)
         .await
         .map_err(|e| format!("describe source topic {} configs: {e}", topic.name))?;
-    destination
+    match destination
         .create_topic(&topic.name, topic.partitions, configs)
         .await
-        .map_err(|e| format!("create destination topic {}: {e}", topic.name))
+    {
+        Ok(()) => Ok(()),
+        // Discovery and an operator's start may race to create it: whoever
+        // loses finds it there, which is all either wanted.
+        Err(e) => match destination.topics().await {
+            Ok(now) if now.iter().any(|t| t.name == topic.name) => Ok(()),
+            _ => Err(format!("create destination topic {}: {e}", topic.name)),
+        },
+    }
 }
 
 impl MirrorActor {
