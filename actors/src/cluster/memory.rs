@@ -45,7 +45,6 @@ struct SourcePartition {
 struct SourceState {
     cluster_id: String,
     topics: BTreeMap<String, (TopicId, Vec<SourcePartition>)>,
-    fetches: u64,
     groups: Groups,
     configs: BTreeMap<String, BTreeMap<String, String>>,
     /// `None`: no authorizer (DescribeAcls answers SECURITY_DISABLED).
@@ -238,10 +237,6 @@ impl MemorySource {
         self.with(tp, |p| p.fetch_faults.push_back(error));
     }
 
-    pub fn set_leader_epoch(&self, tp: &TopicPartition, epoch: i32) {
-        self.with(tp, |p| p.leader_epoch = epoch);
-    }
-
     /// A source consumer group in `state` (`Stable`, `Empty`, …).
     pub fn set_group_state(&self, group: &str, state: &str) {
         self.state.lock().unwrap().groups.set_state(group, state);
@@ -306,17 +301,12 @@ impl MemorySource {
         self.create_topic(name, id, partitions);
     }
 
-    pub fn fetch_count(&self) -> u64 {
-        self.state.lock().unwrap().fetches
-    }
-
     pub(crate) fn fetch_once(
         &self,
         tp: &TopicPartition,
         offset: i64,
     ) -> Result<FetchedPartition, FetchError> {
         let mut s = self.state.lock().unwrap();
-        s.fetches += 1;
         let Some((_, parts)) = s.topics.get_mut(&*tp.topic) else {
             return Err(FetchError::Other(KafkaError::Unknown(format!(
                 "no topic {tp}"
@@ -519,10 +509,6 @@ impl MemoryDestination {
     /// Everything a consumer would read from `tp`.
     pub fn records(&self, tp: &TopicPartition) -> Vec<StoredRecord> {
         self.with(tp, |p| p.records.clone())
-    }
-
-    pub fn has_topic(&self, name: &str) -> bool {
-        self.state.lock().unwrap().topics.contains_key(name)
     }
 
     /// A destination group in `state`; `Stable` and friends have live
