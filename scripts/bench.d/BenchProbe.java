@@ -12,7 +12,7 @@
 //       (cpu_ticks = utime+stime of PID from /proc/PID/stat, rss/hwm from
 //       /proc/PID/status; -1 when PID is 0 or gone) until the sum reaches
 //       TARGET (exit 0), TIMEOUT_S passes (exit 2) or PID exits (exit 3).
-//   lag SRC_BOOTSTRAP DST_BOOTSTRAP TOPIC FROM_MS TO_MS GRACE_S
+//   lag SRC_BOOTSTRAP DST_BOOTSTRAP TOPIC FROM_MS TO_MS GRACE_S [TIMELINE_FILE]
 //       consumes TOPIC from the end on both clusters (assigned partitions, no
 //       group) and, for every record whose timestamp lies in [FROM_MS, TO_MS),
 //       takes lag = wall clock when poll() handed it over - record timestamp.
@@ -23,7 +23,20 @@
 //       destination has every record the source had in the window (or
 //       GRACE_S after TO_MS) and prints one line per side:
 //       "side count p50 p90 p99 p999 max missing" (ms; missing = records seen
-//       on the source but not on the destination within the grace).
+//       on the source but not on the destination within the grace), then
+//       "added count p50 p90 p99 p999 max" (ms): the lag the mirror adds. The
+//       k-th window record of source partition p is paired with the k-th window
+//       record of destination partition p (both consumers see a partition's
+//       records in order, and MirrorMaker 2 with IdentityReplicationPolicy and
+//       kmirror both keep partition and order); added = destination poll wall
+//       time - source poll wall time, clamped at 0 (count = pairs matched). Per
+//       partition, a growable long[] ring holds the poll times of whichever
+//       side is ahead, so memory is bounded by the records in flight.
+//       With TIMELINE_FILE, also writes there one line per second of record
+//       timestamp (second = (CreateTime - FROM_MS) / 1000) and side, source
+//       first: "side second count p50 p99 max" (ms; -1 when count is 0), from a
+//       small histogram per second (1 ms buckets below 10 s, 10 ms buckets
+//       below 60 s, beyond that the second's max).
 import java.nio.file.*;
 import java.time.Duration;
 import java.util.*;
@@ -41,7 +54,8 @@ public class BenchProbe {
             case "endsum" -> System.out.println(new Offsets(a[1], a[2]).sum());
             case "watch" -> System.exit(watch(a[1], a[2], Long.parseLong(a[3]), Long.parseLong(a[4]),
                     Long.parseLong(a[5]), Long.parseLong(a[6])));
-            case "lag" -> lag(a[1], a[2], a[3], Long.parseLong(a[4]), Long.parseLong(a[5]), Long.parseLong(a[6]));
+            case "lag" -> lag(a[1], a[2], a[3], Long.parseLong(a[4]), Long.parseLong(a[5]), Long.parseLong(a[6]),
+                    a.length > 7 ? a[7] : null);
             default -> { System.err.println("usage: endsum|watch|lag ..."); System.exit(64); }
         }
     }
@@ -127,19 +141,111 @@ public class BenchProbe {
         }
     }
 
+    /** Percentile of a 1 ms histogram (bucket index = ms), -1 when empty. */
+    static long pct(int[] histo, double q, long n) {
+        long want = (long) Math.ceil(q * n), seen = 0;
+        for (int i = 0; i < histo.length; i++) {
+            seen += histo[i];
+            if (seen >= want && want > 0) return i;
+        }
+        return -1;
+    }
+
+    /** Lag histograms per second of record timestamp (the TIMELINE_FILE). */
+    static final class Seconds {
+        static final int FINE = 10_000;   // 1 ms buckets for [0, 10 s)
+        static final int COARSE = 5_000;  // 10 ms buckets for [10 s, 60 s); beyond: the second's max
+        final int[][] histo;              // allocated for the seconds that have records
+        final long[] count, max;
+
+        Seconds(int n) {
+            histo = new int[n][];
+            count = new long[n];
+            max = new long[n];
+        }
+
+        void add(int sec, long lag) {
+            if (sec < 0 || sec >= histo.length) return;
+            lag = Math.max(0, lag);
+            if (histo[sec] == null) histo[sec] = new int[FINE + COARSE + 1];
+            int b = lag < FINE ? (int) lag : (int) Math.min(FINE + (lag - FINE) / 10, FINE + COARSE);
+            histo[sec][b]++;
+            count[sec]++;
+            max[sec] = Math.max(max[sec], lag);
+        }
+
+        long pct(int sec, double q) {
+            long n = count[sec], want = (long) Math.ceil(q * n), seen = 0;
+            if (n == 0) return -1;
+            int[] h = histo[sec];
+            for (int b = 0; b < h.length; b++) {
+                seen += h[b];
+                if (seen >= want) return b < FINE ? b : b < FINE + COARSE ? FINE + (long) (b - FINE) * 10 : max[sec];
+            }
+            return max[sec];
+        }
+
+        void write(java.io.PrintWriter w, String side) {
+            for (int s = 0; s < histo.length; s++) {
+                w.println(side + " " + s + " " + count[s] + " " + pct(s, 0.50) + " " + pct(s, 0.99) + " "
+                        + (count[s] > 0 ? max[s] : -1));
+            }
+        }
+    }
+
+    /**
+     * Pairs the k-th window record of partition p on the source with the k-th
+     * one on the destination. Per partition, a growable ring of poll wall times
+     * holds the records of whichever side is ahead.
+     */
+    static final class Pending {
+        long[] ring = new long[1024];
+        int head, size;
+        boolean sourceAhead;
+
+        /** This side saw its next record of the partition at NOW; returns the added lag, or -1 if queued. */
+        synchronized long seen(boolean source, long now) {
+            if (size > 0 && sourceAhead != source) {
+                long then = ring[head];
+                head = (head + 1) % ring.length;
+                size--;
+                return Math.max(0, source ? then - now : now - then);
+            }
+            sourceAhead = source;
+            if (size == ring.length) {
+                long[] grown = new long[ring.length * 2];
+                for (int i = 0; i < size; i++) grown[i] = ring[(head + i) % ring.length];
+                ring = grown;
+                head = 0;
+            }
+            ring[(head + size) % ring.length] = now;
+            size++;
+            return -1;
+        }
+    }
+
     static final class Side implements Runnable {
         final String name;
+        final boolean source;
         final KafkaConsumer<byte[], byte[]> consumer;
         final long from, to;
         final int[] histo = new int[600_001]; // 1 ms buckets up to 10 min
         final AtomicLong count = new AtomicLong();
+        final ConcurrentHashMap<Integer, Pending> pending; // shared by both sides
+        final int[] addedHisto = new int[600_001]; // the pairs this side completed
+        long addedCount, addedMax;
+        final Seconds seconds; // null without a TIMELINE_FILE
         volatile boolean stop;
         long max;
 
-        Side(String name, String bootstrap, String topic, long from, long to) {
+        Side(String name, boolean source, String bootstrap, String topic, long from, long to,
+                ConcurrentHashMap<Integer, Pending> pending, boolean timeline) {
             this.name = name;
+            this.source = source;
             this.from = from;
             this.to = to;
+            this.pending = pending;
+            this.seconds = timeline ? new Seconds((int) ((to - from + 999) / 1000)) : null;
             Properties p = new Properties();
             p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
             p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
@@ -167,31 +273,32 @@ public class BenchProbe {
             while (!stop) {
                 ConsumerRecords<byte[], byte[]> rs = consumer.poll(Duration.ofMillis(100));
                 long now = System.currentTimeMillis();
-                for (ConsumerRecord<byte[], byte[]> r : rs) {
-                    long ts = r.timestamp();
-                    if (ts < from || ts >= to) continue;
-                    long lag = Math.max(0, now - ts);
-                    histo[(int) Math.min(lag, histo.length - 1)]++;
-                    max = Math.max(max, lag);
-                    count.incrementAndGet();
+                for (TopicPartition tp : rs.partitions()) {
+                    Pending q = pending.computeIfAbsent(tp.partition(), k -> new Pending());
+                    for (ConsumerRecord<byte[], byte[]> r : rs.records(tp)) {
+                        long ts = r.timestamp();
+                        if (ts < from || ts >= to) continue;
+                        long lag = Math.max(0, now - ts);
+                        histo[(int) Math.min(lag, histo.length - 1)]++;
+                        max = Math.max(max, lag);
+                        count.incrementAndGet();
+                        if (seconds != null) seconds.add((int) ((ts - from) / 1000), lag);
+                        long added = q.seen(source, now);
+                        if (added >= 0) {
+                            addedHisto[(int) Math.min(added, addedHisto.length - 1)]++;
+                            addedCount++;
+                            addedMax = Math.max(addedMax, added);
+                        }
+                    }
                 }
             }
             consumer.close(Duration.ofSeconds(2));
         }
 
-        long pct(double q, long n) {
-            long want = (long) Math.ceil(q * n), seen = 0;
-            for (int i = 0; i < histo.length; i++) {
-                seen += histo[i];
-                if (seen >= want && want > 0) return i;
-            }
-            return -1;
-        }
-
         String report(long missing) {
             long n = count.get();
-            return name + " " + n + " " + pct(0.50, n) + " " + pct(0.90, n) + " " + pct(0.99, n) + " " + pct(0.999, n)
-                    + " " + (n > 0 ? max : -1) + " " + missing;
+            return name + " " + n + " " + pct(histo, 0.50, n) + " " + pct(histo, 0.90, n) + " " + pct(histo, 0.99, n)
+                    + " " + pct(histo, 0.999, n) + " " + (n > 0 ? max : -1) + " " + missing;
         }
     }
 
@@ -199,9 +306,11 @@ public class BenchProbe {
         try { Thread.sleep(ms); } catch (InterruptedException e) { Thread.currentThread().interrupt(); }
     }
 
-    static void lag(String srcBoot, String dstBoot, String topic, long from, long to, long graceS) throws Exception {
-        Side src = new Side("source", srcBoot, topic, from, to);
-        Side dst = new Side("destination", dstBoot, topic, from, to);
+    static void lag(String srcBoot, String dstBoot, String topic, long from, long to, long graceS, String timeline)
+            throws Exception {
+        ConcurrentHashMap<Integer, Pending> pending = new ConcurrentHashMap<>();
+        Side src = new Side("source", true, srcBoot, topic, from, to, pending, timeline != null);
+        Side dst = new Side("destination", false, dstBoot, topic, from, to, pending, timeline != null);
         System.err.println("lag: both consumers positioned at the end of " + topic);
         System.out.println("ready");
         System.out.flush();
@@ -222,5 +331,20 @@ public class BenchProbe {
         td.join();
         System.out.println(src.report(0));
         System.out.println(dst.report(Math.max(0, src.count.get() - dst.count.get())));
+        int[] added = new int[src.addedHisto.length];
+        for (int i = 0; i < added.length; i++) added[i] = src.addedHisto[i] + dst.addedHisto[i];
+        long n = src.addedCount + dst.addedCount;
+        System.out.println("added " + n + " " + pct(added, 0.50, n) + " " + pct(added, 0.90, n) + " " + pct(added, 0.99, n)
+                + " " + pct(added, 0.999, n) + " " + (n > 0 ? Math.max(src.addedMax, dst.addedMax) : -1));
+        System.out.flush();
+        if (timeline != null) {
+            try (java.io.PrintWriter w = new java.io.PrintWriter(Files.newBufferedWriter(Path.of(timeline)))) {
+                src.seconds.write(w, src.name);
+                dst.seconds.write(w, dst.name);
+                if (w.checkError()) throw new java.io.IOException("write failed");
+            } catch (Exception e) {
+                System.err.println("lag: could not write " + timeline + ": " + e);
+            }
+        }
     }
 }

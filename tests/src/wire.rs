@@ -76,7 +76,16 @@ pub fn metadata(bootstrap: &str, topic: Option<&str>) -> Result<(String, Option<
 
 /// Every record of one partition, fetched from offset 0 up to the high watermark.
 pub fn fetch_all(bootstrap: &str, topic: &str, partition: i32) -> Result<Vec<Record>> {
-    let mut out = Vec::new();
+    Ok(fetch_batches(bootstrap, topic, partition)?
+        .into_iter()
+        .flatten()
+        .collect())
+}
+
+/// The data batches of one partition as the broker stores them (the records
+/// of each), so a test can see how a log is batched, not only what it holds.
+pub fn fetch_batches(bootstrap: &str, topic: &str, partition: i32) -> Result<Vec<Vec<Record>>> {
+    let mut out: Vec<Vec<Record>> = Vec::new();
     let mut offset = 0i64;
     loop {
         let req = FetchRequest::default()
@@ -109,13 +118,17 @@ pub fn fetch_all(bootstrap: &str, topic: &str, partition: i32) -> Result<Vec<Rec
             }
             let mut batch = records.split_to(batch_len);
             for set in RecordBatchDecoder::decode_all(&mut batch)? {
+                let mut kept = Vec::new();
                 for r in set.records {
                     if r.offset >= offset && !r.control {
                         offset = r.offset + 1;
-                        out.push(r);
+                        kept.push(r);
                     } else if r.offset >= offset {
                         offset = r.offset + 1;
                     }
+                }
+                if !kept.is_empty() {
+                    out.push(kept);
                 }
             }
         }

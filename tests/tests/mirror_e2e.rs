@@ -8,7 +8,7 @@ use kmirror_tests::mirror::{
     consume_sorted, consume_sorted_with, lines, mirror_props, node, produce, wait_caught_up,
     without_offsets,
 };
-use kmirror_tests::{bed, create_topic, unique};
+use kmirror_tests::{bed, create_topic, unique, wire};
 
 #[actix::test]
 async fn eight_partitions_every_codec_identical_through_kafkas_own_consumer() {
@@ -38,6 +38,16 @@ async fn eight_partitions_every_codec_identical_through_kafkas_own_consumer() {
     assert_eq!(
         a, b,
         "key, value, headers, timestamp, partition and offset all identical"
+    );
+    // The console producer writes batches of at most 16 KiB: kmirror merges
+    // them into far fewer destination batches (the same records, checked
+    // above through Kafka's own consumer).
+    let batches = |bootstrap: &str| wire::fetch_batches(bootstrap, &topic, 0).unwrap().len();
+    let (source_batches, destination_batches) =
+        (batches(&bed().source), batches(&bed().destination));
+    assert!(
+        destination_batches * 4 <= source_batches,
+        "small batches merged: {source_batches} source batches, {destination_batches} on the destination"
     );
     for p in node.describe(Some("m1")).await.unwrap() {
         assert!(p.offsets_identical, "{p:?}");

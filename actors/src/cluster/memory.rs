@@ -461,6 +461,8 @@ pub struct StoredRecord {
 #[derive(Default, Debug)]
 struct DestPartition {
     records: Vec<StoredRecord>,
+    /// Batches appended (what a broker pays for per append).
+    batches: u64,
     log_start: i64,
     leader_epoch: i32,
     produce_faults: VecDeque<KafkaError>,
@@ -509,6 +511,11 @@ impl MemoryDestination {
     /// Everything a consumer would read from `tp`.
     pub fn records(&self, tp: &TopicPartition) -> Vec<StoredRecord> {
         self.with(tp, |p| p.records.clone())
+    }
+
+    /// How many batches were appended to `tp`.
+    pub fn batches(&self, tp: &TopicPartition) -> u64 {
+        self.with(tp, |p| p.batches)
     }
 
     /// A destination group in `state`; `Stable` and friends have live
@@ -598,6 +605,7 @@ impl MemoryDestination {
                 return Err(e);
             }
             let base = p.log_start + p.records.len() as i64;
+            p.batches += 1;
             for (i, r) in decoded.records.into_iter().enumerate() {
                 p.records.push(StoredRecord {
                     offset: base + i as i64,

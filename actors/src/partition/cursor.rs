@@ -210,9 +210,11 @@ impl Cursor {
         }
     }
 
-    /// Plans one source batch: `segments` are its kept records in order
-    /// (empty when everything was dropped: control batches, aborted
-    /// transactions) and `batch_end` is one past its last source offset.
+    /// Plans one destination batch: `segments` are the source records it
+    /// carries in order (one source batch, a piece of a split one, or a run
+    /// of merged small ones; empty when everything was dropped: control
+    /// batches, aborted transactions) and `batch_end` is one past the last
+    /// source offset it accounts for.
     ///
     /// Returns the runs to append to the log before the produce: each newly
     /// opened run, at length 0.

@@ -16,9 +16,14 @@ use kmirror_events::{Command, GapDetected, MirrorPartitionKey, OffsetMapRun};
 use tokio::sync::watch;
 
 use super::cursor::{align, AlignError, Cursor, Segment};
-use crate::cluster::{Ack, DestinationCluster, PartitionFetch, PartitionSink, SourceCluster};
+use crate::cluster::{
+    Ack, BoxFuture, DestinationCluster, PartitionFetch, PartitionSink, SourceCluster,
+};
 use crate::coordinator::{CoordinatorActor, Execute, ReadPartition};
-use crate::kafka::batch::{classify, prepare, RecordBatch, SourceOffsets};
+use crate::kafka::batch::{
+    classify, merge, mergeable, prepare, OutgoingBatch, RecordBatch, SourceOffsets,
+    MERGE_TARGET_BYTES,
+};
 use crate::kafka::fetch::{FetchError, TopicPartition};
 use crate::kafka::KafkaError;
 
@@ -290,6 +295,8 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
     let mut moved = None;
     // Acknowledged lengths not yet written to the log.
     let mut dirty = false;
+    // The checkpoint being written: at most one, in the background.
+    let mut checkpointing: Option<BoxFuture<'_, Result<(), PumpExit>>> = None;
     loop {
         if *stop.borrow() {
             break;
@@ -299,8 +306,19 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
         tokio::select! {
             biased;
             _ = stop.changed() => break,
-            _ = tokio::time::sleep_until(idle_checkpoint), if dirty && inflight.is_empty() => {
-                cx.record_runs(cursor.checkpoint()).await?;
+            // (select! builds disabled branches' futures too, hence the match.)
+            done = async {
+                match checkpointing.as_mut() {
+                    Some(f) => f.await,
+                    None => std::future::pending().await,
+                }
+            }, if checkpointing.is_some() => {
+                checkpointing = None;
+                done?;
+            }
+            _ = tokio::time::sleep_until(idle_checkpoint),
+                if dirty && inflight.is_empty() && checkpointing.is_none() => {
+                checkpointing = start_checkpoint(cx, &mut cursor);
                 last_checkpoint = Instant::now();
                 dirty = false;
                 continue;
@@ -337,8 +355,8 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
                 on_healthy();
             }
         }
-        if last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL {
-            cx.record_runs(cursor.checkpoint()).await?;
+        if last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL && checkpointing.is_none() {
+            checkpointing = start_checkpoint(cx, &mut cursor);
             last_checkpoint = Instant::now();
             dirty = false;
             if let Some(now) = cx.destination.leader_epoch(&cx.tp) {
@@ -350,6 +368,9 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
         }
     }
     // Stop: finish what is in flight, then make the map durable.
+    if let Some(done) = checkpointing.take() {
+        done.await?;
+    }
     while let Some((pending, ack)) = inflight.next().await {
         on_ack(cx, &mut cursor, pending, ack)?;
     }
@@ -358,6 +379,18 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
         Some((from, to)) => Err(PumpExit::EpochMoved { from, to }),
         None => Ok(()),
     }
+}
+
+/// Starts writing the acknowledged run lengths. The pump keeps forwarding
+/// meanwhile: no side effect waits on a checkpoint (they only let the log
+/// alone translate offsets), and a durable append can take milliseconds that
+/// would otherwise stall every record behind it once a second.
+fn start_checkpoint<'a>(
+    cx: &'a PumpContext,
+    cursor: &mut Cursor,
+) -> Option<BoxFuture<'a, Result<(), PumpExit>>> {
+    let runs = cursor.checkpoint();
+    (!runs.is_empty()).then(|| Box::pin(cx.record_runs(runs)) as BoxFuture<'a, _>)
 }
 
 type PendingAck = std::pin::Pin<
@@ -396,6 +429,110 @@ fn on_ack(
     Ok(())
 }
 
+/// What one fetched chunk sends, planned on the cursor in source order.
+#[derive(Default)]
+struct Outgoing {
+    to_send: Vec<(Pending, OutgoingBatch)>,
+    /// Runs the sends open: durable before the first of them is sent.
+    new_runs: Vec<OffsetMapRun>,
+    /// Consecutive small batches not planned yet, merged into one
+    /// destination batch when the next batch does not join them or the
+    /// fetch ends ([`crate::kafka::batch::MERGE_BELOW_BYTES`]).
+    small: Vec<RecordBatch>,
+    small_bytes: usize,
+}
+
+impl Outgoing {
+    /// Plans the batches one source batch (or one merged group) became;
+    /// `end` is the source offset after it, where the cursor moves even if
+    /// nothing is sent (dropped markers, aborted data).
+    fn plan(
+        &mut self,
+        cursor: &mut Cursor,
+        outgoing: Vec<OutgoingBatch>,
+        end: i64,
+        max_timestamp: i64,
+        leader_epoch: i32,
+    ) {
+        if outgoing.is_empty() {
+            cursor.plan(&[], end);
+            return;
+        }
+        let count = outgoing.len();
+        for (i, ob) in outgoing.into_iter().enumerate() {
+            let segs = segments(&ob.source_offsets);
+            let ob_end = if i + 1 == count {
+                end
+            } else {
+                segs.last()
+                    .map(|s| s.source_start + s.len)
+                    .unwrap_or(cursor.next_source)
+            };
+            let plan = cursor.plan(&segs, ob_end);
+            self.new_runs.extend(plan.runs_to_record);
+            let pending = Pending {
+                destination_offset: plan.destination_offset,
+                records: plan.records,
+                source_end: ob_end,
+                max_timestamp,
+                leader_epoch,
+                bytes: ob.bytes.len() as u64,
+            };
+            self.to_send.push((pending, ob));
+        }
+    }
+
+    /// Where the small batches collected so far end (the next source offset).
+    fn small_end(&self) -> Option<i64> {
+        self.small.last().map(RecordBatch::next_offset)
+    }
+
+    /// Collects a mergeable batch; a batch of another codec, or one that
+    /// would make the group too large, first flushes the group.
+    fn push_small(
+        &mut self,
+        cursor: &mut Cursor,
+        batch: RecordBatch,
+        max_message_bytes: usize,
+    ) -> Result<(), PumpExit> {
+        let joins = self
+            .small
+            .first()
+            .is_none_or(|f| f.codec().ok() == batch.codec().ok())
+            && self.small_bytes + batch.size() <= MERGE_TARGET_BYTES;
+        if !joins {
+            self.flush_small(cursor, max_message_bytes)?;
+        }
+        self.small_bytes += batch.size();
+        self.small.push(batch);
+        Ok(())
+    }
+
+    /// Merges and plans the small batches collected so far.
+    fn flush_small(
+        &mut self,
+        cursor: &mut Cursor,
+        max_message_bytes: usize,
+    ) -> Result<(), PumpExit> {
+        let Some(last) = self.small.last() else {
+            return Ok(());
+        };
+        let (end, leader_epoch) = (last.next_offset(), last.partition_leader_epoch());
+        let max_timestamp = self
+            .small
+            .iter()
+            .map(RecordBatch::max_timestamp)
+            .max()
+            .unwrap_or(-1);
+        let outgoing = merge(&self.small, max_message_bytes)
+            .map_err(|e| kafka_failure("merge small batches", e))?;
+        self.small.clear();
+        self.small_bytes = 0;
+        self.plan(cursor, outgoing, end, max_timestamp, leader_epoch);
+        Ok(())
+    }
+}
+
 /// Plans, records and sends one fetched chunk.
 async fn forward(
     cx: &PumpContext,
@@ -420,43 +557,33 @@ async fn forward(
         }
     }
     let mut aborted = fetched.aborted();
-    let mut to_send = Vec::new();
-    let mut new_runs = Vec::new();
+    let mut out = Outgoing::default();
     for batch in fetched.batches() {
         let batch: RecordBatch = batch.map_err(|e| kafka_failure("source batch", e))?;
         let is_aborted = aborted
             .is_aborted(&batch)
             .map_err(|e| kafka_failure("source batch", e))?;
-        let action = classify(&batch, is_aborted, max_message_bytes, cursor.next_source);
-        let outgoing = prepare(&batch, action, max_message_bytes, cursor.next_source)
-            .map_err(|e| kafka_failure("prepare batch", e))?;
-        if outgoing.is_empty() {
-            cursor.plan(&[], batch.next_offset());
+        let position = out.small_end().unwrap_or(cursor.next_source);
+        let action = classify(&batch, is_aborted, max_message_bytes, position);
+        if mergeable(&batch, action) {
+            out.push_small(cursor, batch, max_message_bytes)?;
             continue;
         }
-        let count = outgoing.len();
-        for (i, ob) in outgoing.into_iter().enumerate() {
-            let segs = segments(&ob.source_offsets);
-            let end = if i + 1 == count {
-                batch.next_offset()
-            } else {
-                segs.last()
-                    .map(|s| s.source_start + s.len)
-                    .unwrap_or(cursor.next_source)
-            };
-            let plan = cursor.plan(&segs, end);
-            new_runs.extend(plan.runs_to_record);
-            let pending = Pending {
-                destination_offset: plan.destination_offset,
-                records: plan.records,
-                source_end: end,
-                max_timestamp: batch.max_timestamp(),
-                leader_epoch: batch.partition_leader_epoch(),
-                bytes: ob.bytes.len() as u64,
-            };
-            to_send.push((pending, ob));
-        }
+        out.flush_small(cursor, max_message_bytes)?;
+        let outgoing = prepare(&batch, action, max_message_bytes, cursor.next_source)
+            .map_err(|e| kafka_failure("prepare batch", e))?;
+        out.plan(
+            cursor,
+            outgoing,
+            batch.next_offset(),
+            batch.max_timestamp(),
+            batch.partition_leader_epoch(),
+        );
     }
+    out.flush_small(cursor, max_message_bytes)?;
+    let Outgoing {
+        to_send, new_runs, ..
+    } = out;
     if to_send.is_empty() && inflight.is_empty() {
         // Only dropped batches: nothing to wait for, the position moves now.
         cx.progress.lock().unwrap().source_offset = cursor.next_source;

@@ -164,6 +164,42 @@ async fn mirrors_a_contiguous_partition_with_identical_offsets() {
 }
 
 #[actix::test]
+async fn small_source_batches_are_merged_with_every_offset_exact() {
+    let rig = rig().await;
+    for i in 0..40 {
+        rig.append(3, i * 3); // 40 batches of 3 records: offsets 0..120
+    }
+    let actor = rig.start(RetryPolicy::default());
+    eventually("120 records mirrored", async || {
+        rig.dest.records(&rig.tp).len() == 120
+    })
+    .await;
+    let expected: Vec<String> = (0..120).map(|i| format!("v{i}")).collect();
+    assert_eq!(rig.values(), expected);
+    let stored = rig.dest.records(&rig.tp);
+    assert!(stored
+        .iter()
+        .enumerate()
+        .all(|(i, r)| r.offset == i as i64 && r.record.timestamp == 1_000 + i as i64));
+    // The in-memory source hands out 8 batches per fetch: one append each.
+    assert_eq!(rig.dest.batches(&rig.tp), 5);
+    eventually("caught up", async || {
+        state(&actor).await.progress.lag() == 0
+    })
+    .await;
+    assert!(state(&actor).await.progress.offsets_identical);
+    actor.send(Shutdown).await.unwrap();
+    assert_eq!(
+        rig.image().await.offset_runs(&rig.key),
+        vec![OffsetMapRun {
+            source_start: 0,
+            destination_start: 0,
+            length: 120
+        }]
+    );
+}
+
+#[actix::test]
 async fn compacted_batches_map_every_offset_exactly() {
     let rig = rig().await;
     rig.append(3, 0); // offsets 0..3
