@@ -378,13 +378,24 @@ async fn fidelity_aborted_transactions_dropped() {
         .with_transaction_timeout_ms(60_000)
         .with_producer_id((-1).into())
         .with_producer_epoch(-1);
-    let (pid, epoch) = loop {
-        let r = conn.send_versioned(&init, 4, t).await.unwrap();
-        if r.error_code == 0 {
-            break (r.producer_id, r.producer_epoch);
+    // FindCoordinator is what makes a fresh cluster create __transaction_state
+    // (InitProducerId alone only answers COORDINATOR_NOT_AVAILABLE, forever).
+    let find = kafka_protocol::messages::FindCoordinatorRequest::default()
+        .with_key(txn.0.clone())
+        .with_key_type(1);
+    let (pid, epoch) = 'init: {
+        for _ in 0..300 {
+            let c = conn.send_versioned(&find, 3, t).await.unwrap();
+            if c.error_code == 0 {
+                let r = conn.send_versioned(&init, 4, t).await.unwrap();
+                if r.error_code == 0 {
+                    break 'init (r.producer_id, r.producer_epoch);
+                }
+            }
+            // COORDINATOR_LOAD_IN_PROGRESS / NOT_AVAILABLE while __transaction_state starts.
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        // COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR while __transaction_state starts.
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        panic!("no transaction coordinator within 60 s");
     };
     let mut seq = 0;
     let mut expected = Vec::new();

@@ -25,6 +25,7 @@ use crate::kafka::batch::{
     MERGE_TARGET_BYTES,
 };
 use crate::kafka::fetch::{FetchError, TopicPartition};
+use crate::kafka::produce::MAX_IN_FLIGHT;
 use crate::kafka::KafkaError;
 
 /// How often acknowledged run lengths are written to the log while records
@@ -435,11 +436,13 @@ struct Outgoing {
     to_send: Vec<(Pending, OutgoingBatch)>,
     /// Runs the sends open: durable before the first of them is sent.
     new_runs: Vec<OffsetMapRun>,
-    /// Consecutive small batches not planned yet, merged into one
+    /// Consecutive mergeable batches not planned yet, merged into one
     /// destination batch when the next batch does not join them or the
-    /// fetch ends ([`crate::kafka::batch::MERGE_BELOW_BYTES`]).
-    small: Vec<RecordBatch>,
-    small_bytes: usize,
+    /// fetch ends ([`crate::kafka::batch::mergeable`]).
+    group: Vec<RecordBatch>,
+    group_bytes: usize,
+    /// The partition is behind: larger batches are merged too.
+    behind: bool,
 }
 
 impl Outgoing {
@@ -482,52 +485,52 @@ impl Outgoing {
         }
     }
 
-    /// Where the small batches collected so far end (the next source offset).
-    fn small_end(&self) -> Option<i64> {
-        self.small.last().map(RecordBatch::next_offset)
+    /// Where the batches collected for merging end (the next source offset).
+    fn group_end(&self) -> Option<i64> {
+        self.group.last().map(RecordBatch::next_offset)
     }
 
     /// Collects a mergeable batch; a batch of another codec, or one that
     /// would make the group too large, first flushes the group.
-    fn push_small(
+    fn push_to_group(
         &mut self,
         cursor: &mut Cursor,
         batch: RecordBatch,
         max_message_bytes: usize,
     ) -> Result<(), PumpExit> {
         let joins = self
-            .small
+            .group
             .first()
             .is_none_or(|f| f.codec().ok() == batch.codec().ok())
-            && self.small_bytes + batch.size() <= MERGE_TARGET_BYTES;
+            && self.group_bytes + batch.size() <= MERGE_TARGET_BYTES;
         if !joins {
-            self.flush_small(cursor, max_message_bytes)?;
+            self.flush_group(cursor, max_message_bytes)?;
         }
-        self.small_bytes += batch.size();
-        self.small.push(batch);
+        self.group_bytes += batch.size();
+        self.group.push(batch);
         Ok(())
     }
 
-    /// Merges and plans the small batches collected so far.
-    fn flush_small(
+    /// Merges and plans the batches collected so far.
+    fn flush_group(
         &mut self,
         cursor: &mut Cursor,
         max_message_bytes: usize,
     ) -> Result<(), PumpExit> {
-        let Some(last) = self.small.last() else {
+        let Some(last) = self.group.last() else {
             return Ok(());
         };
         let (end, leader_epoch) = (last.next_offset(), last.partition_leader_epoch());
         let max_timestamp = self
-            .small
+            .group
             .iter()
             .map(RecordBatch::max_timestamp)
             .max()
             .unwrap_or(-1);
-        let outgoing = merge(&self.small, max_message_bytes)
-            .map_err(|e| kafka_failure("merge small batches", e))?;
-        self.small.clear();
-        self.small_bytes = 0;
+        let outgoing =
+            merge(&self.group, max_message_bytes).map_err(|e| kafka_failure("merge batches", e))?;
+        self.group.clear();
+        self.group_bytes = 0;
         self.plan(cursor, outgoing, end, max_timestamp, leader_epoch);
         Ok(())
     }
@@ -557,19 +560,25 @@ async fn forward(
         }
     }
     let mut aborted = fetched.aborted();
-    let mut out = Outgoing::default();
+    // Behind: this fetch cannot all be in flight at once, so the five
+    // slots are what limits the partition: merge what is not large.
+    let behind = inflight.len() + fetched.batches().count() > MAX_IN_FLIGHT;
+    let mut out = Outgoing {
+        behind,
+        ..Outgoing::default()
+    };
     for batch in fetched.batches() {
         let batch: RecordBatch = batch.map_err(|e| kafka_failure("source batch", e))?;
         let is_aborted = aborted
             .is_aborted(&batch)
             .map_err(|e| kafka_failure("source batch", e))?;
-        let position = out.small_end().unwrap_or(cursor.next_source);
+        let position = out.group_end().unwrap_or(cursor.next_source);
         let action = classify(&batch, is_aborted, max_message_bytes, position);
-        if mergeable(&batch, action) {
-            out.push_small(cursor, batch, max_message_bytes)?;
+        if mergeable(&batch, action, out.behind) {
+            out.push_to_group(cursor, batch, max_message_bytes)?;
             continue;
         }
-        out.flush_small(cursor, max_message_bytes)?;
+        out.flush_group(cursor, max_message_bytes)?;
         let outgoing = prepare(&batch, action, max_message_bytes, cursor.next_source)
             .map_err(|e| kafka_failure("prepare batch", e))?;
         out.plan(
@@ -580,7 +589,7 @@ async fn forward(
             batch.partition_leader_epoch(),
         );
     }
-    out.flush_small(cursor, max_message_bytes)?;
+    out.flush_group(cursor, max_message_bytes)?;
     let Outgoing {
         to_send, new_runs, ..
     } = out;

@@ -200,6 +200,42 @@ async fn small_source_batches_are_merged_with_every_offset_exact() {
 }
 
 #[actix::test]
+async fn larger_batches_pass_through_until_the_partition_falls_behind() {
+    let rig = rig().await;
+    // 40 KiB batches: above the always-merge size, below the behind one.
+    let value = "x".repeat(1000);
+    let append = |from: usize| {
+        let records: Vec<_> = (from..from + 40)
+            .map(|i| record(Some(&format!("k{i}")), Some(&value), 1_000 + i as i64))
+            .collect();
+        rig.source.append(&rig.tp, &records, Codec::None);
+    };
+    for i in 0..3 {
+        append(i * 40);
+    }
+    let actor = rig.start(RetryPolicy::default());
+    eventually("120 records", async || {
+        rig.dest.records(&rig.tp).len() == 120
+    })
+    .await;
+    // Three batches fit the five in-flight slots: forwarded as they are.
+    assert_eq!(rig.dest.batches(&rig.tp), 3);
+    for i in 3..11 {
+        append(i * 40);
+    }
+    eventually("440 records", async || {
+        rig.dest.records(&rig.tp).len() == 440
+    })
+    .await;
+    // Eight in one fetch do not: merged into one.
+    assert_eq!(rig.dest.batches(&rig.tp), 4);
+    let stored = rig.dest.records(&rig.tp);
+    assert!(stored.iter().enumerate().all(|(i, r)| r.offset == i as i64
+        && r.record.key.as_deref() == Some(format!("k{i}").as_bytes())));
+    actor.send(Shutdown).await.unwrap();
+}
+
+#[actix::test]
 async fn compacted_batches_map_every_offset_exactly() {
     let rig = rig().await;
     rig.append(3, 0); // offsets 0..3
