@@ -441,8 +441,6 @@ struct Outgoing {
     /// fetch ends ([`crate::kafka::batch::mergeable`]).
     group: Vec<RecordBatch>,
     group_bytes: usize,
-    /// The partition is behind: larger batches are merged too.
-    behind: bool,
 }
 
 impl Outgoing {
@@ -545,14 +543,16 @@ async fn forward(
     fetched: crate::kafka::fetch::FetchedPartition,
     max_message_bytes: usize,
 ) -> Result<(), PumpExit> {
+    // One walk over the headers: the lag figures, and how many batches came.
+    let (mut batches, mut newest) = (0, None);
+    for b in fetched.batches().filter_map(Result::ok) {
+        batches += 1;
+        if !b.is_control() {
+            newest = newest.max(Some(b.max_timestamp()));
+        }
+    }
     {
         // Lag first: a batch that cannot be forwarded still counts as waiting.
-        let newest = fetched
-            .batches()
-            .filter_map(Result::ok)
-            .filter(|b| !b.is_control())
-            .map(|b| b.max_timestamp())
-            .max();
         let mut p = cx.progress.lock().unwrap();
         p.source_high_watermark = fetched.high_watermark;
         if let Some(ts) = newest {
@@ -562,11 +562,8 @@ async fn forward(
     let mut aborted = fetched.aborted();
     // Behind: this fetch cannot all be in flight at once, so the five
     // slots are what limits the partition: merge what is not large.
-    let behind = inflight.len() + fetched.batches().count() > MAX_IN_FLIGHT;
-    let mut out = Outgoing {
-        behind,
-        ..Outgoing::default()
-    };
+    let behind = inflight.len() + batches > MAX_IN_FLIGHT;
+    let mut out = Outgoing::default();
     for batch in fetched.batches() {
         let batch: RecordBatch = batch.map_err(|e| kafka_failure("source batch", e))?;
         let is_aborted = aborted
@@ -574,7 +571,7 @@ async fn forward(
             .map_err(|e| kafka_failure("source batch", e))?;
         let position = out.group_end().unwrap_or(cursor.next_source);
         let action = classify(&batch, is_aborted, max_message_bytes, position);
-        if mergeable(&batch, action, out.behind) {
+        if mergeable(&batch, action, behind) {
             out.push_to_group(cursor, batch, max_message_bytes)?;
             continue;
         }
