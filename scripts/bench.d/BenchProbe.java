@@ -151,6 +151,12 @@ public class BenchProbe {
         return -1;
     }
 
+    /** "count p50 p90 p99 p999 max" of a 1 ms histogram (ms; -1 when empty). */
+    static String summary(int[] histo, long n, long max) {
+        return n + " " + pct(histo, 0.50, n) + " " + pct(histo, 0.90, n) + " " + pct(histo, 0.99, n) + " "
+                + pct(histo, 0.999, n) + " " + (n > 0 ? max : -1);
+    }
+
     /** Lag histograms per second of record timestamp (the TIMELINE_FILE). */
     static final class Seconds {
         static final int FINE = 10_000;   // 1 ms buckets for [0, 10 s)
@@ -296,9 +302,7 @@ public class BenchProbe {
         }
 
         String report(long missing) {
-            long n = count.get();
-            return name + " " + n + " " + pct(histo, 0.50, n) + " " + pct(histo, 0.90, n) + " " + pct(histo, 0.99, n)
-                    + " " + pct(histo, 0.999, n) + " " + (n > 0 ? max : -1) + " " + missing;
+            return name + " " + summary(histo, count.get(), max) + " " + missing;
         }
     }
 
@@ -333,9 +337,7 @@ public class BenchProbe {
         System.out.println(dst.report(Math.max(0, src.count.get() - dst.count.get())));
         int[] added = new int[src.addedHisto.length];
         for (int i = 0; i < added.length; i++) added[i] = src.addedHisto[i] + dst.addedHisto[i];
-        long n = src.addedCount + dst.addedCount;
-        System.out.println("added " + n + " " + pct(added, 0.50, n) + " " + pct(added, 0.90, n) + " " + pct(added, 0.99, n)
-                + " " + pct(added, 0.999, n) + " " + (n > 0 ? Math.max(src.addedMax, dst.addedMax) : -1));
+        System.out.println("added " + summary(added, src.addedCount + dst.addedCount, Math.max(src.addedMax, dst.addedMax)));
         System.out.flush();
         if (timeline != null) {
             try (java.io.PrintWriter w = new java.io.PrintWriter(Files.newBufferedWriter(Path.of(timeline)))) {

@@ -544,31 +544,32 @@ fn run(args: Args) -> Result<()> {
     let rss = |t: &Option<Vec<Sample>>| t.as_deref().map(rss_mib).unwrap_or_default();
     let copy_x = "seconds since the mirror was started";
     let mbs_y = format!("MB/s (MiB of {rs} B record values per s)");
-    let panels = [
-        Panel {
-            caption: "(a) copy throughput".into(),
+    let copy_panel =
+        |caption: &str, mm2: &Option<Vec<Sample>>, km: &Option<Vec<Sample>>, files: &str| Panel {
+            caption: caption.into(),
             x_desc: copy_x.into(),
             y_desc: mbs_y.clone(),
             log_y: false,
             goal: None,
             lines: vec![
-                Line::new("MirrorMaker 2", tput(&mm2), MM2),
-                Line::new("kmirror", tput(&km), KMIRROR),
+                Line::new("MirrorMaker 2", tput(mm2), MM2),
+                Line::new("kmirror", tput(km), KMIRROR),
             ],
-            missing: "no mm2.timeline or kmirror.timeline".into(),
-        },
-        Panel {
-            caption: "(b) small-batch copy throughput".into(),
-            x_desc: copy_x.into(),
-            y_desc: mbs_y,
-            log_y: false,
-            goal: None,
-            lines: vec![
-                Line::new("MirrorMaker 2", tput(&mm2_small), MM2),
-                Line::new("kmirror", tput(&km_small), KMIRROR),
-            ],
-            missing: "no mm2_small.timeline or kmirror_small.timeline".into(),
-        },
+            missing: format!("no {files}"),
+        };
+    let panels = [
+        copy_panel(
+            "(a) copy throughput",
+            &mm2,
+            &km,
+            "mm2.timeline or kmirror.timeline",
+        ),
+        copy_panel(
+            "(b) small-batch copy throughput",
+            &mm2_small,
+            &km_small,
+            "mm2_small.timeline or kmirror_small.timeline",
+        ),
         Panel {
             caption: "(c) lag, per second of the window".into(),
             x_desc: "second of the lag window (record CreateTime)".into(),
