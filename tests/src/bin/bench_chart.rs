@@ -799,19 +799,24 @@ mod tests {
         assert!(parse_args(["--bogus".to_string()]).is_err());
     }
 
-    #[test]
-    fn no_timelines_is_an_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let a = parse_args(
+    /// Arguments that read `dir` and write where nothing can be written.
+    fn args_for(dir: &std::path::Path) -> Args {
+        parse_args(
             [
                 "--results",
-                dir.path().to_str().unwrap(),
+                dir.to_str().unwrap(),
                 "--out",
                 "/nonexistent/x.png",
             ]
             .map(String::from),
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn no_timelines_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = args_for(dir.path());
         let e = run(a).unwrap_err();
         assert!(e.to_string().contains("no timelines"), "{e}");
     }
@@ -820,16 +825,7 @@ mod tests {
     fn bad_line_in_a_results_dir_is_reported() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("kmirror.timeline"), "1 0 0 0 0\ngarbage\n").unwrap();
-        let a = parse_args(
-            [
-                "--results",
-                dir.path().to_str().unwrap(),
-                "--out",
-                "/nonexistent/x.png",
-            ]
-            .map(String::from),
-        )
-        .unwrap();
+        let a = args_for(dir.path());
         let e = run(a).unwrap_err().to_string();
         assert!(e.contains("kmirror.timeline:2:"), "{e}");
     }
