@@ -41,6 +41,15 @@ pub enum CoordinatorError {
     Stale { validated_end: Offset },
     #[error("event log: {0}")]
     Store(String),
+    /// The actor is gone (the node is shutting down) or its mailbox closed.
+    #[error("coordinator unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl From<MailboxError> for CoordinatorError {
+    fn from(e: MailboxError) -> Self {
+        CoordinatorError::Unavailable(e.to_string())
+    }
 }
 
 impl CoordinatorError {
@@ -50,6 +59,7 @@ impl CoordinatorError {
             CoordinatorError::Refused(e) => e.kip_name(),
             CoordinatorError::Stale { .. } => "INVALID_CLUSTER_MIRROR_STATES",
             CoordinatorError::Store(_) => "KAFKA_STORAGE_ERROR",
+            CoordinatorError::Unavailable(_) => "COORDINATOR_NOT_AVAILABLE",
         }
     }
 }

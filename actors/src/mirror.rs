@@ -9,19 +9,23 @@
 //! operation is: write the record (Node, through the coordinator), then
 //! `Reconcile`.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
 use kmirror_events::{
-    Command, MirrorConfig, MirrorPartitionKey, MirrorStateImage, PartitionState, RetryPolicy,
-    TopicFilter, TopicId, TopicRef,
+    Command, MirrorConfig, MirrorPartitionKey, MirrorStateImage, PartitionState, PatternError,
+    RetryPolicy, TopicFilter, TopicId,
 };
 
-use crate::cluster::{DestinationCluster, SourceCluster, TopicInfo};
-use crate::coordinator::{CoordinatorActor, Execute, ReadImage};
-use crate::metadata_sync::{GetSyncMetrics, MetadataSyncActor, StopSync, SyncMetrics, SyncSpec};
+use crate::cluster::{
+    ensure_destination_topics, ClusterError, DestinationCluster, Doing, SourceCluster,
+};
+use crate::coordinator::{CoordinatorActor, CoordinatorError, Execute, ReadImage};
+use crate::metadata_sync::{
+    GetSyncMetrics, MetadataSyncActor, PartitionsGrew, StopSync, SyncMetrics, SyncSpec,
+};
 use crate::partition::{
     Desire, GetStatus, PartitionActor, PartitionSpec, PartitionStatus, Recover, Shutdown,
 };
@@ -47,6 +51,30 @@ pub struct RecoverTopics(pub Vec<TopicId>);
 #[rtype(result = "()")]
 pub struct StopMirror;
 
+/// Why a refresh step failed; the next refresh tries again, except for a
+/// changed source cluster, which fails every partition for good.
+#[derive(Debug, thiserror::Error)]
+pub enum MirrorError {
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error(transparent)]
+    Log(#[from] CoordinatorError),
+    #[error("mirror patterns: {0}")]
+    Settings(#[from] PatternError),
+    #[error("the source cluster id changed from {recorded} to {found}: bootstrap {bootstrap} now reaches a different cluster")]
+    SourceClusterChanged {
+        recorded: String,
+        found: String,
+        bootstrap: String,
+    },
+}
+
+impl From<MailboxError> for MirrorError {
+    fn from(e: MailboxError) -> Self {
+        MirrorError::Log(e.into())
+    }
+}
+
 pub struct MirrorSpec {
     pub name: String,
     pub source: Arc<dyn SourceCluster>,
@@ -62,38 +90,6 @@ pub struct MirrorActor {
     refreshing: bool,
     /// Group offsets, configs, partition counts, ACLs (started with us).
     sync: Option<Addr<MetadataSyncActor>>,
-}
-
-/// Makes sure the destination has `topic` with at least the source's
-/// partition count, creating it with the source's explicit configs.
-pub async fn ensure_destination_topic(
-    source: &dyn SourceCluster,
-    destination: &dyn DestinationCluster,
-    topic: &TopicInfo,
-) -> Result<(), String> {
-    let existing = destination
-        .topics()
-        .await
-        .map_err(|e| format!("list destination topics: {e}"))?;
-    if existing.iter().any(|t| t.name == topic.name) {
-        return Ok(());
-    }
-    let configs = source
-        .topic_configs(&topic.name)
-        .await
-        .map_err(|e| format!("describe source topic {} configs: {e}", topic.name))?;
-    match destination
-        .create_topic(&topic.name, topic.partitions, configs)
-        .await
-    {
-        Ok(()) => Ok(()),
-        // Discovery and an operator's start may race to create it: whoever
-        // loses finds it there, which is all either wanted.
-        Err(e) => match destination.topics().await {
-            Ok(now) if now.iter().any(|t| t.name == topic.name) => Ok(()),
-            _ => Err(format!("create destination topic {}: {e}", topic.name)),
-        },
-    }
 }
 
 impl MirrorActor {
@@ -204,18 +200,19 @@ async fn check_source_identity(
     source: &dyn SourceCluster,
     coordinator: &Addr<CoordinatorActor>,
     image: &MirrorStateImage,
-) -> Result<(), String> {
+) -> Result<(), MirrorError> {
     let id = source
         .cluster_id()
         .await
-        .map_err(|e| format!("describe source cluster: {e}"))?;
+        .doing(|| "describe source cluster".into())?;
     if config.source_cluster_id.is_empty() || id == config.source_cluster_id {
         return Ok(());
     }
-    let message = format!(
-        "the source cluster id changed from {} to {id}: bootstrap {} now reaches a different cluster",
-        config.source_cluster_id, config.source_bootstrap
-    );
+    let error = MirrorError::SourceClusterChanged {
+        recorded: config.source_cluster_id.clone(),
+        found: id,
+        bootstrap: config.source_bootstrap.clone(),
+    };
     for (key, v) in image.partition_states_of(name) {
         if v.state == PartitionState::Failed && v.retry_attempt == -1 {
             continue;
@@ -224,16 +221,16 @@ async fn check_source_identity(
             .send(Execute::new(Command::FailPartition {
                 key: key.clone(),
                 leader_epoch: -1,
-                error_message: message.clone(),
+                error_message: error.to_string(),
                 retryable: false,
             }))
             .await;
     }
-    Err(message)
+    Err(error)
 }
 
-/// Source topics matching include and not exclude that the mirror does not
-/// know yet start mirroring; mirrored topics that now match exclude stop.
+/// Source topics matching include and not exclude that no mirror knows yet
+/// start mirroring; mirrored topics that now match exclude stop.
 async fn discover(
     name: &str,
     config: &MirrorConfig,
@@ -241,33 +238,24 @@ async fn discover(
     destination: &dyn DestinationCluster,
     coordinator: &Addr<CoordinatorActor>,
     image: &MirrorStateImage,
-) -> Result<(), String> {
-    let filter = TopicFilter::new(&config.topics_include, &config.topics_exclude)
-        .map_err(|e| e.to_string())?;
-    let known: BTreeMap<&str, _> = image
+) -> Result<(), MirrorError> {
+    let filter = TopicFilter::new(&config.topics_include, &config.topics_exclude)?;
+    // A topic any mirror knows, stopped ones included, is left alone:
+    // restarting a stopped topic is an operator's decision.
+    let known: HashSet<&str> = image
         .topics()
-        .map(|(_, e)| (e.change.topic_name.as_str(), &e.change))
-        .filter(|(_, c)| !c.mirror_name.is_empty())
+        .map(|(_, e)| &e.change)
+        .filter(|c| !c.mirror_name.is_empty())
+        .map(|c| c.topic_name.as_str())
         .collect();
-    let topics = source
+    let new: Vec<_> = source
         .topics()
         .await
-        .map_err(|e| format!("list source topics: {e}"))?;
-    let mut start = Vec::new();
-    for t in topics
-        .iter()
-        .filter(|t| !t.internal && filter.matches(&t.name))
-    {
-        if known.contains_key(t.name.as_str()) {
-            continue;
-        }
-        ensure_destination_topic(source, destination, t).await?;
-        start.push(TopicRef {
-            topic_id: t.topic_id,
-            name: t.name.clone(),
-            partition_count: t.partitions,
-        });
-    }
+        .doing(|| "list source topics".into())?
+        .into_iter()
+        .filter(|t| !t.internal && filter.matches(&t.name) && !known.contains(t.name.as_str()))
+        .collect();
+    let start = ensure_destination_topics(source, destination, &new).await?;
     if !start.is_empty() {
         let ids: Vec<TopicId> = start.iter().map(|t| t.topic_id).collect();
         tracing::info!(mirror = %name, topics = ?start.iter().map(|t| &t.name).collect::<Vec<_>>(), "discovered topics");
@@ -279,19 +267,11 @@ async fn discover(
                 },
                 validated: Some((image.end_offset(), ids)),
             })
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
+            .await??;
     }
     let excluded: Vec<TopicId> = image
         .topics_of(name)
-        .filter(|e| {
-            matches!(
-                e.change.desired_state,
-                PartitionState::Mirroring | PartitionState::Paused
-            )
-        })
-        .filter(|e| filter.is_excluded(&e.change.topic_name))
+        .filter(|e| e.change.is_active() && filter.is_excluded(&e.change.topic_name))
         .map(|e| e.change.topic_id)
         .collect();
     if !excluded.is_empty() {
@@ -304,9 +284,7 @@ async fn discover(
                 },
                 validated: Some((image.end_offset(), excluded)),
             })
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
+            .await??;
     }
     Ok(())
 }
@@ -321,7 +299,7 @@ impl Actor for MirrorActor {
                 source: self.spec.source.clone(),
                 destination: self.spec.destination.clone(),
                 coordinator: self.spec.coordinator.clone(),
-                reconcile: ctx.address().recipient(),
+                partitions_grew: ctx.address().recipient(),
                 metadata_interval: self.spec.refresh_interval,
                 start_delay: std::time::Duration::from_secs(1),
             })
@@ -346,6 +324,13 @@ impl Handler<Reconcile> for MirrorActor {
                     }
                 }),
         )
+    }
+}
+
+impl Handler<PartitionsGrew> for MirrorActor {
+    type Result = ResponseActFuture<Self, ()>;
+    fn handle(&mut self, _msg: PartitionsGrew, ctx: &mut Context<Self>) -> Self::Result {
+        self.handle(Reconcile, ctx)
     }
 }
 

@@ -15,19 +15,16 @@ use std::sync::Arc;
 use actix::prelude::*;
 use kmirror_events::{
     Command, MirrorConfig, MirrorPartitionKey, MirrorStateImage, PartitionState, PatternList,
-    RetryPolicy, TopicFilter, TopicId, TopicRef, Translation,
+    RetryPolicy, TopicFilter, TopicId, Translation,
 };
 use kmirror_store::EventLog;
 use serde::Serialize;
 
-use crate::cluster::{BoxFuture, DestinationCluster, SourceCluster};
+use crate::cluster::{ensure_destination_topics, BoxFuture, DestinationCluster, SourceCluster};
 use crate::coordinator::{Applied, CoordinatorActor, CoordinatorError, Execute, ReadImage};
 use crate::kafka::KafkaError;
 use crate::metadata_sync::{GetSyncMetrics, SyncMetrics};
-use crate::mirror::{
-    ensure_destination_topic, Describe, MirrorActor, MirrorSpec, Reconcile, RecoverTopics,
-    StopMirror,
-};
+use crate::mirror::{Describe, MirrorActor, MirrorSpec, Reconcile, RecoverTopics, StopMirror};
 
 /// Builds a source cluster from a mirror's Kafka-style properties
 /// (`bootstrap.servers`, `security.protocol`, …). A function, so tests can
@@ -440,18 +437,14 @@ impl Node {
             .await
             .map_err(|e| kafka("list source topics", e))?;
         let matched: Vec<_> = source_topics
-            .iter()
+            .into_iter()
             .filter(|t| !t.internal && wanted.matches(&t.name))
+            // Topics this mirror already runs are left as they are.
             .filter(|t| {
-                // Topics this mirror already runs are left as they are.
-                !image.topic_by_name(mirror, &t.name).is_some_and(|e| {
-                    matches!(
-                        e.change.desired_state,
-                        PartitionState::Mirroring | PartitionState::Paused
-                    )
-                })
+                !image
+                    .topic_by_name(mirror, &t.name)
+                    .is_some_and(|e| e.change.is_active())
             })
-            .cloned()
             .collect();
         // Save the patterns first: auto-discovery picks up later topics.
         let include = join_patterns(&config.topics_include, topics);
@@ -477,23 +470,14 @@ impl Node {
                 note: Some("no source topic matches yet; patterns saved for auto-discovery".into()),
             });
         }
-        for t in &matched {
-            ensure_destination_topic(&*source, &*self.inner.destination, t)
-                .await
-                .map_err(|e| NodeError::new("NETWORK_EXCEPTION", e))?;
-        }
-        let ids: Vec<TopicId> = matched.iter().map(|t| t.topic_id).collect();
+        let start = ensure_destination_topics(&*source, &*self.inner.destination, &matched)
+            .await
+            .map_err(|e| kafka(&e.doing, e.source))?;
+        let ids: Vec<TopicId> = start.iter().map(|t| t.topic_id).collect();
         self.execute(
             Command::StartTopics {
                 mirror: mirror.to_string(),
-                topics: matched
-                    .iter()
-                    .map(|t| TopicRef {
-                        topic_id: t.topic_id,
-                        name: t.name.clone(),
-                        partition_count: t.partitions,
-                    })
-                    .collect(),
+                topics: start,
             },
             Some((validated, ids)),
         )

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use actix_web::{web::Data, App, HttpServer};
 use clap::Args;
-use kmirror_actors::cluster::kafka::{KafkaDestination, KafkaSource};
+use kmirror_actors::cluster::kafka::KafkaCluster;
 use kmirror_actors::cluster::SourceCluster;
 use kmirror_actors::kafka::fetch::FetchOptions;
 use kmirror_actors::kafka::{KafkaClient, KafkaError};
@@ -189,7 +189,7 @@ async fn start_node(settings: &DaemonSettings, log: Arc<dyn EventLog>) -> Result
     }
     Node::start(
         log,
-        Arc::new(KafkaDestination::new(client)),
+        Arc::new(KafkaCluster::new(client, FetchOptions::default())),
         source_connector(),
         node_settings,
     )
@@ -202,7 +202,7 @@ fn source_connector() -> SourceConnector {
         Box::pin(async move {
             let (client_props, fetch) = source_properties(&properties)?;
             let client = KafkaClient::from_properties(&client_props).await?;
-            Ok(Arc::new(KafkaSource::new(client, fetch)) as Arc<dyn SourceCluster>)
+            Ok(Arc::new(KafkaCluster::new(client, fetch)) as Arc<dyn SourceCluster>)
         })
     })
 }

@@ -479,7 +479,7 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
             require_mirror(image, name)?;
             let active: Vec<String> = image
                 .topics_of(name)
-                .filter(|t| matches!(t.change.desired_state, S::Mirroring | S::Paused))
+                .filter(|t| t.change.is_active())
                 .map(|t| t.change.topic_name.clone())
                 .collect();
             if !active.is_empty() {

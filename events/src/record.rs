@@ -94,6 +94,18 @@ pub struct MirrorTopicStateChange {
     pub partition_count: i32,
 }
 
+impl MirrorTopicStateChange {
+    /// Whether the topic is one its mirror runs (desired MIRRORING or
+    /// PAUSED): what a start skips, an exclude stops and a delete waits for.
+    pub fn is_active(&self) -> bool {
+        !self.mirror_name.is_empty()
+            && matches!(
+                self.desired_state,
+                PartitionState::Mirroring | PartitionState::Paused
+            )
+    }
+}
+
 /// Key of a mirror's configuration record.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Serialize, Deserialize)]
 pub struct MirrorConfigKey {

@@ -135,6 +135,34 @@ pub fn retry_target(previous: PartitionState) -> PartitionState {
     }
 }
 
+/// KIP-1279's `applyStateTransition`: where a partition in `current` goes
+/// when its topic's desired state is `desired` (MIRRORING, PAUSED or
+/// STOPPED); `None` means stay and re-run the current state's side effect.
+///
+/// One deliberate difference from the KIP: a FAILED partition may still be
+/// stopped (the table allows FAILED → STOPPING), because a failover must not
+/// wait for a sick partition to heal. Any other desire leaves FAILED to the
+/// retry policy or an operator's recover.
+pub fn next_state(current: PartitionState, desired: PartitionState) -> Option<PartitionState> {
+    use PartitionState as S;
+    match (current, desired) {
+        (S::Failed, S::Stopped) => Some(S::Stopping),
+        (S::Failed, _) => None,
+        (S::Stopped, S::Stopped) | (S::Stopping, S::Stopped) => None,
+        // Never started: nothing to stop (and UNKNOWN → STOPPING is not in
+        // the table, so asking would be refused over and over).
+        (S::Unknown, S::Stopped) => None,
+        (_, S::Stopped) => Some(S::Stopping),
+        (S::Paused, S::Paused) | (S::Pausing, S::Paused) => None,
+        (S::Mirroring, S::Paused) => Some(S::Pausing),
+        // Aligning first; the pause is applied once MIRRORING is reached.
+        (S::LogAlignment, S::Paused) => None,
+        (S::Paused, _) => Some(S::Mirroring),
+        (S::Unknown | S::Stopped, _) => Some(S::LogAlignment),
+        _ => None,
+    }
+}
+
 impl Serialize for PartitionState {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         if s.is_human_readable() {
@@ -172,6 +200,27 @@ mod tests {
         for s in PartitionState::ALL {
             assert_eq!(PartitionState::from_i8(s.as_i8()), Some(s));
         }
+    }
+
+    #[test]
+    fn next_states_are_allowed_transitions() {
+        use PartitionState as S;
+        for current in PartitionState::ALL {
+            for desired in [S::Mirroring, S::Paused, S::Stopped] {
+                if let Some(next) = next_state(current, desired) {
+                    assert!(
+                        is_valid_transition(current, next),
+                        "{current} wanting {desired} -> {next}"
+                    );
+                }
+            }
+        }
+        assert_eq!(next_state(S::Failed, S::Stopped), Some(S::Stopping));
+        assert_eq!(next_state(S::Failed, S::Mirroring), None);
+        assert_eq!(next_state(S::Mirroring, S::Paused), Some(S::Pausing));
+        assert_eq!(next_state(S::Paused, S::Mirroring), Some(S::Mirroring));
+        assert_eq!(next_state(S::Unknown, S::Mirroring), Some(S::LogAlignment));
+        assert_eq!(next_state(S::Stopped, S::Stopped), None);
     }
 
     #[test]

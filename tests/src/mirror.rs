@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kmirror_actors::cluster::kafka::{KafkaDestination, KafkaSource};
+use kmirror_actors::cluster::kafka::KafkaCluster;
 use kmirror_actors::cluster::SourceCluster;
 use kmirror_actors::kafka::fetch::FetchOptions;
 use kmirror_actors::kafka::{ClientConfig, KafkaClient};
@@ -18,7 +18,7 @@ pub fn connector() -> SourceConnector {
     Arc::new(|props: BTreeMap<String, String>| {
         Box::pin(async move {
             let client = KafkaClient::from_properties(&props).await?;
-            Ok(Arc::new(KafkaSource::new(client, FetchOptions::default()))
+            Ok(Arc::new(KafkaCluster::new(client, FetchOptions::default()))
                 as Arc<dyn SourceCluster>)
         })
     })
@@ -31,7 +31,7 @@ pub async fn node(dir: &std::path::Path) -> Node {
         .expect("connect destination");
     Node::start(
         log,
-        Arc::new(KafkaDestination::new(dest)),
+        Arc::new(KafkaCluster::new(dest, FetchOptions::default())),
         connector(),
         NodeSettings {
             refresh_interval: Duration::from_millis(500),

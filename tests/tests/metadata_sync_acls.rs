@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kmirror_actors::cluster::kafka::KafkaDestination;
+use kmirror_actors::cluster::kafka::KafkaCluster;
+use kmirror_actors::kafka::fetch::FetchOptions;
 use kmirror_actors::kafka::{ClientConfig, KafkaClient};
 use kmirror_actors::node::{Node, NodeSettings};
 use kmirror_store::SledLog;
@@ -193,7 +194,7 @@ async fn acls_follow_the_source_and_the_operators_own_stay() {
         .unwrap();
     let node = Node::start(
         log,
-        Arc::new(KafkaDestination::new(dest)),
+        Arc::new(KafkaCluster::new(dest, FetchOptions::default())),
         connector(),
         NodeSettings {
             refresh_interval: Duration::from_millis(500),

@@ -16,8 +16,8 @@ use kmirror_events::TopicId;
 use tokio::sync::mpsc;
 
 use super::{
-    Ack, AclBinding, BoxFuture, DestinationCluster, GroupListing, GroupOffsets, LogBounds,
-    PartitionFetch, PartitionSink, SourceCluster, TopicInfo,
+    Ack, AclBinding, BoxFuture, ClusterView, DestinationCluster, GroupListing, GroupOffsets,
+    LogBounds, PartitionFetch, PartitionSink, SourceCluster, TopicInfo,
 };
 use crate::kafka::admin::{AclFilter, Admin, AlterConfigOp, ConfigResource, NewTopic, OffsetSpec};
 use crate::kafka::batch::OutgoingBatch;
@@ -116,17 +116,21 @@ fn exact_filter(a: &AclBinding) -> AclFilter {
     }
 }
 
-/// The source cluster over Kafka.
-pub struct KafkaSource {
+/// A Kafka cluster, in either role: read as a source (a fetch task per
+/// broker, started when a partition it leads is first opened) and written
+/// as a destination. One type for both, because a failback reads the old
+/// destination as its source.
+pub struct KafkaCluster {
     client: KafkaClient,
     admin: Admin,
+    /// How partitions are fetched when this cluster is read as a source.
     options: FetchOptions,
     fetchers: Mutex<HashMap<i32, mpsc::UnboundedSender<Register>>>,
 }
 
-impl KafkaSource {
+impl KafkaCluster {
     pub fn new(client: KafkaClient, options: FetchOptions) -> Self {
-        KafkaSource {
+        KafkaCluster {
             admin: Admin::new(client.clone()),
             client,
             options,
@@ -267,7 +271,7 @@ impl PartitionFetch for KafkaPartitionFetch {
     }
 }
 
-impl SourceCluster for KafkaSource {
+impl ClusterView for KafkaCluster {
     fn cluster_id(&self) -> BoxFuture<'_, Result<String, KafkaError>> {
         Box::pin(async move { Ok(self.admin.describe_cluster().await?.cluster_id) })
     }
@@ -281,6 +285,25 @@ impl SourceCluster for KafkaSource {
         Box::pin(async move { bounds(&self.admin, &tp).await })
     }
 
+    fn list_groups(&self) -> BoxFuture<'_, Result<Vec<GroupListing>, KafkaError>> {
+        Box::pin(list_groups(&self.admin))
+    }
+
+    fn committed_offsets(
+        &self,
+        group: &str,
+        topics: &[String],
+    ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>> {
+        let (group, topics) = (group.to_string(), topics.to_vec());
+        Box::pin(async move { committed_offsets(&self.admin, &group, &topics).await })
+    }
+
+    fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>> {
+        Box::pin(describe_acls(&self.admin))
+    }
+}
+
+impl SourceCluster for KafkaCluster {
     fn topic_configs(
         &self,
         topic: &str,
@@ -299,23 +322,6 @@ impl SourceCluster for KafkaSource {
                 .filter_map(|e| Some((e.name, e.value?)))
                 .collect())
         })
-    }
-
-    fn list_groups(&self) -> BoxFuture<'_, Result<Vec<GroupListing>, KafkaError>> {
-        Box::pin(list_groups(&self.admin))
-    }
-
-    fn committed_offsets(
-        &self,
-        group: &str,
-        topics: &[String],
-    ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>> {
-        let (group, topics) = (group.to_string(), topics.to_vec());
-        Box::pin(async move { committed_offsets(&self.admin, &group, &topics).await })
-    }
-
-    fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>> {
-        Box::pin(describe_acls(&self.admin))
     }
 
     fn open(
@@ -339,21 +345,6 @@ impl SourceCluster for KafkaSource {
     }
 }
 
-/// The destination cluster over Kafka.
-pub struct KafkaDestination {
-    client: KafkaClient,
-    admin: Admin,
-}
-
-impl KafkaDestination {
-    pub fn new(client: KafkaClient) -> Self {
-        KafkaDestination {
-            admin: Admin::new(client.clone()),
-            client,
-        }
-    }
-}
-
 struct KafkaSink {
     producer: PartitionProducer,
 }
@@ -367,15 +358,7 @@ impl PartitionSink for KafkaSink {
     }
 }
 
-impl DestinationCluster for KafkaDestination {
-    fn cluster_id(&self) -> BoxFuture<'_, Result<String, KafkaError>> {
-        Box::pin(async move { Ok(self.admin.describe_cluster().await?.cluster_id) })
-    }
-
-    fn topics(&self) -> BoxFuture<'_, Result<Vec<TopicInfo>, KafkaError>> {
-        Box::pin(describe_topics(&self.client))
-    }
-
+impl DestinationCluster for KafkaCluster {
     fn settled_bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>> {
         let tp = tp.clone();
         Box::pin(async move {
@@ -443,24 +426,6 @@ impl DestinationCluster for KafkaDestination {
         })
     }
 
-    fn bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>> {
-        let tp = tp.clone();
-        Box::pin(async move { bounds(&self.admin, &tp).await })
-    }
-
-    fn list_groups(&self) -> BoxFuture<'_, Result<Vec<GroupListing>, KafkaError>> {
-        Box::pin(list_groups(&self.admin))
-    }
-
-    fn committed_offsets(
-        &self,
-        group: &str,
-        topics: &[String],
-    ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>> {
-        let (group, topics) = (group.to_string(), topics.to_vec());
-        Box::pin(async move { committed_offsets(&self.admin, &group, &topics).await })
-    }
-
     fn commit_offsets(
         &self,
         group: &str,
@@ -514,10 +479,6 @@ impl DestinationCluster for KafkaDestination {
     fn create_partitions(&self, topic: &str, total: i32) -> BoxFuture<'_, Result<(), KafkaError>> {
         let topic = topic.to_string();
         Box::pin(async move { self.admin.create_partitions(&topic, total).await })
-    }
-
-    fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>> {
-        Box::pin(describe_acls(&self.admin))
     }
 
     fn create_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>> {

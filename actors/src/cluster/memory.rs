@@ -15,8 +15,8 @@ use bytes::{Bytes, BytesMut};
 use kmirror_events::TopicId;
 
 use super::{
-    Ack, AclBinding, BoxFuture, CommittedOffset, DestinationCluster, GroupListing, GroupOffsets,
-    LogBounds, PartitionFetch, PartitionSink, SourceCluster, TopicInfo,
+    Ack, AclBinding, BoxFuture, ClusterView, CommittedOffset, DestinationCluster, GroupListing,
+    GroupOffsets, LogBounds, PartitionFetch, PartitionSink, SourceCluster, TopicInfo,
 };
 use crate::kafka::batch::{
     decode_records, encode_batch, Codec, OutgoingBatch, Record, RecordBatch,
@@ -362,7 +362,7 @@ impl PartitionFetch for MemoryFetch {
     }
 }
 
-impl SourceCluster for MemorySource {
+impl ClusterView for MemorySource {
     fn cluster_id(&self) -> BoxFuture<'_, Result<String, KafkaError>> {
         let id = self.state.lock().unwrap().cluster_id.clone();
         Box::pin(async move { Ok(id) })
@@ -394,6 +394,29 @@ impl SourceCluster for MemorySource {
         Box::pin(async move { Ok(b) })
     }
 
+    fn list_groups(&self) -> BoxFuture<'_, Result<Vec<GroupListing>, KafkaError>> {
+        let l = self.state.lock().unwrap().groups.listing();
+        Box::pin(async move { Ok(l) })
+    }
+
+    fn committed_offsets(
+        &self,
+        group: &str,
+        topics: &[String],
+    ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>> {
+        let o = self.state.lock().unwrap().groups.offsets(group, topics);
+        Box::pin(async move { Ok(o) })
+    }
+
+    fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>> {
+        let acls = self.state.lock().unwrap().acls.clone();
+        Box::pin(async move {
+            acls.ok_or_else(|| broker_error(ResponseError::SecurityDisabled, "DescribeAcls"))
+        })
+    }
+}
+
+impl SourceCluster for MemorySource {
     fn topic_configs(
         &self,
         topic: &str,
@@ -414,27 +437,6 @@ impl SourceCluster for MemorySource {
             })
             .unwrap_or_default();
         Box::pin(async move { Ok(configs) })
-    }
-
-    fn list_groups(&self) -> BoxFuture<'_, Result<Vec<GroupListing>, KafkaError>> {
-        let l = self.state.lock().unwrap().groups.listing();
-        Box::pin(async move { Ok(l) })
-    }
-
-    fn committed_offsets(
-        &self,
-        group: &str,
-        topics: &[String],
-    ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>> {
-        let o = self.state.lock().unwrap().groups.offsets(group, topics);
-        Box::pin(async move { Ok(o) })
-    }
-
-    fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>> {
-        let acls = self.state.lock().unwrap().acls.clone();
-        Box::pin(async move {
-            acls.ok_or_else(|| broker_error(ResponseError::SecurityDisabled, "DescribeAcls"))
-        })
     }
 
     fn open(
@@ -636,14 +638,10 @@ impl PartitionSink for MemorySink {
     }
 }
 
-impl DestinationCluster for MemoryDestination {
+impl ClusterView for MemoryDestination {
     fn cluster_id(&self) -> BoxFuture<'_, Result<String, KafkaError>> {
         let id = self.state.lock().unwrap().cluster_id.clone();
         Box::pin(async move { Ok(id) })
-    }
-
-    fn leader_epoch(&self, tp: &TopicPartition) -> Option<i32> {
-        Some(self.with(tp, |p| p.leader_epoch))
     }
 
     fn topics(&self) -> BoxFuture<'_, Result<Vec<TopicInfo>, KafkaError>> {
@@ -661,6 +659,37 @@ impl DestinationCluster for MemoryDestination {
             })
             .collect();
         Box::pin(async move { Ok(topics) })
+    }
+
+    fn bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>> {
+        self.settled_bounds(tp)
+    }
+
+    fn list_groups(&self) -> BoxFuture<'_, Result<Vec<GroupListing>, KafkaError>> {
+        let l = self.state.lock().unwrap().groups.listing();
+        Box::pin(async move { Ok(l) })
+    }
+
+    fn committed_offsets(
+        &self,
+        group: &str,
+        topics: &[String],
+    ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>> {
+        let o = self.state.lock().unwrap().groups.offsets(group, topics);
+        Box::pin(async move { Ok(o) })
+    }
+
+    fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>> {
+        let acls = self.state.lock().unwrap().acls.clone();
+        Box::pin(async move {
+            acls.ok_or_else(|| broker_error(ResponseError::SecurityDisabled, "DescribeAcls"))
+        })
+    }
+}
+
+impl DestinationCluster for MemoryDestination {
+    fn leader_epoch(&self, tp: &TopicPartition) -> Option<i32> {
+        Some(self.with(tp, |p| p.leader_epoch))
     }
 
     fn settled_bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>> {
@@ -688,24 +717,6 @@ impl DestinationCluster for MemoryDestination {
                 .insert(name.to_string(), configs.into_iter().collect());
         }
         Box::pin(async move { Ok(()) })
-    }
-
-    fn bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>> {
-        self.settled_bounds(tp)
-    }
-
-    fn list_groups(&self) -> BoxFuture<'_, Result<Vec<GroupListing>, KafkaError>> {
-        let l = self.state.lock().unwrap().groups.listing();
-        Box::pin(async move { Ok(l) })
-    }
-
-    fn committed_offsets(
-        &self,
-        group: &str,
-        topics: &[String],
-    ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>> {
-        let o = self.state.lock().unwrap().groups.offsets(group, topics);
-        Box::pin(async move { Ok(o) })
     }
 
     fn commit_offsets(
@@ -780,13 +791,6 @@ impl DestinationCluster for MemoryDestination {
             }
         };
         Box::pin(async move { result })
-    }
-
-    fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>> {
-        let acls = self.state.lock().unwrap().acls.clone();
-        Box::pin(async move {
-            acls.ok_or_else(|| broker_error(ResponseError::SecurityDisabled, "DescribeAcls"))
-        })
     }
 
     fn create_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>> {

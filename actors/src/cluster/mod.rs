@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
-use kmirror_events::TopicId;
+use kmirror_events::{TopicId, TopicRef};
 
 use crate::kafka::batch::OutgoingBatch;
 use crate::kafka::fetch::{FetchError, FetchedPartition, TopicPartition};
@@ -84,28 +84,38 @@ pub trait PartitionSink: Send {
     fn send(&mut self, batch: OutgoingBatch) -> BoxFuture<'_, Result<Ack, KafkaError>>;
 }
 
-/// The source cluster, read-only.
-pub trait SourceCluster: Send + Sync {
+/// What kmirror reads from either cluster: identity, topics, log bounds,
+/// groups and ACLs. Source and destination answer these the same way, and a
+/// failback reads the old destination as a source, so each backend writes
+/// them once.
+pub trait ClusterView: Send + Sync {
     fn cluster_id(&self) -> BoxFuture<'_, Result<String, KafkaError>>;
-    /// Every topic the source has (internal ones marked).
+    /// Every topic of the cluster (internal ones marked).
     fn topics(&self) -> BoxFuture<'_, Result<Vec<TopicInfo>, KafkaError>>;
+    /// Log start and high watermark now, without waiting for them to
+    /// settle: what a translated group offset is clamped to.
     fn bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>>;
+    /// Every group with its state: offset sync copies the source's and
+    /// leaves the destination's live groups alone.
+    fn list_groups(&self) -> BoxFuture<'_, Result<Vec<GroupListing>, KafkaError>>;
+    /// A group's committed offsets on `topics`.
+    fn committed_offsets(
+        &self,
+        group: &str,
+        topics: &[String],
+    ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>>;
+    /// Every ACL (SECURITY_DISABLED when the cluster has no authorizer).
+    fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>>;
+}
+
+/// The source cluster, read-only.
+pub trait SourceCluster: ClusterView {
     /// The topic's explicitly set configs, minus those a mirror never copies
     /// (`kmirror_events::DEFAULT_TOPIC_PROPERTIES_EXCLUDE`).
     fn topic_configs(
         &self,
         topic: &str,
     ) -> BoxFuture<'_, Result<Vec<(String, String)>, KafkaError>>;
-    /// Every group of the source with its state (metadata sync).
-    fn list_groups(&self) -> BoxFuture<'_, Result<Vec<GroupListing>, KafkaError>>;
-    /// A group's committed offsets on `topics` (metadata sync).
-    fn committed_offsets(
-        &self,
-        group: &str,
-        topics: &[String],
-    ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>>;
-    /// Every ACL of the source (SECURITY_DISABLED when it has no authorizer).
-    fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>>;
     /// Starts reading `tp` at `offset`, sharing one fetch stream per source
     /// broker with every other open partition that broker leads.
     fn open(
@@ -116,9 +126,7 @@ pub trait SourceCluster: Send + Sync {
 }
 
 /// The destination cluster, which kmirror writes.
-pub trait DestinationCluster: Send + Sync {
-    fn cluster_id(&self) -> BoxFuture<'_, Result<String, KafkaError>>;
-    fn topics(&self) -> BoxFuture<'_, Result<Vec<TopicInfo>, KafkaError>>;
+pub trait DestinationCluster: ClusterView {
     /// Log bounds once every record the leader holds is committed: an
     /// appended but uncommitted batch of an earlier (crashed) producer would
     /// otherwise become visible after we resumed behind it, as a duplicate.
@@ -135,17 +143,6 @@ pub trait DestinationCluster: Send + Sync {
     ) -> BoxFuture<'_, Result<(), KafkaError>>;
     /// The largest batch the destination topic accepts (`max.message.bytes`).
     fn max_message_bytes(&self, topic: &str) -> BoxFuture<'_, Result<usize, KafkaError>>;
-    /// Log start and high watermark now, without waiting for them to
-    /// settle: what a translated group offset is clamped to.
-    fn bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>>;
-    /// Every group of the destination with its state, so offset sync can
-    /// skip the ones with live members.
-    fn list_groups(&self) -> BoxFuture<'_, Result<Vec<GroupListing>, KafkaError>>;
-    fn committed_offsets(
-        &self,
-        group: &str,
-        topics: &[String],
-    ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>>;
     /// A standalone commit (no member, generation −1): Kafka refuses it for
     /// a group with live members, which is the last line of defence when a
     /// consumer joins between our listing and our commit.
@@ -167,7 +164,6 @@ pub trait DestinationCluster: Send + Sync {
     ) -> BoxFuture<'_, Result<(), KafkaError>>;
     /// Grows `topic` to `total` partitions (counts never shrink).
     fn create_partitions(&self, topic: &str, total: i32) -> BoxFuture<'_, Result<(), KafkaError>>;
-    fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>>;
     fn create_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>>;
     /// Deletes exactly these bindings (each matched on every field).
     fn delete_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>>;
@@ -176,4 +172,88 @@ pub trait DestinationCluster: Send + Sync {
         &self,
         tp: TopicPartition,
     ) -> BoxFuture<'_, Result<Box<dyn PartitionSink>, KafkaError>>;
+}
+
+/// A cluster call that failed, with what kmirror was doing: the operator
+/// reads "create destination topic orders: …", not a bare broker error.
+#[derive(Debug, thiserror::Error)]
+#[error("{doing}: {source}")]
+pub struct ClusterError {
+    pub doing: String,
+    #[source]
+    pub source: KafkaError,
+}
+
+impl ClusterError {
+    pub fn new(doing: impl Into<String>, source: KafkaError) -> Self {
+        ClusterError {
+            doing: doing.into(),
+            source,
+        }
+    }
+}
+
+/// Names what a cluster call was for, turning its error into a
+/// [`ClusterError`].
+pub trait Doing<T> {
+    fn doing(self, what: impl FnOnce() -> String) -> Result<T, ClusterError>;
+}
+
+impl<T> Doing<T> for Result<T, KafkaError> {
+    fn doing(self, what: impl FnOnce() -> String) -> Result<T, ClusterError> {
+        self.map_err(|source| ClusterError::new(what(), source))
+    }
+}
+
+/// Makes sure the destination has each of `topics` (created with the
+/// source's explicit configs and partition count where missing) and returns
+/// them as a StartTopics command names them. Both an operator's start and
+/// auto-discovery go through here, so a topic is never started before its
+/// destination exists.
+pub async fn ensure_destination_topics(
+    source: &dyn SourceCluster,
+    destination: &dyn DestinationCluster,
+    topics: &[TopicInfo],
+) -> Result<Vec<TopicRef>, ClusterError> {
+    if topics.is_empty() {
+        return Ok(Vec::new());
+    }
+    let existing = destination
+        .topics()
+        .await
+        .doing(|| "list destination topics".into())?;
+    for topic in topics {
+        if existing.iter().any(|t| t.name == topic.name) {
+            continue;
+        }
+        let configs = source
+            .topic_configs(&topic.name)
+            .await
+            .doing(|| format!("describe source topic {} configs", topic.name))?;
+        if let Err(e) = destination
+            .create_topic(&topic.name, topic.partitions, configs)
+            .await
+        {
+            // Discovery and an operator's start may race to create it:
+            // whoever loses finds it there, which is all either wanted.
+            let now = destination
+                .topics()
+                .await
+                .doing(|| "list destination topics".into())?;
+            if !now.iter().any(|t| t.name == topic.name) {
+                return Err(ClusterError::new(
+                    format!("create destination topic {}", topic.name),
+                    e,
+                ));
+            }
+        }
+    }
+    Ok(topics
+        .iter()
+        .map(|t| TopicRef {
+            topic_id: t.topic_id,
+            name: t.name.clone(),
+            partition_count: t.partitions,
+        })
+        .collect())
 }

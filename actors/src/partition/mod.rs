@@ -6,12 +6,10 @@
 //! stop the pump, record LastMirrorEpochs, schedule a retry) happens only
 //! after the coordinator replied, i.e. after the record is durable.
 //!
-//! The decision rule is the KIP's `applyStateTransition`: a desired topic
-//! state (MIRRORING / PAUSED / STOPPED, from the MirrorActor) and the
-//! partition's current state give the next state. One deliberate
-//! difference: a FAILED partition may still be stopped (the transition
-//! table allows FAILED → STOPPING), because a failover must not wait for a
-//! sick partition to heal.
+//! The decision rule is the KIP's `applyStateTransition`
+//! ([`kmirror_events::next_state`]): a desired topic state (MIRRORING /
+//! PAUSED / STOPPED, from the MirrorActor) and the partition's current
+//! state give the next state.
 
 pub mod cursor;
 pub mod pump;
@@ -21,8 +19,8 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use kmirror_events::{
-    Command, LastMirrorEpochsValue, MirrorPartitionKey, MirrorPartitionStateValue, PartitionState,
-    RetryDecision, RetryPolicy,
+    next_state, Command, LastMirrorEpochsValue, MirrorPartitionKey, MirrorPartitionStateValue,
+    PartitionState, RetryDecision, RetryPolicy,
 };
 use tokio::sync::watch;
 
@@ -146,26 +144,6 @@ impl PartitionActor {
         }
     }
 
-    /// The KIP's `applyStateTransition`: where to go from the current state
-    /// given the desired one (None: stay, re-running the current side effect).
-    fn next_state(&self) -> Option<PartitionState> {
-        use PartitionState as S;
-        let current = self.state.state;
-        match (current, self.desired) {
-            (S::Failed, S::Stopped) => Some(S::Stopping),
-            (S::Failed, _) => None,
-            (S::Stopped, S::Stopped) => None,
-            (S::Stopping, S::Stopped) => None,
-            (_, S::Stopped) => Some(S::Stopping),
-            (S::Paused, S::Paused) | (S::Pausing, S::Paused) => None,
-            (S::Mirroring, S::Paused) => Some(S::Pausing),
-            (S::LogAlignment, S::Paused) => None,
-            (S::Paused, _) => Some(S::Mirroring),
-            (S::Unknown | S::Stopped, _) => Some(S::LogAlignment),
-            _ => None,
-        }
-    }
-
     /// Writes the transition to `target`, then enters it.
     fn transition(&mut self, target: PartitionState, ctx: &mut Context<Self>) {
         let command = Command::TransitionPartition {
@@ -225,7 +203,7 @@ impl PartitionActor {
         if self.shutting_down {
             return;
         }
-        if let Some(next) = self.next_state() {
+        if let Some(next) = next_state(self.state.state, self.desired) {
             if next != self.state.state {
                 return self.transition(next, ctx);
             }

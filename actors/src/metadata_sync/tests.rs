@@ -13,20 +13,21 @@ use kmirror_store::MemLog;
 
 use super::*;
 use crate::cluster::memory::{record as rec, Fixture, MemoryDestination, MemorySource};
+use crate::cluster::AclBinding;
 use crate::coordinator::{CoordinatorActor, Execute, ReadImage};
 use crate::kafka::fetch::TopicPartition;
 
 const TOPIC: &str = "orders";
 const ID: TopicId = TopicId([9; 16]);
 
-/// Counts the Reconcile messages the sync sends its MirrorActor.
+/// Counts the PartitionsGrew messages the sync sends its MirrorActor.
 struct Reconciles(Arc<AtomicUsize>);
 impl Actor for Reconciles {
     type Context = Context<Self>;
 }
-impl Handler<Reconcile> for Reconciles {
+impl Handler<PartitionsGrew> for Reconciles {
     type Result = ();
-    fn handle(&mut self, _msg: Reconcile, _ctx: &mut Context<Self>) {
+    fn handle(&mut self, _msg: PartitionsGrew, _ctx: &mut Context<Self>) {
         self.0.fetch_add(1, Ordering::SeqCst);
     }
 }
@@ -66,7 +67,7 @@ async fn rig(props: &[(&str, &str)]) -> Rig {
         source: Arc::new(source.clone()),
         destination: Arc::new(dest.clone()),
         coordinator: coordinator.clone(),
-        reconcile: recipient,
+        partitions_grew: recipient,
         metadata_interval: Duration::from_secs(3600),
         start_delay: Duration::from_secs(3600),
     })
@@ -261,7 +262,7 @@ async fn a_failed_commit_is_counted_and_retried() {
         .fail_next_commit(crate::kafka::KafkaError::Unknown("coordinator down".into()));
     let report = r.sync().await;
     assert_eq!(report.errors.len(), 1, "{report:?}");
-    assert!(report.errors[0].contains("coordinator down"));
+    assert!(report.errors[0].to_string().contains("coordinator down"));
     assert_eq!(r.committed("g", 0), None);
     let m = r.metrics().await;
     assert_eq!((m.group_sync_errors, m.last_group_sync_ms), (1, 0));

@@ -1,0 +1,129 @@
+//! ACL sync: the source's bindings that `acls.include` selects are created
+//! on the destination; a destination binding is deleted only when kmirror
+//! created it (its `AclSync` record) and the source no longer has it. An
+//! operator's own bindings are never touched.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kmirror_events::sync::AclEntry;
+use kmirror_events::{AclSyncKey, Command, MirrorStateImage, SyncSettings};
+
+use super::{record, Shared, SyncError};
+use crate::cluster::{AclBinding, ClusterError, Doing};
+use crate::kafka::{KafkaError, ResponseError};
+
+fn entry_of(a: &AclBinding) -> Option<AclEntry> {
+    AclEntry::from_codes(
+        a.resource_type,
+        a.pattern_type,
+        &a.resource_name,
+        &a.principal,
+        &a.host,
+        a.operation,
+        a.permission_type,
+    )
+}
+
+fn binding_of(e: &AclEntry) -> Option<AclBinding> {
+    let (resource_type, pattern_type, operation, permission_type) = e.codes()?;
+    Some(AclBinding {
+        resource_type,
+        resource_name: e.resource_name.clone(),
+        pattern_type,
+        principal: e.principal.clone(),
+        host: e.host.clone(),
+        operation,
+        permission_type,
+    })
+}
+
+fn security_disabled(e: &KafkaError) -> bool {
+    e.response_error() == Some(ResponseError::SecurityDisabled)
+}
+
+/// One ACL pass; `counts` gains (created, deleted).
+pub(super) async fn sync_acls(
+    shared: &Shared,
+    image: &MirrorStateImage,
+    settings: &SyncSettings,
+    counts: &mut (u64, u64),
+) -> Result<(), SyncError> {
+    let spec = &shared.spec;
+    let owned: BTreeSet<String> = image
+        .acls()
+        .filter(|(k, v)| k.mirror_name == spec.mirror && v.owned_by_kmirror)
+        .map(|(k, _)| k.binding.clone())
+        .collect();
+    let source = match spec.source.describe_acls().await {
+        Ok(a) => a,
+        // No authorizer on the source: nothing to copy, and nothing we
+        // created can be said to be gone from it.
+        Err(e) if security_disabled(&e) => return Ok(()),
+        Err(source) => return Err(ClusterError::new("describe source ACLs", source).into()),
+    };
+    let wanted: BTreeMap<String, AclEntry> = source
+        .iter()
+        .filter_map(entry_of)
+        .filter(|e| settings.acls.matches(e))
+        .map(|e| (e.canonical(), e))
+        .collect();
+    if wanted.is_empty() && owned.is_empty() {
+        return Ok(());
+    }
+    let present: BTreeSet<String> = spec
+        .destination
+        .describe_acls()
+        .await
+        .doing(|| "describe destination ACLs".into())?
+        .iter()
+        .filter_map(entry_of)
+        .map(|e| e.canonical())
+        .collect();
+    let create: Vec<(&String, &AclEntry)> = wanted
+        .iter()
+        .filter(|(k, _)| !present.contains(*k))
+        .collect();
+    for (k, _) in &create {
+        record(
+            shared,
+            Command::RecordAclCreated {
+                key: AclSyncKey {
+                    mirror_name: spec.mirror.clone(),
+                    binding: (*k).clone(),
+                },
+            },
+        )
+        .await?;
+    }
+    if !create.is_empty() {
+        let bindings: Vec<AclBinding> = create.iter().filter_map(|(_, e)| binding_of(e)).collect();
+        spec.destination
+            .create_acls(bindings)
+            .await
+            .doing(|| "create destination ACLs".into())?;
+        counts.0 += create.len() as u64;
+        tracing::info!(mirror = %spec.mirror, acls = create.len(), "created ACLs on the destination");
+    }
+    let gone: Vec<&String> = owned.iter().filter(|k| !wanted.contains_key(*k)).collect();
+    for k in gone {
+        let key = AclSyncKey {
+            mirror_name: spec.mirror.clone(),
+            binding: k.clone(),
+        };
+        record(shared, Command::RecordAclDeleted { key: key.clone() }).await?;
+        if !present.contains(k) {
+            continue;
+        }
+        let Some(binding) = AclEntry::parse_canonical(k).as_ref().and_then(binding_of) else {
+            continue;
+        };
+        if let Err(e) = spec.destination.delete_acls(vec![binding]).await {
+            // Still there: keep owning it so the next pass retries.
+            let _ = record(shared, Command::RecordAclCreated { key }).await;
+            return Err(ClusterError::new(format!("delete destination ACL {k}"), e).into());
+        }
+        counts.1 += 1;
+        tracing::info!(mirror = %spec.mirror, acl = %k, "deleted an ACL kmirror had created");
+    }
+    Ok(())
+}

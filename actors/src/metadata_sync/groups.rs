@@ -1,0 +1,252 @@
+//! Group-offset sync: each source group's committed offsets on the mirror's
+//! MIRRORING topics, translated exactly through the offset map, clamped to
+//! the destination's bounds, recorded, then committed — unless the group is
+//! live on the destination, where its consumers own their offsets.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use kmirror_events::{
+    group_offset_target, is_active_group_state, Command, GroupFilter, GroupOffsetSync,
+    GroupOffsetSyncKey, MirrorPartitionKey, MirrorStateImage, PartitionState, SyncSettings,
+    TopicId,
+};
+
+use super::{mirrored_topics, read_image, record, Shared, SyncError, SyncReport};
+use crate::cluster::{ClusterError, CommittedOffset, Doing, GroupListing, GroupOffsets, LogBounds};
+use crate::coordinator::now_ms;
+use crate::kafka::fetch::TopicPartition;
+use crate::kafka::{KafkaError, ResponseError};
+
+/// Whether a commit was refused because the group has live members (a
+/// consumer joined between our listing and our commit).
+fn refused_as_active(e: &KafkaError) -> bool {
+    matches!(
+        e.response_error(),
+        Some(
+            ResponseError::UnknownMemberId
+                | ResponseError::IllegalGeneration
+                | ResponseError::RebalanceInProgress
+                | ResponseError::FencedMemberEpoch
+                | ResponseError::StaleMemberEpoch
+                | ResponseError::GroupIdNotFound
+        )
+    )
+}
+
+/// Groups whose offsets are plain consumer offsets: consumer groups and
+/// standalone-commit groups (share groups keep theirs elsewhere, Connect
+/// groups have none).
+fn has_consumer_offsets(g: &GroupListing) -> bool {
+    (g.protocol_type.is_empty() || g.protocol_type == "consumer")
+        && !g.group_type.eq_ignore_ascii_case("share")
+}
+
+/// What one group pass found, besides errors.
+#[derive(Default)]
+struct Pass {
+    next: Option<Duration>,
+    skipped: BTreeSet<String>,
+    committed: u64,
+    errors: Vec<SyncError>,
+}
+
+/// One group-offset pass. Returns when to run the next one and what
+/// happened.
+pub(super) async fn group_pass(shared: &Shared) -> (Duration, SyncReport) {
+    let mut pass = Pass::default();
+    if let Err(e) = sync_groups(shared, &mut pass).await {
+        pass.errors.push(e);
+    }
+    let mirror = &shared.spec.mirror;
+    let mut st = shared.state.lock().expect("sync state");
+    for g in pass.skipped.difference(&st.warned.clone()) {
+        tracing::warn!(mirror = %mirror, group = %g, "consumer group is active on the destination; its offsets are not synced while it has members");
+        st.metrics.active_groups_skipped += 1;
+    }
+    st.warned = pass.skipped.clone();
+    st.metrics.active_groups_now = pass.skipped.len() as u64;
+    st.metrics.group_offsets_committed += pass.committed;
+    if pass.errors.is_empty() {
+        st.metrics.last_group_sync_ms = now_ms();
+    } else {
+        st.metrics.group_sync_errors += pass.errors.len() as u64;
+        for e in &pass.errors {
+            tracing::warn!(mirror = %mirror, error = %e, "group offset sync failed; retrying next tick");
+        }
+    }
+    let report = SyncReport {
+        errors: pass.errors,
+        skipped_groups: pass.skipped.into_iter().collect(),
+    };
+    (pass.next.unwrap_or(Duration::from_secs(1)), report)
+}
+
+async fn sync_groups(shared: &Shared, pass: &mut Pass) -> Result<(), SyncError> {
+    let spec = &shared.spec;
+    let image = read_image(shared).await?;
+    let Some(config) = image.mirror(&spec.mirror) else {
+        return Ok(());
+    };
+    let settings = SyncSettings::from_config(config)?;
+    pass.next = Some(settings.group_interval);
+    let filter = GroupFilter::new(&config.groups_include, &config.groups_exclude)?;
+    // Only topics actively mirrored: a paused topic's copy is not moving,
+    // and a stopped one has failed over — its destination groups belong to
+    // the consumers that moved there.
+    let topics = mirrored_topics(&image, &spec.mirror, &[PartitionState::Mirroring]);
+    if topics.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<String> = topics.keys().cloned().collect();
+    let source_groups = spec
+        .source
+        .list_groups()
+        .await
+        .doing(|| "list source groups".into())?;
+    let wanted: Vec<&GroupListing> = source_groups
+        .iter()
+        .filter(|g| has_consumer_offsets(g) && filter.matches(&g.group_id))
+        .collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let dest_states: HashMap<String, String> = spec
+        .destination
+        .list_groups()
+        .await
+        .doing(|| "list destination groups".into())?
+        .into_iter()
+        .map(|g| (g.group_id, g.state))
+        .collect();
+    let mut bounds = HashMap::new();
+    for g in wanted {
+        if dest_states
+            .get(&g.group_id)
+            .is_some_and(|s| is_active_group_state(s))
+        {
+            pass.skipped.insert(g.group_id.clone());
+            continue;
+        }
+        match sync_group(shared, &image, &topics, &names, &g.group_id, &mut bounds).await {
+            Ok(n) => pass.committed += n,
+            Err(GroupError::Active) => {
+                pass.skipped.insert(g.group_id.clone());
+            }
+            Err(GroupError::Failed(e)) => pass.errors.push(SyncError::Group {
+                group: g.group_id.clone(),
+                source: Box::new(e),
+            }),
+        }
+    }
+    Ok(())
+}
+
+enum GroupError {
+    /// The destination refused the commit: the group has members now.
+    Active,
+    Failed(SyncError),
+}
+
+impl<E: Into<SyncError>> From<E> for GroupError {
+    fn from(e: E) -> Self {
+        GroupError::Failed(e.into())
+    }
+}
+
+/// Syncs one group; returns how many partition offsets it committed.
+async fn sync_group(
+    shared: &Shared,
+    image: &MirrorStateImage,
+    topics: &BTreeMap<String, (TopicId, i32)>,
+    names: &[String],
+    group: &str,
+    bounds: &mut HashMap<TopicPartition, LogBounds>,
+) -> Result<u64, GroupError> {
+    let spec = &shared.spec;
+    let source = spec
+        .source
+        .committed_offsets(group, names)
+        .await
+        .doing(|| "fetch source offsets".into())?;
+    if source.is_empty() {
+        return Ok(0);
+    }
+    let current = spec
+        .destination
+        .committed_offsets(group, names)
+        .await
+        .doing(|| "fetch destination offsets".into())?;
+    let mut commit = GroupOffsets::new();
+    for ((topic, partition), offset) in source {
+        let Some(&(topic_id, count)) = topics.get(&topic) else {
+            continue;
+        };
+        if partition >= count {
+            continue;
+        }
+        let key = MirrorPartitionKey::new(spec.mirror.clone(), topic_id, partition);
+        let translation = image.translate(&key, offset.offset);
+        let tp = TopicPartition::new(&topic, partition);
+        let b = match bounds.get(&tp) {
+            Some(b) => *b,
+            None => {
+                let b = spec
+                    .destination
+                    .bounds(&tp)
+                    .await
+                    .doing(|| format!("destination bounds of {tp}"))?;
+                bounds.insert(tp.clone(), b);
+                b
+            }
+        };
+        let Some(target) = group_offset_target(translation, b.log_start, b.end) else {
+            continue;
+        };
+        let from = current
+            .get(&(topic.clone(), partition))
+            .map(|c| c.offset)
+            .unwrap_or(-1);
+        if from == target {
+            continue;
+        }
+        record(
+            shared,
+            Command::RecordGroupOffsetSync {
+                key: GroupOffsetSyncKey {
+                    mirror_name: spec.mirror.clone(),
+                    group: group.to_string(),
+                    topic_id,
+                    partition,
+                },
+                value: GroupOffsetSync {
+                    source_offset: offset.offset,
+                    from_offset: from,
+                    to_offset: target,
+                    // Destination leader epochs are not the source's: an
+                    // unknown epoch makes the consumer skip a validation
+                    // that would compare unrelated histories.
+                    leader_epoch: -1,
+                },
+            },
+        )
+        .await?;
+        commit.insert(
+            (topic, partition),
+            CommittedOffset {
+                offset: target,
+                leader_epoch: -1,
+                metadata: offset.metadata,
+            },
+        );
+    }
+    let n = commit.len() as u64;
+    if n == 0 {
+        return Ok(0);
+    }
+    match spec.destination.commit_offsets(group, commit).await {
+        Ok(()) => Ok(n),
+        Err(e) if refused_as_active(&e) => Err(GroupError::Active),
+        Err(e) => Err(ClusterError::new("commit offsets", e).into()),
+    }
+}
