@@ -497,6 +497,20 @@ fn describe(
         Record::TopicConfigSync(k, None) => format!("{}: topic {} config {} sync record removed", k.mirror_name, topic(&k.topic_id), k.config_name),
         Record::AclSync(k, Some(_)) => format!("{}: ACL created {}", k.mirror_name, k.binding),
         Record::AclSync(k, None) => format!("{}: ACL deleted {}", k.mirror_name, k.binding),
+        Record::OffsetMapHole(k, Some(h)) => format!(
+            "{} offset map: destination [{}, {}) belongs to no source offset (divergent records kept)",
+            partition_label(names, &k.partition),
+            h.destination_start,
+            h.destination_end()
+        ),
+        Record::OffsetMapHole(k, None) => format!("{} offset map hole at {} removed", partition_label(names, &k.partition), k.destination_start),
+        Record::MirrorProducer(k, Some(p)) => format!(
+            "{} writes with producer id {} (epoch {})",
+            partition_label(names, k),
+            p.producer_id,
+            p.producer_epoch
+        ),
+        Record::MirrorProducer(k, None) => format!("{} producer record removed", partition_label(names, k)),
     }
 }
 

@@ -26,7 +26,14 @@ use crate::record::*;
 /// The format this build writes. Readers accept this and older versions and
 /// refuse newer ones: a newer kmirror may have added record types or fields
 /// that we would silently drop.
-pub const FORMAT_VERSION: u8 = 1;
+///
+/// 2 added `OffsetMapHole` and `MirrorProducer` and changed the snapshot's
+/// image layout; version-1 records read unchanged.
+pub const FORMAT_VERSION: u8 = 2;
+
+/// Snapshots of an older image layout than this are skipped (the log is
+/// replayed instead): a snapshot is a cache of the log, never its only copy.
+const SNAPSHOT_LAYOUT_VERSION: u8 = 2;
 
 const CFG: Configuration = standard();
 /// Fixed header before `key_len`.
@@ -41,6 +48,10 @@ pub enum CodecError {
     CrcMismatch { stored: u32, computed: u32 },
     #[error("written by a newer kmirror (format version {found}; this build reads up to {supported}); upgrade kmirror to read this log")]
     NewerFormat { found: u8, supported: u8 },
+    #[error(
+        "snapshot of an older image layout (format version {found}); the log is replayed instead"
+    )]
+    OldSnapshotLayout { found: u8 },
     #[error("unknown record type {0}")]
     UnknownRecordType(u8),
     #[error("cannot decode {what}: {message}")]
@@ -139,6 +150,14 @@ pub fn encode_key(key: &RecordKey) -> Vec<u8> {
             out.push(RecordType::AclSync as u8);
             enc(k, &mut out)
         }
+        RecordKey::OffsetMapHole(k) => {
+            out.push(RecordType::OffsetMapHole as u8);
+            enc(k, &mut out)
+        }
+        RecordKey::MirrorProducer(k) => {
+            out.push(RecordType::MirrorProducer as u8);
+            enc(k, &mut out)
+        }
     }
     out
 }
@@ -185,6 +204,8 @@ pub fn encode_record(
         Record::GroupOffsetSync(k, v) => enc_kv(k, v, &mut out),
         Record::TopicConfigSync(k, v) => enc_kv(k, v, &mut out),
         Record::AclSync(k, v) => enc_kv(k, v, &mut out),
+        Record::OffsetMapHole(k, v) => enc_kv(k, v, &mut out),
+        Record::MirrorProducer(k, v) => enc_kv(k, v, &mut out),
     }
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
@@ -294,6 +315,14 @@ pub fn decode_record(bytes: &[u8]) -> Result<Envelope, CodecError> {
             let (k, v) = dec_kv(body)?;
             Record::AclSync(k, v)
         }
+        RecordType::OffsetMapHole => {
+            let (k, v) = dec_kv(body)?;
+            Record::OffsetMapHole(k, v)
+        }
+        RecordType::MirrorProducer => {
+            let (k, v) = dec_kv(body)?;
+            Record::MirrorProducer(k, v)
+        }
     };
     Ok(Envelope {
         timestamp_ms,
@@ -324,6 +353,9 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<MirrorStateImage, CodecError> {
         return Err(CodecError::CrcMismatch { stored, computed });
     }
     check_format_version(body[0])?;
+    if body[0] < SNAPSHOT_LAYOUT_VERSION {
+        return Err(CodecError::OldSnapshotLayout { found: body[0] });
+    }
     dec(&body[1..], "snapshot")
 }
 

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{Offset, TopicId};
-use crate::offset_map::{translate, Translation};
+use crate::offset_map::{OffsetMap, Translation};
 use crate::record::*;
 use crate::state::PartitionState;
 
@@ -30,10 +30,11 @@ pub struct MirrorStateImage {
     topics: BTreeMap<TopicId, TopicEntry>,
     partitions: BTreeMap<MirrorPartitionKey, MirrorPartitionStateValue>,
     last_mirror_epochs: BTreeMap<MirrorPartitionKey, LastMirrorEpochsValue>,
-    /// Per partition, runs by source start: the hot record type, so the
+    /// Per partition, the offset map: runs are the hot record type, so the
     /// partition key is hashed once and runs are compared as integers.
-    offset_runs: HashMap<MirrorPartitionKey, BTreeMap<i64, OffsetMapRun>>,
+    offset_maps: HashMap<MirrorPartitionKey, OffsetMap>,
     gaps: HashMap<MirrorPartitionKey, BTreeMap<i64, GapDetected>>,
+    producers: BTreeMap<MirrorPartitionKey, MirrorProducer>,
     group_offsets: BTreeMap<GroupOffsetSyncKey, GroupOffsetSync>,
     topic_configs: BTreeMap<TopicConfigSyncKey, TopicConfigSync>,
     acls: BTreeMap<AclSyncKey, AclSync>,
@@ -47,6 +48,20 @@ fn put<K: Ord, V>(map: &mut BTreeMap<K, V>, k: K, v: Option<V>) {
         None => {
             map.remove(&k);
         }
+    }
+}
+
+/// Sets or removes one entry of a partition's offset map, dropping empty
+/// maps so that equal states compare equal however they were reached.
+fn put_map(
+    maps: &mut HashMap<MirrorPartitionKey, OffsetMap>,
+    partition: MirrorPartitionKey,
+    change: impl FnOnce(&mut OffsetMap),
+) {
+    let map = maps.entry(partition.clone()).or_default();
+    change(map);
+    if map.is_empty() {
+        maps.remove(&partition);
     }
 }
 
@@ -102,8 +117,14 @@ impl MirrorStateImage {
                 }
             },
             Record::MirrorConfig(k, v) => put(&mut self.mirrors, k.mirror_name, v),
-            Record::OffsetMapRun(k, v) => put_run(&mut self.offset_runs, k, v),
+            Record::OffsetMapRun(k, v) => put_map(&mut self.offset_maps, k.partition, |m| {
+                m.put_run(k.source_start, v)
+            }),
+            Record::OffsetMapHole(k, v) => put_map(&mut self.offset_maps, k.partition, |m| {
+                m.put_hole(k.destination_start, v)
+            }),
             Record::GapDetected(k, v) => put_run(&mut self.gaps, k, v),
+            Record::MirrorProducer(k, v) => put(&mut self.producers, k, v),
             Record::GroupOffsetSync(k, v) => put(&mut self.group_offsets, k, v),
             Record::TopicConfigSync(k, v) => put(&mut self.topic_configs, k, v),
             Record::AclSync(k, v) => put(&mut self.acls, k, v),
@@ -196,25 +217,38 @@ impl MirrorStateImage {
         self.last_mirror_epochs.iter()
     }
 
+    /// The partition's offset map (empty when nothing is recorded).
+    pub fn offset_map(&self, key: &MirrorPartitionKey) -> &OffsetMap {
+        static EMPTY: std::sync::OnceLock<OffsetMap> = std::sync::OnceLock::new();
+        self.offset_maps
+            .get(key)
+            .unwrap_or_else(|| EMPTY.get_or_init(OffsetMap::default))
+    }
+
+    /// Every partition's offset map.
+    pub fn offset_maps(&self) -> impl Iterator<Item = (&MirrorPartitionKey, &OffsetMap)> {
+        self.offset_maps.iter()
+    }
+
     /// The partition's offset-map runs in source order.
     pub fn offset_runs(&self, key: &MirrorPartitionKey) -> Vec<OffsetMapRun> {
-        self.offset_runs
-            .get(key)
-            .map(|m| m.values().copied().collect())
-            .unwrap_or_default()
+        self.offset_map(key).runs().copied().collect()
     }
 
     /// The last run of a partition's offset map: where the next batch must
     /// continue from.
     pub fn last_offset_run(&self, key: &MirrorPartitionKey) -> Option<OffsetMapRun> {
-        self.offset_runs
-            .get(key)
-            .and_then(|m| m.values().next_back().copied())
+        self.offset_map(key).last_run().copied()
     }
 
     /// Translates a source offset of a partition into a destination offset.
     pub fn translate(&self, key: &MirrorPartitionKey, source_offset: i64) -> Translation {
-        translate(&self.offset_runs(key), source_offset)
+        self.offset_map(key).translate(source_offset)
+    }
+
+    /// The producer the partition's copy last opened (see [`MirrorProducer`]).
+    pub fn producer(&self, key: &MirrorPartitionKey) -> Option<&MirrorProducer> {
+        self.producers.get(key)
     }
 
     pub fn gaps(&self, key: &MirrorPartitionKey) -> Vec<GapDetected> {
@@ -252,36 +286,38 @@ impl MirrorStateImage {
                 .filter(|k| k.mirror_name == mirror)
                 .map(|k| RecordKey::LastMirrorEpochs(k.clone())),
         );
-        for (runs, is_gap) in [
-            (
-                self.offset_runs
-                    .iter()
-                    .map(|(k, m)| (k, m.keys().copied().collect::<Vec<_>>()))
-                    .collect::<Vec<_>>(),
-                false,
-            ),
-            (
-                self.gaps
-                    .iter()
-                    .map(|(k, m)| (k, m.keys().copied().collect::<Vec<_>>()))
-                    .collect::<Vec<_>>(),
-                true,
-            ),
-        ] {
-            for (k, starts) in runs.into_iter().filter(|(k, _)| k.mirror_name == mirror) {
-                for source_start in starts {
-                    let key = OffsetMapRunKey {
-                        partition: k.clone(),
-                        source_start,
-                    };
-                    out.push(if is_gap {
-                        RecordKey::GapDetected(key)
-                    } else {
-                        RecordKey::OffsetMapRun(key)
-                    });
-                }
-            }
+        for (k, m) in self
+            .offset_maps
+            .iter()
+            .filter(|(k, _)| k.mirror_name == mirror)
+        {
+            out.extend(m.runs().map(|r| {
+                RecordKey::OffsetMapRun(OffsetMapRunKey {
+                    partition: k.clone(),
+                    source_start: r.source_start,
+                })
+            }));
+            out.extend(m.holes().map(|h| {
+                RecordKey::OffsetMapHole(OffsetMapHoleKey {
+                    partition: k.clone(),
+                    destination_start: h.destination_start,
+                })
+            }));
         }
+        for (k, g) in self.gaps.iter().filter(|(k, _)| k.mirror_name == mirror) {
+            out.extend(g.keys().map(|s| {
+                RecordKey::GapDetected(OffsetMapRunKey {
+                    partition: k.clone(),
+                    source_start: *s,
+                })
+            }));
+        }
+        out.extend(
+            self.producers
+                .keys()
+                .filter(|k| k.mirror_name == mirror)
+                .map(|k| RecordKey::MirrorProducer(k.clone())),
+        );
         out.extend(
             self.group_offsets
                 .keys()
@@ -319,7 +355,8 @@ impl MirrorStateImage {
                 .count(),
             partitions: self.partitions.len(),
             partitions_by_state: by_state,
-            offset_runs: self.offset_runs.values().map(BTreeMap::len).sum(),
+            offset_runs: self.offset_maps.values().map(OffsetMap::run_count).sum(),
+            offset_map_holes: self.offset_maps.values().map(OffsetMap::hole_count).sum(),
             gaps: self.gaps.values().map(BTreeMap::len).sum(),
             group_offsets: self.group_offsets.len(),
             topic_configs: self.topic_configs.len(),
@@ -341,6 +378,8 @@ impl RecordKey {
             RecordKey::GroupOffsetSync(k) => Record::GroupOffsetSync(k, None),
             RecordKey::TopicConfigSync(k) => Record::TopicConfigSync(k, None),
             RecordKey::AclSync(k) => Record::AclSync(k, None),
+            RecordKey::OffsetMapHole(k) => Record::OffsetMapHole(k, None),
+            RecordKey::MirrorProducer(k) => Record::MirrorProducer(k, None),
         }
     }
 }
@@ -354,6 +393,7 @@ pub struct ImageSummary {
     pub partitions: usize,
     pub partitions_by_state: BTreeMap<PartitionState, usize>,
     pub offset_runs: usize,
+    pub offset_map_holes: usize,
     pub gaps: usize,
     pub group_offsets: usize,
     pub topic_configs: usize,

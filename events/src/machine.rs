@@ -94,12 +94,20 @@ pub enum Command {
     /// The PartitionActor's write-ahead map maintenance: `upsert` opens runs
     /// (at length 0, before the produce that fills them) and records
     /// acknowledged lengths (same `source_start`, longer length); `remove`
-    /// drops runs, by `source_start`, that alignment found never landed.
-    /// Refused if the resulting map would overlap on either cluster.
+    /// drops runs, by `source_start`, that alignment found never landed;
+    /// `holes` marks destination ranges that belong to no source offset (an
+    /// unclean-election repair, in the same append as the cut). Refused if
+    /// the resulting map would overlap on either cluster.
     SetOffsetRuns {
         key: MirrorPartitionKey,
         upsert: Vec<OffsetMapRun>,
         remove: Vec<i64>,
+        holes: Vec<OffsetMapHole>,
+    },
+    /// The producer a partition's copy opened, before its first produce.
+    RecordProducer {
+        key: MirrorPartitionKey,
+        producer: MirrorProducer,
     },
     RecordGap {
         key: MirrorPartitionKey,
@@ -721,36 +729,20 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
             key,
             upsert,
             remove,
+            holes,
         } => {
             require_partition(image, key)?;
-            let mut map: std::collections::BTreeMap<i64, OffsetMapRun> = image
-                .offset_runs(key)
-                .into_iter()
-                .map(|r| (r.source_start, r))
-                .collect();
-            for s in remove {
-                map.remove(s);
-            }
-            for r in upsert {
-                if r.length < 0 || r.source_start < 0 || r.destination_start < 0 {
-                    return Err(DecideError::InvalidRequest(format!(
-                        "invalid offset map run {r:?}"
-                    )));
-                }
-                map.insert(r.source_start, *r);
-            }
-            let runs: Vec<&OffsetMapRun> = map.values().collect();
-            for w in runs.windows(2) {
-                let (a, b) = (w[0], w[1]);
-                if a.source_end() > b.source_start || a.destination_end() > b.destination_start {
-                    return Err(DecideError::InvalidRequest(format!(
-                        "offset map runs {a:?} and {b:?} would overlap"
-                    )));
-                }
-            }
+            image
+                .offset_map(key)
+                .check_change(upsert, remove, holes)
+                .map_err(|e| DecideError::InvalidRequest(e.to_string()))?;
             let run_key = |source_start| OffsetMapRunKey {
                 partition: key.clone(),
                 source_start,
+            };
+            let hole_key = |destination_start| OffsetMapHoleKey {
+                partition: key.clone(),
+                destination_start,
             };
             Ok(remove
                 .iter()
@@ -760,7 +752,16 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
                         .iter()
                         .map(|r| Record::OffsetMapRun(run_key(r.source_start), Some(*r))),
                 )
+                .chain(
+                    holes
+                        .iter()
+                        .map(|h| Record::OffsetMapHole(hole_key(h.destination_start), Some(*h))),
+                )
                 .collect())
+        }
+        Command::RecordProducer { key, producer } => {
+            require_partition(image, key)?;
+            Ok(vec![Record::MirrorProducer(key.clone(), Some(*producer))])
         }
         Command::RecordGap { key, gap } => {
             require_partition(image, key)?;

@@ -156,6 +156,44 @@ pub struct OffsetMapRunKey {
     pub source_start: i64,
 }
 
+/// A destination range that belongs to no source offset: records an
+/// unclean leader election on the source took back after kmirror had
+/// mirrored them. Kafka cannot truncate a partition, so the destination keeps
+/// them; the hole keeps alignment from stretching a run over them and
+/// translation from answering with them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct OffsetMapHole {
+    pub destination_start: i64,
+    pub length: i64,
+}
+
+impl OffsetMapHole {
+    pub fn destination_end(&self) -> i64 {
+        self.destination_start + self.length
+    }
+}
+
+/// Key of a hole: one per destination start.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Serialize, Deserialize)]
+pub struct OffsetMapHoleKey {
+    pub partition: MirrorPartitionKey,
+    pub destination_start: i64,
+}
+
+/// The idempotent producer a partition's copy writes with, recorded before
+/// its first produce. After a crash, the destination may hold batches above
+/// the recorded run lengths; they are kmirror's only if this producer wrote
+/// them — anything else is a foreign write, which alignment must not take
+/// for its own.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct MirrorProducer {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+}
+
+/// Key of the producer record: one per mirror partition.
+pub type MirrorProducerKey = MirrorPartitionKey;
+
 /// A source range that was lost before we could copy it (source retention
 /// overtook the fetch position). Recorded so audits can say exactly what a
 /// destination never received.
@@ -238,6 +276,8 @@ pub enum RecordType {
     GroupOffsetSync = 7,
     TopicConfigSync = 8,
     AclSync = 9,
+    OffsetMapHole = 10,
+    MirrorProducer = 11,
 }
 
 impl RecordType {
@@ -253,6 +293,8 @@ impl RecordType {
             7 => GroupOffsetSync,
             8 => TopicConfigSync,
             9 => AclSync,
+            10 => OffsetMapHole,
+            11 => MirrorProducer,
             _ => return None,
         })
     }
@@ -268,6 +310,8 @@ impl RecordType {
             GroupOffsetSync => "GroupOffsetSync",
             TopicConfigSync => "TopicConfigSync",
             AclSync => "AclSync",
+            OffsetMapHole => "OffsetMapHole",
+            MirrorProducer => "MirrorProducer",
         }
     }
 }
@@ -284,6 +328,8 @@ pub enum RecordKey {
     GroupOffsetSync(GroupOffsetSyncKey),
     TopicConfigSync(TopicConfigSyncKey),
     AclSync(AclSyncKey),
+    OffsetMapHole(OffsetMapHoleKey),
+    MirrorProducer(MirrorProducerKey),
 }
 
 /// One record: a typed key with its optional value (`None` = tombstone).
@@ -300,6 +346,8 @@ pub enum Record {
     GroupOffsetSync(GroupOffsetSyncKey, Option<GroupOffsetSync>),
     TopicConfigSync(TopicConfigSyncKey, Option<TopicConfigSync>),
     AclSync(AclSyncKey, Option<AclSync>),
+    OffsetMapHole(OffsetMapHoleKey, Option<OffsetMapHole>),
+    MirrorProducer(MirrorProducerKey, Option<MirrorProducer>),
 }
 
 impl Record {
@@ -314,6 +362,8 @@ impl Record {
             Record::GroupOffsetSync(..) => RecordType::GroupOffsetSync,
             Record::TopicConfigSync(..) => RecordType::TopicConfigSync,
             Record::AclSync(..) => RecordType::AclSync,
+            Record::OffsetMapHole(..) => RecordType::OffsetMapHole,
+            Record::MirrorProducer(..) => RecordType::MirrorProducer,
         }
     }
 
@@ -328,6 +378,8 @@ impl Record {
             Record::GroupOffsetSync(k, _) => RecordKey::GroupOffsetSync(k.clone()),
             Record::TopicConfigSync(k, _) => RecordKey::TopicConfigSync(k.clone()),
             Record::AclSync(k, _) => RecordKey::AclSync(k.clone()),
+            Record::OffsetMapHole(k, _) => RecordKey::OffsetMapHole(k.clone()),
+            Record::MirrorProducer(k, _) => RecordKey::MirrorProducer(k.clone()),
         }
     }
 
@@ -342,6 +394,8 @@ impl Record {
             Record::GroupOffsetSync(_, v) => v.is_none(),
             Record::TopicConfigSync(_, v) => v.is_none(),
             Record::AclSync(_, v) => v.is_none(),
+            Record::OffsetMapHole(_, v) => v.is_none(),
+            Record::MirrorProducer(_, v) => v.is_none(),
         }
     }
 
@@ -349,9 +403,10 @@ impl Record {
     /// changes carry it in the value (empty when cleared).
     pub fn mirror_name(&self) -> Option<&str> {
         match self {
-            Record::LastMirrorEpochs(k, _) | Record::MirrorPartitionState(k, _) => {
-                Some(&k.mirror_name)
-            }
+            Record::LastMirrorEpochs(k, _)
+            | Record::MirrorPartitionState(k, _)
+            | Record::MirrorProducer(k, _) => Some(&k.mirror_name),
+            Record::OffsetMapHole(k, _) => Some(&k.partition.mirror_name),
             Record::MirrorTopicStateChange(_, v) => v.as_ref().map(|v| v.mirror_name.as_str()),
             Record::MirrorConfig(k, _) => Some(&k.mirror_name),
             Record::OffsetMapRun(k, _) | Record::GapDetected(k, _) => {
@@ -366,7 +421,10 @@ impl Record {
     /// The topic this record is about, for audit filters.
     pub fn topic_id(&self) -> Option<TopicId> {
         match self {
-            Record::LastMirrorEpochs(k, _) | Record::MirrorPartitionState(k, _) => Some(k.topic_id),
+            Record::LastMirrorEpochs(k, _)
+            | Record::MirrorPartitionState(k, _)
+            | Record::MirrorProducer(k, _) => Some(k.topic_id),
+            Record::OffsetMapHole(k, _) => Some(k.partition.topic_id),
             Record::MirrorTopicStateChange(k, _) => Some(k.topic_id),
             Record::MirrorConfig(..) | Record::AclSync(..) => None,
             Record::OffsetMapRun(k, _) | Record::GapDetected(k, _) => Some(k.partition.topic_id),
@@ -378,9 +436,10 @@ impl Record {
     /// The partition this record is about, for audit filters.
     pub fn partition(&self) -> Option<i32> {
         match self {
-            Record::LastMirrorEpochs(k, _) | Record::MirrorPartitionState(k, _) => {
-                Some(k.partition)
-            }
+            Record::LastMirrorEpochs(k, _)
+            | Record::MirrorPartitionState(k, _)
+            | Record::MirrorProducer(k, _) => Some(k.partition),
+            Record::OffsetMapHole(k, _) => Some(k.partition.partition),
             Record::OffsetMapRun(k, _) | Record::GapDetected(k, _) => Some(k.partition.partition),
             Record::GroupOffsetSync(k, _) => Some(k.partition),
             _ => None,

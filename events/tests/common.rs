@@ -74,7 +74,13 @@ pub fn command() -> impl Strategy<Value = Command> {
         3 => (pkey(), 0i64..3, 0i64..3, 1i64..5).prop_map(|(key, sgap, dgap, len)| {
             // Offsets relative to nothing: decide refuses overlaps, which is
             // part of what we exercise.
-            Command::SetOffsetRuns { key, upsert: vec![OffsetMapRun { source_start: sgap * 3, destination_start: dgap * 2, length: len }], remove: vec![] }
+            Command::SetOffsetRuns { key, upsert: vec![OffsetMapRun { source_start: sgap * 3, destination_start: dgap * 2, length: len }], remove: vec![], holes: vec![] }
+        }),
+        1 => (pkey(), 0i64..12, 1i64..4).prop_map(|(key, d, len)| Command::SetOffsetRuns {
+            key, upsert: vec![], remove: vec![], holes: vec![OffsetMapHole { destination_start: d, length: len }]
+        }),
+        1 => (pkey(), 0i64..1000).prop_map(|(key, id)| Command::RecordProducer {
+            key, producer: MirrorProducer { producer_id: id, producer_epoch: 0 }
         }),
         1 => (pkey(), 0i64..50).prop_map(|(key, s)| Command::RecordGap {
             key, gap: GapDetected { source_start: s, source_end: s + 3, reason: "retention".into() }
@@ -211,6 +217,27 @@ pub fn any_record() -> impl Strategy<Value = Record> {
                     }),
                 )
             }),
+        (key.clone(), any::<i64>(), prop::option::of(any::<i64>())).prop_map(|(k, d, v)| {
+            Record::OffsetMapHole(
+                OffsetMapHoleKey {
+                    partition: k,
+                    destination_start: d,
+                },
+                v.map(|length| OffsetMapHole {
+                    destination_start: d,
+                    length,
+                }),
+            )
+        }),
+        (key.clone(), prop::option::of(any::<(i64, i16)>())).prop_map(|(k, v)| {
+            Record::MirrorProducer(
+                k,
+                v.map(|(producer_id, producer_epoch)| MirrorProducer {
+                    producer_id,
+                    producer_epoch,
+                }),
+            )
+        }),
         (
             key.clone(),
             any::<i64>(),

@@ -277,6 +277,7 @@ fn topic_commands_and_delete() {
                 key: k.clone(),
                 upsert,
                 remove: vec![],
+                holes: vec![],
             },
             &mut img,
         )
@@ -287,6 +288,7 @@ fn topic_commands_and_delete() {
             key: k.clone(),
             upsert: vec![run(0, 0, 10), run(12, 10, 1)],
             remove: vec![],
+            holes: vec![],
         },
         &mut img,
     )
@@ -302,6 +304,7 @@ fn topic_commands_and_delete() {
         key: k.clone(),
         upsert: vec![run(11, 9, 1)],
         remove: vec![],
+        holes: vec![],
     };
     assert_eq!(
         cmd(overlap, &mut img).unwrap_err().kip_name(),
@@ -312,6 +315,7 @@ fn topic_commands_and_delete() {
         key: k.clone(),
         upsert: vec![],
         remove: vec![12],
+        holes: vec![],
     };
     cmd(aligned, &mut img).unwrap();
     assert_eq!(img.translate(&k, 12), Translation::AtEnd(10));

@@ -64,6 +64,7 @@ fn main() {
                     length: 100,
                 }],
                 remove: vec![],
+                holes: vec![],
             },
         );
         if p == 1 {
@@ -95,6 +96,7 @@ fn main() {
                     length: 50,
                 }],
                 remove: vec![],
+                holes: vec![],
             },
         );
     }

@@ -700,6 +700,9 @@ impl EventLog for SledLog {
                 Err(CodecError::NewerFormat { found, supported }) => {
                     return Err(StoreError::NewerFormat { found, supported })
                 }
+                Err(e @ CodecError::OldSnapshotLayout { .. }) => {
+                    tracing::info!(offset = o, "{e}");
+                }
                 Err(e) => {
                     tracing::warn!(offset = o, error = %e, "ignoring damaged snapshot; replaying from an older one");
                 }

@@ -100,6 +100,7 @@ impl Rig {
                 key: MirrorPartitionKey::new("m", ID, p),
                 upsert: runs,
                 remove: vec![],
+                holes: Vec::new(),
             }))
             .await
             .unwrap()

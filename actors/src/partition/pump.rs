@@ -146,6 +146,7 @@ impl PumpContext {
             key: self.key.clone(),
             upsert: runs,
             remove: Vec::new(),
+            holes: Vec::new(),
         })
         .await
     }
@@ -230,6 +231,7 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
             key: cx.key.clone(),
             upsert: alignment.corrected.clone(),
             remove: alignment.stale.iter().map(|r| r.source_start).collect(),
+            holes: Vec::new(),
         })
         .await?;
     }
@@ -643,6 +645,7 @@ async fn repair_divergence(
         key: cx.key.clone(),
         upsert: d.cut.into_iter().collect(),
         remove: d.removed.iter().map(|r| r.source_start).collect(),
+        holes: Vec::new(),
     })
     .await
 }
