@@ -13,6 +13,7 @@
 //! behind.
 
 pub mod mirror;
+pub mod proxy;
 pub mod wire;
 
 use std::path::{Path, PathBuf};
@@ -88,6 +89,70 @@ fn bed_from_env(env: &str) -> Option<Bed> {
         destination: get("CLUSTER_2")?,
         kafka_version: get("KAFKA_VERSION").unwrap_or_else(|| "unknown".into()),
     })
+}
+
+/// A source and destination pair of one test's own, for tests that stall,
+/// stop or restart a broker: the shared [`bed`] must keep answering every
+/// other test meanwhile. Stopped when dropped (and by the `--owner-pid`
+/// watcher should the process die first).
+pub struct PrivateBed {
+    pub source: String,
+    pub destination: String,
+    dir: PathBuf,
+    pids: Vec<u32>,
+}
+
+impl PrivateBed {
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(unique("kmirror-private-bed"));
+        let env = start_clusters(2, &dir);
+        let bed = bed_from_env(&env).expect("scripts/kafka up printed both clusters");
+        let pids = std::fs::read_to_string(dir.join("pids"))
+            .expect("scripts/kafka up wrote its pids")
+            .lines()
+            .map(|l| l.trim().parse().expect("a pid per line"))
+            .collect();
+        PrivateBed {
+            source: bed.source,
+            destination: bed.destination,
+            dir,
+            pids,
+        }
+    }
+
+    /// Freezes the source broker (SIGSTOP): connections stay open and
+    /// nothing answers, as with a stalled machine or a network black hole.
+    pub fn stall_source(&self) {
+        self.signal(0, "STOP");
+    }
+
+    /// Thaws the source broker (SIGCONT).
+    pub fn resume_source(&self) {
+        self.signal(0, "CONT");
+    }
+
+    fn signal(&self, cluster: usize, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pids[cluster].to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {}", self.pids[cluster]);
+    }
+}
+
+impl Drop for PrivateBed {
+    fn drop(&mut self) {
+        // A stalled broker would not stop on SIGTERM.
+        for pid in &self.pids {
+            let _ = Command::new("kill")
+                .arg("-CONT")
+                .arg(pid.to_string())
+                .status();
+        }
+        stop_clusters(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// Starts `n` independent clusters under `dir`, stopped when this process ends.

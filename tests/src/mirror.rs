@@ -12,12 +12,23 @@ use kmirror_actors::kafka::{ClientConfig, KafkaClient};
 use kmirror_actors::node::{Node, NodeSettings, SourceConnector};
 use kmirror_store::SledLog;
 
+use crate::proxy::FaultProxy;
 use crate::{bed, kafka_tool_ok, kafka_tool_stdin};
 
 pub fn connector() -> SourceConnector {
-    Arc::new(|props: BTreeMap<String, String>| {
+    connector_through(None)
+}
+
+/// A connector whose source connections go through `proxy`, if any.
+pub fn connector_through(proxy: Option<Arc<FaultProxy>>) -> SourceConnector {
+    Arc::new(move |props: BTreeMap<String, String>| {
+        let proxy = proxy.clone();
         Box::pin(async move {
-            let client = KafkaClient::from_properties(&props).await?;
+            let mut config = ClientConfig::from_properties(&props)?;
+            if let Some(p) = &proxy {
+                p.route(&mut config);
+            }
+            let client = KafkaClient::connect(config).await?;
             Ok(Arc::new(KafkaCluster::new(client, FetchOptions::default()))
                 as Arc<dyn SourceCluster>)
         })
@@ -25,14 +36,29 @@ pub fn connector() -> SourceConnector {
 }
 
 pub async fn node(dir: &std::path::Path) -> Node {
+    node_on(dir, &bed().destination).await
+}
+
+/// A node whose destination is `destination` (a [`crate::PrivateBed`]'s).
+pub async fn node_on(dir: &std::path::Path, destination: &str) -> Node {
+    node_with(dir, ClientConfig::plaintext(destination), connector()).await
+}
+
+/// A node with its destination client configured by the test (a fault
+/// proxy's route, short timeouts) and its own source connector.
+pub async fn node_with(
+    dir: &std::path::Path,
+    destination: ClientConfig,
+    connector: SourceConnector,
+) -> Node {
     let log = Arc::new(SledLog::open(dir).expect("open event log"));
-    let dest = KafkaClient::connect(ClientConfig::plaintext(&bed().destination))
+    let dest = KafkaClient::connect(destination)
         .await
         .expect("connect destination");
     Node::start(
         log,
         Arc::new(KafkaCluster::new(dest, FetchOptions::default())),
-        connector(),
+        connector,
         NodeSettings {
             refresh_interval: Duration::from_millis(500),
         },
@@ -67,11 +93,16 @@ pub fn lines(n: usize, tag: &str) -> String {
 }
 
 pub fn produce(topic: &str, input: &str, codec: &str) {
+    produce_to(&bed().source, topic, input, codec)
+}
+
+/// [`produce`] into the cluster at `bootstrap`.
+pub fn produce_to(bootstrap: &str, topic: &str, input: &str, codec: &str) {
     let out = kafka_tool_stdin(
         "kafka-console-producer",
         &[
             "--bootstrap-server",
-            &bed().source,
+            bootstrap,
             "--topic",
             topic,
             "--producer-property",

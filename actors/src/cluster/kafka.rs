@@ -347,6 +347,7 @@ impl SourceCluster for KafkaCluster {
 
 struct KafkaSink {
     producer: PartitionProducer,
+    id: (i64, i16),
 }
 
 impl PartitionSink for KafkaSink {
@@ -355,6 +356,14 @@ impl PartitionSink for KafkaSink {
             let ticket = self.producer.send(batch).await?;
             Ok(Box::pin(ticket) as Ack)
         })
+    }
+
+    fn producer(&self) -> (i64, i16) {
+        self.id
+    }
+
+    fn close(self: Box<Self>) -> BoxFuture<'static, ()> {
+        Box::pin(self.producer.close())
     }
 }
 
@@ -502,7 +511,10 @@ impl DestinationCluster for KafkaCluster {
             // (the broker would refuse them as out of order otherwise).
             let producer = IdempotentProducer::new(self.client.clone()).await?;
             let p = producer.partition(&tp.topic, tp.partition)?;
-            Ok(Box::new(KafkaSink { producer: p }) as Box<dyn PartitionSink>)
+            Ok(Box::new(KafkaSink {
+                producer: p,
+                id: producer.id(),
+            }) as Box<dyn PartitionSink>)
         })
     }
 }

@@ -636,6 +636,14 @@ impl PartitionSink for MemorySink {
         let result = self.dest.produce(&self.tp, batch);
         Box::pin(async move { Ok(Box::pin(async move { result }) as Ack) })
     }
+
+    fn producer(&self) -> (i64, i16) {
+        (1, 0)
+    }
+
+    fn close(self: Box<Self>) -> BoxFuture<'static, ()> {
+        Box::pin(async {})
+    }
 }
 
 impl ClusterView for MemoryDestination {

@@ -82,6 +82,14 @@ pub type Ack = BoxFuture<'static, Result<ProduceAck, KafkaError>>;
 pub trait PartitionSink: Send {
     /// Queues a batch, waiting while the pipeline is full (back-pressure).
     fn send(&mut self, batch: OutgoingBatch) -> BoxFuture<'_, Result<Ack, KafkaError>>;
+    /// `(producer id, epoch)` stamped on every batch this sink writes:
+    /// recorded before its first produce, so alignment can tell kmirror's
+    /// batches from a foreign writer's.
+    fn producer(&self) -> (i64, i16);
+    /// Resolves once nothing this sink queued can still reach the
+    /// destination (every batch acknowledged or given up). Dropping a sink
+    /// does not stop a producer that is retrying; only this says it is done.
+    fn close(self: Box<Self>) -> BoxFuture<'static, ()>;
 }
 
 /// What kmirror reads from either cluster: identity, topics, log bounds,

@@ -273,6 +273,30 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
         .open_sink(cx.tp.clone())
         .await
         .map_err(|e| kafka_failure("open destination producer", e))?;
+    let copied = copy(
+        cx,
+        &mut cursor,
+        &mut *sink,
+        dest.leader_epoch,
+        max_message_bytes,
+    )
+    .await;
+    // Whatever this producer still has queued must land (or fail) before
+    // anyone aligns again: a batch it retried after the next pump read the
+    // destination's end would land twice, under two producer ids.
+    sink.close().await;
+    copied
+}
+
+/// Copies from the aligned position until told to stop or something fails;
+/// in-flight produces are finished and the map made durable on a stop.
+async fn copy(
+    cx: &mut PumpContext,
+    cursor: &mut Cursor,
+    sink: &mut dyn PartitionSink,
+    destination_leader_epoch: i32,
+    max_message_bytes: usize,
+) -> Result<(), PumpExit> {
     let mut fetch = cx
         .source
         .open(cx.tp.clone(), cursor.next_source)
@@ -321,13 +345,13 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
             }
             _ = tokio::time::sleep_until(idle_checkpoint),
                 if dirty && inflight.is_empty() && checkpointing.is_none() => {
-                checkpointing = start_checkpoint(cx, &mut cursor);
+                checkpointing = start_checkpoint(cx, cursor);
                 last_checkpoint = Instant::now();
                 dirty = false;
                 continue;
             }
             Some((pending, ack)) = inflight.next(), if !inflight.is_empty() => {
-                on_ack(cx, &mut cursor, pending, ack)?;
+                on_ack(cx, cursor, pending, ack)?;
                 if inflight.is_empty() {
                     // Everything planned is acknowledged: batches dropped
                     // after the last produced one (markers) count as done.
@@ -340,11 +364,11 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
                 let fetched = match fetched {
                     Ok(f) => f,
                     Err(e) => {
-                        fetch = reopen(cx, &mut cursor, e).await?;
+                        fetch = reopen(cx, cursor, e).await?;
                         continue;
                     }
                 };
-                forward(cx, &mut cursor, &mut *sink, &mut inflight, fetched, max_message_bytes).await?;
+                forward(cx, cursor, sink, &mut inflight, fetched, max_message_bytes).await?;
                 // A fetch that left nothing to forward proves the path healthy too.
                 healthy |= inflight.is_empty();
             }
@@ -359,12 +383,12 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
             }
         }
         if last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL && checkpointing.is_none() {
-            checkpointing = start_checkpoint(cx, &mut cursor);
+            checkpointing = start_checkpoint(cx, cursor);
             last_checkpoint = Instant::now();
             dirty = false;
             if let Some(now) = cx.destination.leader_epoch(&cx.tp) {
-                if dest.leader_epoch >= 0 && now != dest.leader_epoch {
-                    moved = Some((dest.leader_epoch, now));
+                if destination_leader_epoch >= 0 && now != destination_leader_epoch {
+                    moved = Some((destination_leader_epoch, now));
                     break;
                 }
             }
@@ -375,7 +399,7 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
         done.await?;
     }
     while let Some((pending, ack)) = inflight.next().await {
-        on_ack(cx, &mut cursor, pending, ack)?;
+        on_ack(cx, cursor, pending, ack)?;
     }
     cx.record_runs(cursor.checkpoint()).await?;
     match moved {

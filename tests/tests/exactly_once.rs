@@ -1,0 +1,118 @@
+//! The exactly-once promises against real Kafka, under the sequences a
+//! line-by-line review of the data path suspected would break them. Each
+//! test is named after the sequence it plays.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kmirror_actors::kafka::ClientConfig;
+use kmirror_actors::node::Node;
+use kmirror_tests::mirror::{
+    connector_through, consume_sorted, lines, node_with, produce_to, without_offsets,
+};
+use kmirror_tests::proxy::{FaultProxy, FETCH, PRODUCE};
+use kmirror_tests::{bed, create_topic, unique};
+
+/// Waits until every partition of `mirror` satisfies `done`, or panics with
+/// what describe shows.
+async fn wait_for(
+    node: &Node,
+    mirror: &str,
+    timeout: Duration,
+    what: &str,
+    done: impl Fn(&kmirror_actors::node::PartitionDescription) -> bool,
+) {
+    let start = Instant::now();
+    loop {
+        let parts = node.describe(Some(mirror)).await.unwrap();
+        if !parts.is_empty() && parts.iter().all(&done) {
+            return;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "{what}: not after {timeout:?}: {parts:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn wait_until(timeout: Duration, what: &str, done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < timeout, "{what}: not after {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[actix::test]
+async fn an_abandoned_producer_lands_nothing_after_the_partition_realigns() {
+    let topic = unique("abandoned-producer");
+    create_topic(&bed().source, &topic, 1, &[]);
+    create_topic(&bed().destination, &topic, 1, &[]);
+    // Few batches: the pump waits on its fetch, not on a full pipeline.
+    produce_to(&bed().source, &topic, &lines(200, "abandoned"), "none");
+    let source = Arc::new(FaultProxy::start(&bed().source).await);
+    let destination = FaultProxy::start(&bed().destination).await;
+    let mut dest_config = ClientConfig::plaintext(&bed().destination);
+    destination.route(&mut dest_config);
+    dest_config.request_timeout = Duration::from_secs(2);
+
+    // Every produce is held in the network: the first producer keeps
+    // retrying what it queued.
+    destination.hold(&[PRODUCE]);
+    let dir = tempfile::tempdir().unwrap();
+    let node = node_with(
+        dir.path(),
+        dest_config,
+        connector_through(Some(source.clone())),
+    )
+    .await;
+    let props = [
+        ("bootstrap.servers", bed().source.as_str()),
+        // The source fetch times out soon after the source stops answering.
+        ("request.timeout.ms", "2000"),
+        ("mirror.failed.retry.initial.backoff.ms", "100"),
+        ("mirror.failed.retry.max.backoff.ms", "500"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    node.create_mirror("ab", props).await.unwrap();
+    node.start_topics("ab", std::slice::from_ref(&topic), &[], None)
+        .await
+        .unwrap();
+    wait_for(&node, "ab", Duration::from_secs(30), "MIRRORING", |p| {
+        p.state == "MIRRORING"
+    })
+    .await;
+    wait_until(Duration::from_secs(30), "a produce is held", || {
+        destination.held() > 0
+    })
+    .await;
+
+    // The source stops answering fetches past the fetch timeout: the pump
+    // fails with its produces still queued. Then the source answers again
+    // and the partition realigns; its new producer's batches are held too.
+    source.hold(&[FETCH]);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    source.release();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    // The network heals: whatever any producer queued reaches the broker.
+    destination.release();
+    wait_for(&node, "ab", Duration::from_secs(90), "caught up", |p| {
+        (p.state == "MIRRORING" && p.lag == 0) || p.retry_attempt == -1
+    })
+    .await;
+    let parts = node.describe(Some("ab")).await.unwrap();
+    assert_eq!(
+        (parts[0].state.as_str(), parts[0].destination_offset),
+        ("MIRRORING", 200),
+        "{parts:#?}"
+    );
+    let a = consume_sorted(&bed().source, &topic, 200, 30_000);
+    let b = consume_sorted(&bed().destination, &topic, 201, 10_000);
+    assert_eq!(b.len(), 200, "duplicates on the destination");
+    assert_eq!(without_offsets(&a), without_offsets(&b));
+    node.shutdown().await;
+}
