@@ -18,8 +18,8 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use kmirror_events::{
-    decide, Command, DecideError, MirrorPartitionKey, MirrorPartitionStateValue, MirrorStateImage,
-    Offset, OffsetMapRun, Record, TopicId,
+    decide, Command, DecideError, MirrorPartitionKey, MirrorPartitionStateValue, MirrorProducer,
+    MirrorStateImage, Offset, OffsetMapHole, OffsetMapRun, Record, TopicId,
 };
 use kmirror_store::{EventLog, StoreError};
 
@@ -97,6 +97,8 @@ impl Execute {
 pub struct PartitionView {
     pub state: Option<MirrorPartitionStateValue>,
     pub runs: Vec<OffsetMapRun>,
+    pub holes: Vec<OffsetMapHole>,
+    pub producer: Option<MirrorProducer>,
 }
 
 /// Reads one partition's state and offset map.
@@ -171,9 +173,12 @@ impl Handler<ReadPartition> for CoordinatorActor {
     type Result = MessageResult<ReadPartition>;
 
     fn handle(&mut self, msg: ReadPartition, _ctx: &mut Context<Self>) -> Self::Result {
+        let map = self.image.offset_map(&msg.0);
         MessageResult(PartitionView {
             state: self.image.partition_state(&msg.0).cloned(),
-            runs: self.image.offset_runs(&msg.0),
+            runs: map.runs().copied().collect(),
+            holes: map.holes().copied().collect(),
+            producer: self.image.producer(&msg.0).copied(),
         })
     }
 }

@@ -14,7 +14,7 @@
 //! - The map only ever records acknowledged lengths; a run opened but never
 //!   landed is recorded with length 0 and removed at the next alignment.
 
-use kmirror_events::OffsetMapRun;
+use kmirror_events::{OffsetMapHole, OffsetMapRun};
 
 /// A contiguous range of source offsets whose records are forwarded together
 /// (one source batch, or one gap-free piece of a compacted batch).
@@ -46,6 +46,8 @@ pub enum AlignError {
     Truncated { end: i64, acked: i64 },
     #[error("destination produce landed at offset {landed}, expected {expected}: another producer wrote to the mirror partition")]
     ForeignWrite { landed: i64, expected: i64 },
+    #[error("destination records {from}..{end} follow the divergent range kmirror kept, but kmirror never wrote them")]
+    AfterHole { from: i64, end: i64 },
 }
 
 /// The outcome of aligning the map with the destination at (re)start.
@@ -54,6 +56,9 @@ pub struct Alignment {
     /// The landed runs, each with its true length (the last one's from the
     /// destination end offset, the others' from their successor's start).
     pub runs: Vec<OffsetMapRun>,
+    /// Destination ranges that belong to no source offset; a run before one
+    /// ends where the hole starts.
+    pub holes: Vec<OffsetMapHole>,
     /// Runs recorded in the log that never landed: tombstone them.
     pub stale: Vec<OffsetMapRun>,
     /// Landed runs whose recorded length was short of the truth: record them.
@@ -65,17 +70,19 @@ pub struct Alignment {
     pub next_destination: i64,
 }
 
-/// Reconciles the recorded runs with the destination partition, whose log
-/// starts at `log_start` and ends at `end` (the high watermark once it has
-/// caught up with the leader's log end).
+/// Reconciles the recorded runs and holes with the destination partition,
+/// whose log starts at `log_start` and ends at `end` (the high watermark
+/// once it has caught up with the leader's log end).
 ///
-/// Every landed record is in a run, runs are contiguous on the destination
-/// and the destination holds a prefix of what was sent, so the landed part
-/// of the map is exactly the runs that start below `end`, the last one
-/// reaching `end`. Recorded lengths are only ever acknowledged lengths, so a
+/// Every landed record is in a run or a hole, runs and holes tile the
+/// destination without overlapping, and the destination holds a prefix of
+/// what was sent, so the landed part of the map is exactly the runs that
+/// start below `end`, each reaching the next run or hole, the last reaching
+/// `end`. Recorded lengths are only ever acknowledged lengths, so a
 /// destination that ends below one lost records kmirror had mirrored.
 pub fn align(
     mut runs: Vec<OffsetMapRun>,
+    holes: Vec<OffsetMapHole>,
     log_start: i64,
     end: i64,
 ) -> Result<Alignment, AlignError> {
@@ -84,6 +91,7 @@ pub fn align(
         .iter()
         .filter(|r| r.length > 0)
         .map(|r| r.destination_end())
+        .chain(holes.iter().map(|h| h.destination_end()))
         .max()
         .unwrap_or(0);
     if end < acked {
@@ -91,37 +99,44 @@ pub fn align(
     }
     let (mut landed, stale): (Vec<_>, Vec<_>) =
         runs.into_iter().partition(|r| r.destination_start < end);
-    if landed.is_empty() {
-        if end != log_start {
-            return Err(AlignError::NotEmpty {
-                end: end - log_start,
-            });
-        }
-        return Ok(Alignment {
-            runs: landed,
-            stale,
-            corrected: Vec::new(),
-            next_source: None,
-            next_destination: end,
-        });
-    }
-    let mut corrected = Vec::new();
-    let ends: Vec<i64> = landed
+    // Where each landed run's records must stop: the next run or hole.
+    let starts: std::collections::BTreeSet<i64> = landed
         .iter()
-        .skip(1)
         .map(|r| r.destination_start)
-        .chain(std::iter::once(end))
+        .chain(holes.iter().map(|h| h.destination_start))
         .collect();
-    for (run, run_end) in landed.iter_mut().zip(ends) {
+    let mut corrected = Vec::new();
+    for run in landed.iter_mut() {
+        let run_end = starts
+            .range(run.destination_start + 1..)
+            .next()
+            .copied()
+            .unwrap_or(end);
         let len = run_end - run.destination_start;
         if len != run.length {
             run.length = len;
             corrected.push(*run);
         }
     }
+    // Records past the last hole with no run after it are nobody's.
+    let owned_to = landed
+        .iter()
+        .map(|r| r.destination_end())
+        .chain(holes.iter().map(|h| h.destination_end()))
+        .max();
+    match owned_to {
+        None if end != log_start => {
+            return Err(AlignError::NotEmpty {
+                end: end - log_start,
+            })
+        }
+        Some(to) if to < end => return Err(AlignError::AfterHole { from: to, end }),
+        _ => {}
+    }
     let next_source = landed.last().map(|r| r.source_end());
     Ok(Alignment {
         runs: landed,
+        holes,
         stale,
         corrected,
         next_source,
@@ -143,6 +158,9 @@ pub struct Divergence {
     pub cut: Option<OffsetMapRun>,
     /// Runs wholly beyond `source_end`, to remove.
     pub removed: Vec<OffsetMapRun>,
+    /// The divergent records' destination range, to record as a hole so no
+    /// later alignment stretches a run over it.
+    pub hole: Option<OffsetMapHole>,
 }
 
 /// Cuts the map at `source_end` after the source was truncated under it, so
@@ -168,11 +186,17 @@ pub fn cut_divergent(alignment: &mut Alignment, source_end: i64) -> Divergence {
         }
     });
     alignment.next_source = Some(source_end);
+    let hole = (divergent_dst_start < alignment.next_destination).then(|| OffsetMapHole {
+        destination_start: divergent_dst_start,
+        length: alignment.next_destination - divergent_dst_start,
+    });
+    alignment.holes.extend(hole);
     Divergence {
         source: (source_end, old_next),
         destination: (divergent_dst_start, alignment.next_destination),
         cut,
         removed,
+        hole,
     }
 }
 
@@ -206,7 +230,7 @@ impl Cursor {
             next_destination: alignment.next_destination,
             acked_destination: alignment.next_destination,
             runs: last.map(|r| (r, r.length)).into_iter().collect(),
-            identical: Self::offsets_identical(&alignment.runs),
+            identical: alignment.holes.is_empty() && Self::offsets_identical(&alignment.runs),
         }
     }
 
@@ -328,7 +352,7 @@ mod tests {
 
     #[test]
     fn a_contiguous_source_is_one_run_recorded_once() {
-        let a = align(vec![], 0, 0).unwrap();
+        let a = align(vec![], vec![], 0, 0).unwrap();
         let mut c = Cursor::new(&a, 0);
         let p = c.plan(&[seg(0, 10)], 10);
         assert_eq!(p.runs_to_record, vec![run(0, 0, 0)]);
@@ -349,7 +373,7 @@ mod tests {
 
     #[test]
     fn gaps_open_runs_and_dropped_batches_only_advance_the_source() {
-        let a = align(vec![], 0, 0).unwrap();
+        let a = align(vec![], vec![], 0, 0).unwrap();
         let mut c = Cursor::new(&a, 100);
         c.plan(&[seg(100, 3)], 103);
         // A control batch at 103: nothing produced.
@@ -374,7 +398,7 @@ mod tests {
         // Recorded: run A acked at 5, run B opened at dst 10, run C opened at
         // dst 12 but the destination ends at 11.
         let recorded = vec![run(0, 0, 5), run(20, 10, 0), run(40, 12, 0)];
-        let a = align(recorded, 0, 11).unwrap();
+        let a = align(recorded, vec![], 0, 11).unwrap();
         assert_eq!(a.runs, vec![run(0, 0, 10), run(20, 10, 1)]);
         assert_eq!(a.stale, vec![run(40, 12, 0)]);
         assert_eq!(a.corrected, vec![run(0, 0, 10), run(20, 10, 1)]);
@@ -384,16 +408,19 @@ mod tests {
 
     #[test]
     fn align_refuses_foreign_and_lost_data() {
-        assert_eq!(align(vec![], 0, 7), Err(AlignError::NotEmpty { end: 7 }));
+        assert_eq!(
+            align(vec![], vec![], 0, 7),
+            Err(AlignError::NotEmpty { end: 7 })
+        );
         assert!(
-            align(vec![], 7, 7).is_ok(),
+            align(vec![], vec![], 7, 7).is_ok(),
             "an emptied topic may start above 0"
         );
         assert_eq!(
-            align(vec![run(0, 0, 9)], 0, 4),
+            align(vec![run(0, 0, 9)], vec![], 0, 4),
             Err(AlignError::Truncated { end: 4, acked: 9 })
         );
-        let mut c = Cursor::new(&align(vec![], 0, 0).unwrap(), 0);
+        let mut c = Cursor::new(&align(vec![], vec![], 0, 0).unwrap(), 0);
         c.plan(&[seg(0, 2)], 2);
         assert_eq!(
             c.ack(1, 2),
@@ -406,7 +433,7 @@ mod tests {
 
     #[test]
     fn a_truncated_source_cuts_the_map_and_the_next_run_follows_the_tail() {
-        let mut a = align(vec![run(0, 0, 10), run(12, 10, 5)], 0, 15).unwrap();
+        let mut a = align(vec![run(0, 0, 10), run(12, 10, 5)], vec![], 0, 15).unwrap();
         let d = cut_divergent(&mut a, 8);
         assert_eq!(d.source, (8, 17));
         assert_eq!(d.destination, (8, 15));
@@ -422,14 +449,49 @@ mod tests {
         assert!(!c.identical());
     }
 
+    fn hole(d: i64, l: i64) -> OffsetMapHole {
+        OffsetMapHole {
+            destination_start: d,
+            length: l,
+        }
+    }
+
+    #[test]
+    fn alignment_never_stretches_a_run_over_a_hole() {
+        let mut a = align(vec![run(0, 0, 10), run(12, 10, 5)], vec![], 0, 15).unwrap();
+        let d = cut_divergent(&mut a, 8);
+        assert_eq!(d.hole, Some(hole(8, 7)));
+        // Restarted before the next run exists.
+        let a = align(vec![run(0, 0, 8)], vec![hole(8, 7)], 0, 15).unwrap();
+        assert_eq!(a.runs, vec![run(0, 0, 8)]);
+        assert!(a.corrected.is_empty());
+        assert_eq!((a.next_source, a.next_destination), (Some(8), 15));
+        assert!(!Cursor::new(&a, 8).identical());
+        // After the next run landed three records.
+        let a = align(vec![run(0, 0, 8), run(8, 15, 0)], vec![hole(8, 7)], 0, 18).unwrap();
+        assert_eq!(a.runs, vec![run(0, 0, 8), run(8, 15, 3)]);
+        assert_eq!(a.corrected, vec![run(8, 15, 3)]);
+        assert_eq!(a.next_source, Some(11));
+        // Records after the hole that no run opened are not kmirror's.
+        assert_eq!(
+            align(vec![run(0, 0, 8)], vec![hole(8, 7)], 0, 17),
+            Err(AlignError::AfterHole { from: 15, end: 17 })
+        );
+        // A destination that lost part of the hole lost records too.
+        assert_eq!(
+            align(vec![run(0, 0, 8)], vec![hole(8, 7)], 0, 12),
+            Err(AlignError::Truncated { end: 12, acked: 15 })
+        );
+    }
+
     #[test]
     fn identical_offsets_are_reported() {
-        let mut c = Cursor::new(&align(vec![], 0, 0).unwrap(), 0);
+        let mut c = Cursor::new(&align(vec![], vec![], 0, 0).unwrap(), 0);
         c.plan(&[seg(0, 5)], 5);
         assert!(c.identical());
         c.plan(&[seg(7, 1)], 8);
         assert!(!c.identical(), "a gap ends identical offsets");
-        let mut c = Cursor::new(&align(vec![], 0, 0).unwrap(), 3);
+        let mut c = Cursor::new(&align(vec![], vec![], 0, 0).unwrap(), 3);
         c.plan(&[seg(3, 1)], 4);
         assert!(!c.identical(), "source 3 landed at 0");
         assert!(Cursor::offsets_identical(&[run(0, 0, 10)]));

@@ -224,8 +224,8 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
         .settled_bounds(&cx.tp)
         .await
         .map_err(|e| kafka_failure("destination offsets", e))?;
-    let alignment =
-        align(view.runs, dest.log_start, dest.end).map_err(|e| PumpExit::fatal(e.to_string()))?;
+    let alignment = align(view.runs, view.holes, dest.log_start, dest.end)
+        .map_err(|e| PumpExit::fatal(e.to_string()))?;
     if !alignment.stale.is_empty() || !alignment.corrected.is_empty() {
         cx.execute(Command::SetOffsetRuns {
             key: cx.key.clone(),
@@ -669,7 +669,7 @@ async fn repair_divergence(
         key: cx.key.clone(),
         upsert: d.cut.into_iter().collect(),
         remove: d.removed.iter().map(|r| r.source_start).collect(),
-        holes: Vec::new(),
+        holes: d.hole.into_iter().collect(),
     })
     .await
 }

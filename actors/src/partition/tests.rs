@@ -591,3 +591,53 @@ async fn a_produce_timeout_is_retried_from_the_destination_end() {
     let failed: Vec<_> = h.iter().filter(|s| s.0 == PartitionState::Failed).collect();
     assert_eq!(failed.len(), 1, "{h:?}");
 }
+
+#[actix::test]
+async fn an_unclean_election_repair_survives_the_next_alignment() {
+    let mut rig = rig().await;
+    rig.ule = true;
+    rig.append(6, 0);
+    let actor = rig.start(fast_retry());
+    eventually("6 records", async || rig.dest.records(&rig.tp).len() == 6).await;
+    actor.send(Shutdown).await.unwrap();
+    // The source now ends at 4; the destination keeps what it had at 4 and 5.
+    rig.source.truncate_to(&rig.tp, 4);
+    let actor = rig.start(fast_retry());
+    eventually("repaired and MIRRORING", async || {
+        !rig.image().await.gaps(&rig.key).is_empty()
+            && state(&actor).await.state == PartitionState::Mirroring
+    })
+    .await;
+    actor.send(Shutdown).await.unwrap();
+    // Restarted before any new run exists: the kept records must not be
+    // taken for source offsets 4 and 5, which the source now reuses.
+    rig.append(2, 100);
+    let actor = rig.start(fast_retry());
+    eventually("8 records", async || rig.dest.records(&rig.tp).len() == 8).await;
+    eventually("caught up", async || {
+        state(&actor).await.progress.lag() == 0
+    })
+    .await;
+    actor.send(Shutdown).await.unwrap();
+    // Restarted after the next run exists: alignment must not stretch the
+    // cut run back over the kept records either.
+    rig.append(1, 102);
+    let actor = rig.start(fast_retry());
+    eventually("9 records", async || rig.dest.records(&rig.tp).len() == 9).await;
+    eventually("MIRRORING, caught up", async || {
+        let s = state(&actor).await;
+        s.state == PartitionState::Mirroring && s.progress.lag() == 0
+    })
+    .await;
+    assert_eq!(
+        rig.values(),
+        ["v0", "v1", "v2", "v3", "v4", "v5", "v100", "v101", "v102"]
+    );
+    let s = state(&actor).await;
+    assert_eq!((s.retry_attempt, s.error), (0, None));
+    actor.send(Shutdown).await.unwrap();
+    let image = rig.image().await;
+    assert_eq!(image.translate(&rig.key, 3), Translation::Exact(3));
+    assert_eq!(image.translate(&rig.key, 4), Translation::Exact(6));
+    assert_eq!(image.translate(&rig.key, 6), Translation::Exact(8));
+}
