@@ -126,6 +126,7 @@ impl MirrorActor {
                         retry: self.spec.retry,
                         desired: t.desired_state,
                         support_unclean_leader_election: support_ule,
+                        final_sync: self.sync.clone().map(Addr::recipient),
                     })
                     .start()
                 });

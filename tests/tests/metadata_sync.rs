@@ -486,3 +486,39 @@ async fn configs_and_partition_counts_follow_the_source() {
     );
     node.shutdown().await;
 }
+
+#[actix::test]
+async fn stop_syncs_group_offsets_one_last_time_after_the_final_checkpoint() {
+    let topic = unique("sync-stop");
+    create_topic(&bed().source, &topic, 1, &[]);
+    produce(&topic, &kmirror_tests::mirror::lines(300, "stop"), "none");
+    let dir = tempfile::tempdir().unwrap();
+    let mut props = mirror_props();
+    // The periodic pass comes once, early; after that only stop syncs.
+    props.insert("mirror.groups.sync.interval.ms".into(), "3600000".into());
+    let node = started(&topic, props, dir.path()).await;
+    wait_caught_up(&node, "sync", 300, Duration::from_secs(60)).await;
+    let start = Instant::now();
+    while node.sync_metrics().await[0].last_group_sync_ms == 0 {
+        assert!(start.elapsed() < Duration::from_secs(30), "no group pass");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The group reads 120 records on the source after that pass.
+    group_read(&bed().source, &topic, "g-stop", 120, 20_000);
+    let committed = describe_group(&bed().source, "g-stop", &topic);
+    assert_eq!(committed, BTreeMap::from([(0, 120)]));
+    node.stop_topics("sync", std::slice::from_ref(&topic), None)
+        .await
+        .unwrap();
+    let start = Instant::now();
+    while node.describe(Some("sync")).await.unwrap()[0].state != "STOPPED" {
+        assert!(start.elapsed() < Duration::from_secs(30), "not STOPPED");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Failed over, the group resumes exactly where it was on the source.
+    assert_eq!(
+        describe_group(&bed().destination, "g-stop", &topic),
+        committed
+    );
+    node.shutdown().await;
+}

@@ -3,7 +3,7 @@
 //! the destination's bounds, recorded, then committed — unless the group is
 //! live on the destination, where its consumers own their offsets.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use kmirror_events::{
@@ -51,11 +51,16 @@ struct Pass {
     errors: Vec<SyncError>,
 }
 
-/// One group-offset pass. Returns when to run the next one and what
-/// happened.
-pub(super) async fn group_pass(shared: &Shared) -> (Duration, SyncReport) {
+/// One group-offset pass: over every MIRRORING partition of the mirror, or
+/// — the final pass of partitions being stopped — over exactly `only`,
+/// whatever their topics' desired state. Returns when to run the next
+/// periodic pass and what happened.
+pub(super) async fn group_pass(
+    shared: &Shared,
+    only: Option<&HashSet<MirrorPartitionKey>>,
+) -> (Duration, SyncReport) {
     let mut pass = Pass::default();
-    if let Err(e) = sync_groups(shared, &mut pass).await {
+    if let Err(e) = sync_groups(shared, &mut pass, only).await {
         pass.errors.push(e);
     }
     let mirror = &shared.spec.mirror;
@@ -82,7 +87,11 @@ pub(super) async fn group_pass(shared: &Shared) -> (Duration, SyncReport) {
     (pass.next.unwrap_or(Duration::from_secs(1)), report)
 }
 
-async fn sync_groups(shared: &Shared, pass: &mut Pass) -> Result<(), SyncError> {
+async fn sync_groups(
+    shared: &Shared,
+    pass: &mut Pass,
+    only: Option<&HashSet<MirrorPartitionKey>>,
+) -> Result<(), SyncError> {
     let spec = &shared.spec;
     let image = read_image(shared).await?;
     let Some(config) = image.mirror(&spec.mirror) else {
@@ -91,10 +100,22 @@ async fn sync_groups(shared: &Shared, pass: &mut Pass) -> Result<(), SyncError> 
     let settings = SyncSettings::from_config(config)?;
     pass.next = Some(settings.group_interval);
     let filter = GroupFilter::new(&config.groups_include, &config.groups_exclude)?;
-    // Only topics actively mirrored: a paused topic's copy is not moving,
-    // and a stopped one has failed over — its destination groups belong to
-    // the consumers that moved there.
-    let topics = mirrored_topics(&image, &spec.mirror, &[PartitionState::Mirroring]);
+    // Periodically, only topics actively mirrored: a paused topic's copy is
+    // not moving, and a stopped one has failed over — its destination groups
+    // belong to the consumers that moved there, once the final pass is done.
+    let topics = match only {
+        None => mirrored_topics(&image, &spec.mirror, &[PartitionState::Mirroring]),
+        Some(keys) => image
+            .topics_of(&spec.mirror)
+            .filter(|e| keys.iter().any(|k| k.topic_id == e.change.topic_id))
+            .map(|e| {
+                (
+                    e.change.topic_name.clone(),
+                    (e.change.topic_id, e.change.partition_count),
+                )
+            })
+            .collect(),
+    };
     if topics.is_empty() {
         return Ok(());
     }
@@ -128,7 +149,13 @@ async fn sync_groups(shared: &Shared, pass: &mut Pass) -> Result<(), SyncError> 
             pass.skipped.insert(g.group_id.clone());
             continue;
         }
-        match sync_group(shared, &image, &topics, &names, &g.group_id, &mut bounds).await {
+        let scope = Scope {
+            image: &image,
+            topics: &topics,
+            names: &names,
+            only,
+        };
+        match sync_group(shared, &scope, &g.group_id, &mut bounds).await {
             Ok(n) => pass.committed += n,
             Err(GroupError::Active) => {
                 pass.skipped.insert(g.group_id.clone());
@@ -154,16 +181,24 @@ impl<E: Into<SyncError>> From<E> for GroupError {
     }
 }
 
+/// What a pass syncs: the mirror's topics by name, and — for a final pass —
+/// the partitions it is limited to.
+struct Scope<'a> {
+    image: &'a MirrorStateImage,
+    topics: &'a BTreeMap<String, (TopicId, i32)>,
+    names: &'a [String],
+    only: Option<&'a HashSet<MirrorPartitionKey>>,
+}
+
 /// Syncs one group; returns how many partition offsets it committed.
 async fn sync_group(
     shared: &Shared,
-    image: &MirrorStateImage,
-    topics: &BTreeMap<String, (TopicId, i32)>,
-    names: &[String],
+    scope: &Scope<'_>,
     group: &str,
     bounds: &mut HashMap<TopicPartition, LogBounds>,
 ) -> Result<u64, GroupError> {
     let spec = &shared.spec;
+    let (image, topics, names) = (scope.image, scope.topics, scope.names);
     let source = spec
         .source
         .committed_offsets(group, names)
@@ -186,6 +221,9 @@ async fn sync_group(
             continue;
         }
         let key = MirrorPartitionKey::new(spec.mirror.clone(), topic_id, partition);
+        if scope.only.is_some_and(|only| !only.contains(&key)) {
+            continue;
+        }
         let translation = image.translate(&key, offset.offset);
         let tp = TopicPartition::new(&topic, partition);
         let b = match bounds.get(&tp) {

@@ -27,15 +27,17 @@ mod acls;
 mod groups;
 mod topics;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
 use kmirror_events::{
-    Command, MirrorStateImage, PartitionState, PatternError, SyncSettings, TopicId,
+    Command, MirrorPartitionKey, MirrorStateImage, PartitionState, PatternError, SyncSettings,
+    TopicId,
 };
 use serde::Serialize;
+use tokio::sync::oneshot;
 
 use crate::cluster::{ClusterError, DestinationCluster, SourceCluster};
 use crate::coordinator::{now_ms, CoordinatorActor, CoordinatorError, Execute, ReadImage};
@@ -59,6 +61,13 @@ pub struct SyncReport {
 #[derive(Message)]
 #[rtype(result = "SyncMetrics")]
 pub struct GetSyncMetrics;
+
+/// A partition being stopped asks for one last group-offset pass over it,
+/// after its final checkpoint and before STOPPED, so consumers fail over
+/// with exactly the offsets they had. Passes asked for together run as one.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct FinalSync(pub MirrorPartitionKey);
 
 /// Told to the MirrorActor after the sync recorded a larger partition
 /// count, so it starts the new partitions' actors. The sync declares it and
@@ -147,6 +156,9 @@ pub struct MetadataSyncActor {
     shared: Arc<Shared>,
     groups_busy: bool,
     metadata_busy: bool,
+    /// Final passes asked for and not started yet, with who waits on them.
+    finals: Vec<(MirrorPartitionKey, oneshot::Sender<()>)>,
+    finals_busy: bool,
 }
 
 impl MetadataSyncActor {
@@ -165,6 +177,8 @@ impl MetadataSyncActor {
             }),
             groups_busy: false,
             metadata_busy: false,
+            finals: Vec::new(),
+            finals_busy: false,
         }
     }
 
@@ -175,7 +189,7 @@ impl MetadataSyncActor {
         self.groups_busy = true;
         let shared = self.shared.clone();
         ctx.spawn(
-            async move { groups::group_pass(&shared).await }
+            async move { groups::group_pass(&shared, None).await }
                 .into_actor(self)
                 .map(|(next, _), act, ctx| {
                     act.groups_busy = false;
@@ -194,6 +208,29 @@ impl MetadataSyncActor {
             async move { metadata_pass(&shared).await }
                 .into_actor(self)
                 .map(|_, act, _| act.metadata_busy = false),
+        );
+    }
+}
+
+impl MetadataSyncActor {
+    /// Runs one final pass over every partition asked for so far.
+    fn final_tick(&mut self, ctx: &mut Context<Self>) {
+        if self.finals_busy || self.finals.is_empty() {
+            return;
+        }
+        self.finals_busy = true;
+        let (keys, waiters): (HashSet<_>, Vec<_>) = self.finals.drain(..).unzip();
+        let shared = self.shared.clone();
+        ctx.spawn(
+            async move { groups::group_pass(&shared, Some(&keys)).await }
+                .into_actor(self)
+                .map(move |_, act, ctx| {
+                    for w in waiters {
+                        let _ = w.send(());
+                    }
+                    act.finals_busy = false;
+                    act.final_tick(ctx);
+                }),
         );
     }
 }
@@ -217,9 +254,21 @@ impl Handler<SyncNow> for MetadataSyncActor {
     fn handle(&mut self, _msg: SyncNow, _ctx: &mut Context<Self>) -> Self::Result {
         let shared = self.shared.clone();
         Box::pin(async move {
-            let (_, mut report) = groups::group_pass(&shared).await;
+            let (_, mut report) = groups::group_pass(&shared, None).await;
             report.errors.extend(metadata_pass(&shared).await);
             report
+        })
+    }
+}
+
+impl Handler<FinalSync> for MetadataSyncActor {
+    type Result = ResponseFuture<()>;
+    fn handle(&mut self, msg: FinalSync, ctx: &mut Context<Self>) -> Self::Result {
+        let (tx, rx) = oneshot::channel();
+        self.finals.push((msg.0, tx));
+        self.final_tick(ctx);
+        Box::pin(async move {
+            let _ = rx.await;
         })
     }
 }

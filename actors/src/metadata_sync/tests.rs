@@ -420,3 +420,27 @@ async fn a_bad_acl_rule_is_refused_at_create() {
     assert_eq!(e.kip_name(), "INVALID_CONFIG");
     assert!(e.to_string().contains("acls.include"), "{e}");
 }
+
+#[actix::test]
+async fn a_group_inside_a_run_not_yet_checkpointed_is_synced_to_the_recorded_end_only() {
+    let r = rig(&[]).await;
+    // A transactional source: run A (source 0..10) landed at destination
+    // 0..10 but its checkpoint has recorded 4 records so far; the commit
+    // marker at 10 opened run B at destination 10 before its produce.
+    r.mirrored(0, vec![run(0, 0, 10), run(11, 10, 0)]).await;
+    r.coordinator
+        .send(Execute::new(Command::SetOffsetRuns {
+            key: MirrorPartitionKey::new("m", ID, 0),
+            upsert: vec![run(0, 0, 4)],
+            remove: vec![],
+            holes: Vec::new(),
+        }))
+        .await
+        .unwrap()
+        .unwrap();
+    r.source.commit("g", TOPIC, 0, 7, "");
+    r.sync().await;
+    // Source 7 is not known to be mirrored yet: the consumer may re-read
+    // from 4, never skip to 10.
+    assert_eq!(r.committed("g", 0).map(|c| c.0), Some(4));
+}

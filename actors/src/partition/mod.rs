@@ -28,6 +28,13 @@ use self::pump::{Progress, PumpContext, PumpExit};
 use crate::cluster::{DestinationCluster, SourceCluster};
 use crate::coordinator::{CoordinatorActor, CoordinatorError, Execute, ReadPartition};
 use crate::kafka::fetch::TopicPartition;
+use crate::metadata_sync::FinalSync;
+
+/// How long STOPPING waits for the final group-offset pass: a failover must
+/// not wait on a source that is gone.
+const FINAL_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
+/// How soon STOPPING tries again when its position could not be recorded.
+const STOPPING_RETRY: Duration = Duration::from_secs(1);
 
 /// What the topic should be doing (the MirrorTopicStateChange's desired
 /// state): MIRRORING, PAUSED or STOPPED.
@@ -100,6 +107,9 @@ pub struct PartitionSpec {
     /// `mirror.support.unclean.leader.election` (a mirror property here:
     /// stock Kafka refuses unknown topic configs).
     pub support_unclean_leader_election: bool,
+    /// Where STOPPING asks for the last group-offset pass over this
+    /// partition (None: no metadata sync runs, as in some tests).
+    pub final_sync: Option<Recipient<FinalSync>>,
 }
 
 pub struct PartitionActor {
@@ -283,30 +293,61 @@ impl PartitionActor {
         }
     }
 
-    /// PAUSING → PAUSED; STOPPING → LastMirrorEpochs, then STOPPED.
+    /// PAUSING → PAUSED; STOPPING → the final group-offset pass, then
+    /// LastMirrorEpochs, then STOPPED. The pump has stopped, so the map is
+    /// durable and nothing more can land: the last sync and the recorded
+    /// position see the copy as it will stay.
     fn after_pump_stopped(&mut self, ctx: &mut Context<Self>) {
         match self.state.state {
             PartitionState::Pausing => self.transition(PartitionState::Paused, ctx),
             PartitionState::Stopping => {
-                let p = self.progress.lock().unwrap().clone();
-                let lme = LastMirrorEpochsValue {
-                    last_mirror_epoch: p.destination_leader_epoch,
-                    last_mirror_offset: p.destination_offset,
-                    source_offset: p.source_offset,
-                    source_leader_epoch: p.source_leader_epoch,
-                    destination_end_offset: p.destination_offset,
-                    destination_leader_epoch: p.destination_leader_epoch,
+                let spec = &self.spec;
+                let (key, tp) = (spec.key.clone(), self.tp.clone());
+                let (source, destination) = (spec.source.clone(), spec.destination.clone());
+                let (coordinator, final_sync) = (spec.coordinator.clone(), spec.final_sync.clone());
+                // A pump that ran in this process knows the position it
+                // left; otherwise (PAUSED or FAILED since start-up) the map
+                // and the destination say where the copy stands.
+                let ran = (self.generation > 0).then(|| self.progress.lock().unwrap().clone());
+                let fut = async move {
+                    if let Some(sync) = final_sync {
+                        if tokio::time::timeout(
+                            FINAL_SYNC_TIMEOUT,
+                            sync.send(FinalSync(key.clone())),
+                        )
+                        .await
+                        .is_err()
+                        {
+                            tracing::warn!(partition = %tp, "the final group-offset sync did not finish in {FINAL_SYNC_TIMEOUT:?}; stopping without it");
+                        }
+                    }
+                    let p = match ran {
+                        Some(p) => p,
+                        None => {
+                            pump::stopped_position(&key, &tp, &*source, &*destination, &coordinator)
+                                .await
+                                .map_err(CoordinatorError::Unavailable)?
+                        }
+                    };
+                    let value = LastMirrorEpochsValue {
+                        last_mirror_epoch: p.destination_leader_epoch,
+                        last_mirror_offset: p.destination_offset,
+                        source_offset: p.source_offset,
+                        source_leader_epoch: p.source_leader_epoch,
+                        destination_end_offset: p.destination_offset,
+                        destination_leader_epoch: p.destination_leader_epoch,
+                    };
+                    coordinator
+                        .send(Execute::new(Command::RecordLastMirrorEpochs { key, value }))
+                        .await??;
+                    Ok::<_, CoordinatorError>(())
                 };
-                let fut =
-                    self.spec
-                        .coordinator
-                        .send(Execute::new(Command::RecordLastMirrorEpochs {
-                            key: self.spec.key.clone(),
-                            value: lme,
-                        }));
                 ctx.wait(fut.into_actor(self).map(|res, act, ctx| match res {
-                    Ok(Ok(_)) => act.transition(PartitionState::Stopped, ctx),
-                    other => tracing::error!(partition = %act.tp, result = ?other.map(|r| r.map(|_| ())), "recording LastMirrorEpochs failed"),
+                    Ok(()) => act.transition(PartitionState::Stopped, ctx),
+                    Err(e) => {
+                        tracing::error!(partition = %act.tp, error = %e, "recording LastMirrorEpochs failed; retrying");
+                        ctx.run_later(STOPPING_RETRY, |act, ctx| act.enter(ctx));
+                    }
                 }));
             }
             _ => {}

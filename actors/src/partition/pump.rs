@@ -408,6 +408,69 @@ async fn copy(
     }
 }
 
+/// How long reading the source's leader epoch at the stopped position may
+/// take: a failover must not wait on a source that is gone.
+const SOURCE_EPOCH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where a partition's copy stands when no pump ran in this process (it was
+/// PAUSED or FAILED when the daemon started): the map aligned with the
+/// destination's end, and the source's leader epoch at that position if the
+/// source still answers (−1 if not). What LastMirrorEpochs records.
+pub async fn stopped_position(
+    key: &MirrorPartitionKey,
+    tp: &TopicPartition,
+    source: &dyn SourceCluster,
+    destination: &dyn DestinationCluster,
+    coordinator: &Addr<CoordinatorActor>,
+) -> Result<Progress, String> {
+    let view = coordinator
+        .send(ReadPartition(key.clone()))
+        .await
+        .map_err(|e| format!("coordinator unavailable: {e}"))?;
+    let dest = destination
+        .settled_bounds(tp)
+        .await
+        .map_err(|e| format!("destination offsets: {e}"))?;
+    let alignment =
+        align(view.runs, view.holes, dest.log_start, dest.end).map_err(|e| e.to_string())?;
+    let next_source = alignment.next_source.unwrap_or(0);
+    let source_leader_epoch = if next_source > 0 {
+        tokio::time::timeout(
+            SOURCE_EPOCH_TIMEOUT,
+            source_epoch_at(source, tp, next_source - 1),
+        )
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(-1)
+    } else {
+        -1
+    };
+    Ok(Progress {
+        source_offset: next_source,
+        destination_offset: dest.end,
+        source_leader_epoch,
+        destination_leader_epoch: dest.leader_epoch,
+        offsets_identical: Cursor::new(&alignment, next_source).identical(),
+        ..Progress::default()
+    })
+}
+
+/// The leader epoch the source batch holding `offset` was written in.
+async fn source_epoch_at(
+    source: &dyn SourceCluster,
+    tp: &TopicPartition,
+    offset: i64,
+) -> Option<i32> {
+    let mut fetch = source.open(tp.clone(), offset).await.ok()?;
+    let fetched = fetch.next().await.ok()?;
+    fetched
+        .batches()
+        .filter_map(Result::ok)
+        .find(|b| b.next_offset() > offset)
+        .map(|b| b.partition_leader_epoch())
+}
+
 /// Starts writing the acknowledged run lengths. The pump keeps forwarding
 /// meanwhile: no side effect waits on a checkpoint (they only let the log
 /// alone translate offsets), and a durable append can take milliseconds that

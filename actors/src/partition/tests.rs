@@ -53,6 +53,11 @@ async fn rig() -> Rig {
 
 impl Rig {
     fn start(&self, retry: RetryPolicy) -> Addr<PartitionActor> {
+        self.start_desiring(retry, PartitionState::Mirroring)
+    }
+
+    /// An actor whose topic's desired state is `desired` from the start.
+    fn start_desiring(&self, retry: RetryPolicy, desired: PartitionState) -> Addr<PartitionActor> {
         PartitionActor::new(PartitionSpec {
             key: self.key.clone(),
             topic: TOPIC.into(),
@@ -60,8 +65,9 @@ impl Rig {
             destination: Arc::new(self.dest.clone()),
             coordinator: self.coordinator.clone(),
             retry,
-            desired: PartitionState::Mirroring,
+            desired,
             support_unclean_leader_election: self.ule,
+            final_sync: None,
         })
         .start()
     }
@@ -640,4 +646,44 @@ async fn an_unclean_election_repair_survives_the_next_alignment() {
     assert_eq!(image.translate(&rig.key, 3), Translation::Exact(3));
     assert_eq!(image.translate(&rig.key, 4), Translation::Exact(6));
     assert_eq!(image.translate(&rig.key, 6), Translation::Exact(8));
+}
+
+#[actix::test]
+async fn a_partition_stopped_while_paused_since_start_up_records_where_its_copy_stands() {
+    let rig = rig().await;
+    rig.append(6, 0);
+    let actor = rig.start(fast_retry());
+    eventually("6 records", async || rig.dest.records(&rig.tp).len() == 6).await;
+    actor.do_send(Desire(PartitionState::Paused));
+    eventually("PAUSED", async || {
+        state(&actor).await.state == PartitionState::Paused
+    })
+    .await;
+    actor.send(Shutdown).await.unwrap();
+    // A new process: the partition is PAUSED and no pump runs before STOP.
+    let actor = rig.start_desiring(fast_retry(), PartitionState::Paused);
+    eventually("PAUSED again", async || {
+        state(&actor).await.state == PartitionState::Paused
+    })
+    .await;
+    actor.do_send(Desire(PartitionState::Stopped));
+    eventually("STOPPED", async || {
+        state(&actor).await.state == PartitionState::Stopped
+    })
+    .await;
+    let lme = rig
+        .image()
+        .await
+        .last_mirror_epochs(&rig.key)
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (
+            lme.source_offset,
+            lme.destination_end_offset,
+            lme.last_mirror_offset
+        ),
+        (6, 6, 6),
+        "{lme:?}"
+    );
 }
