@@ -51,7 +51,20 @@ pub async fn node_with(
     destination: ClientConfig,
     connector: SourceConnector,
 ) -> Node {
-    let log = Arc::new(SledLog::open(dir).expect("open event log"));
+    // A node just shut down in this process frees the log once its actors
+    // have stopped.
+    let start = Instant::now();
+    let log = loop {
+        match SledLog::open(dir) {
+            Ok(log) => break Arc::new(log),
+            Err(kmirror_store::StoreError::Locked(_))
+                if start.elapsed() < Duration::from_secs(10) =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("open event log: {e}"),
+        }
+    };
     let dest = KafkaClient::connect(destination)
         .await
         .expect("connect destination");

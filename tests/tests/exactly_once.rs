@@ -116,3 +116,64 @@ async fn an_abandoned_producer_lands_nothing_after_the_partition_realigns() {
     assert_eq!(without_offsets(&a), without_offsets(&b));
     node.shutdown().await;
 }
+
+#[actix::test]
+async fn a_foreign_write_above_the_last_checkpoint_is_not_taken_for_kmirrors_own() {
+    let topic = unique("foreign-above-checkpoint");
+    create_topic(&bed().source, &topic, 1, &[]);
+    create_topic(&bed().destination, &topic, 1, &[]);
+    produce_to(&bed().source, &topic, &lines(100, "ours"), "none");
+    let dir = tempfile::tempdir().unwrap();
+    let props: std::collections::BTreeMap<String, String> = [
+        ("bootstrap.servers".to_string(), bed().source.clone()),
+        (
+            "mirror.failed.retry.initial.backoff.ms".into(),
+            "100".into(),
+        ),
+    ]
+    .into();
+    let node = node_with(
+        dir.path(),
+        ClientConfig::plaintext(&bed().destination),
+        connector_through(None),
+    )
+    .await;
+    node.create_mirror("fw", props).await.unwrap();
+    node.start_topics("fw", std::slice::from_ref(&topic), &[], None)
+        .await
+        .unwrap();
+    wait_for(&node, "fw", Duration::from_secs(60), "caught up", |p| {
+        p.state == "MIRRORING" && p.lag == 0 && p.destination_offset == 100
+    })
+    .await;
+    node.shutdown().await;
+    drop(node);
+    // While kmirror is down, someone else writes to the mirror topic.
+    produce_to(&bed().destination, &topic, &lines(1, "foreign"), "none");
+    produce_to(&bed().source, &topic, &lines(10, "later"), "none");
+
+    let node = node_with(
+        dir.path(),
+        ClientConfig::plaintext(&bed().destination),
+        connector_through(None),
+    )
+    .await;
+    wait_for(&node, "fw", Duration::from_secs(60), "refused", |p| {
+        p.state == "FAILED" || p.lag == 0
+    })
+    .await;
+    let p = &node.describe(Some("fw")).await.unwrap()[0];
+    assert_eq!(
+        (p.state.as_str(), p.retry_attempt),
+        ("FAILED", -1),
+        "{p:#?}"
+    );
+    assert!(
+        p.error.as_deref().unwrap_or("").contains("producer"),
+        "the error names the foreign producer: {p:#?}"
+    );
+    // Nothing more was appended after the foreign record.
+    let b = consume_sorted(&bed().destination, &topic, 102, 5_000);
+    assert_eq!(b.len(), 101);
+    node.shutdown().await;
+}

@@ -423,6 +423,58 @@ impl DestinationCluster for KafkaCluster {
         })
     }
 
+    fn batch_producers(
+        &self,
+        tp: &TopicPartition,
+        from: i64,
+        to: i64,
+    ) -> BoxFuture<'_, Result<Vec<(i64, i64)>, KafkaError>> {
+        let tp = tp.clone();
+        Box::pin(async move {
+            let (leader, epoch) = self.client.leader(&tp.topic, tp.partition).await?;
+            let options = FetchOptions {
+                isolation: IsolationLevel::ReadUncommitted,
+                max_wait: Duration::from_millis(100),
+                incremental: false,
+                ..FetchOptions::default()
+            };
+            let mut session = FetchSession::new(self.client.clone(), leader, options);
+            session.add(tp.clone(), from, epoch);
+            let mut out = Vec::new();
+            let mut at = from;
+            while at < to {
+                let fetched = session
+                    .fetch()
+                    .await?
+                    .into_iter()
+                    .find(|(t, _)| *t == tp)
+                    .map(|(_, r)| r)
+                    .unwrap_or_else(|| {
+                        Err(FetchError::Other(KafkaError::Unknown(format!(
+                            "{tp}: no data in a fetch at {at}"
+                        ))))
+                    })
+                    .map_err(|e| match e {
+                        FetchError::Other(e) => e,
+                        other => KafkaError::Unknown(format!("reading {tp} at {at}: {other}")),
+                    })?;
+                for b in fetched.batches() {
+                    let b = b?;
+                    if b.base_offset() < to {
+                        out.push((b.base_offset(), b.producer_id()));
+                    }
+                }
+                if fetched.next_offset <= at {
+                    return Err(KafkaError::Unknown(format!(
+                        "{tp}: no complete batch at offset {at} below the end {to}"
+                    )));
+                }
+                at = fetched.next_offset;
+            }
+            Ok(out)
+        })
+    }
+
     fn max_message_bytes(&self, topic: &str) -> BoxFuture<'_, Result<usize, KafkaError>> {
         let resource = ConfigResource::Topic(topic.to_string());
         Box::pin(async move {

@@ -463,6 +463,8 @@ pub struct StoredRecord {
 #[derive(Default, Debug)]
 struct DestPartition {
     records: Vec<StoredRecord>,
+    /// `(base offset, producer id)` of every append.
+    producers: Vec<(i64, i64)>,
     /// Batches appended (what a broker pays for per append).
     batches: u64,
     log_start: i64,
@@ -482,6 +484,8 @@ struct DestState {
     commit_faults: VecDeque<KafkaError>,
     configs: BTreeMap<String, BTreeMap<String, String>>,
     acls: Option<Vec<AclBinding>>,
+    /// The last producer id handed to a sink.
+    last_producer_id: i64,
 }
 
 /// A destination cluster in memory.
@@ -592,6 +596,7 @@ impl MemoryDestination {
     pub fn foreign_write(&self, tp: &TopicPartition, r: Record) {
         self.with(tp, |p| {
             let offset = p.log_start + p.records.len() as i64;
+            p.producers.push((offset, -1));
             p.records.push(StoredRecord { offset, record: r });
         });
     }
@@ -608,6 +613,7 @@ impl MemoryDestination {
             }
             let base = p.log_start + p.records.len() as i64;
             p.batches += 1;
+            p.producers.push((base, rb.producer_id()));
             for (i, r) in decoded.records.into_iter().enumerate() {
                 p.records.push(StoredRecord {
                     offset: base + i as i64,
@@ -629,16 +635,26 @@ impl MemoryDestination {
 struct MemorySink {
     dest: MemoryDestination,
     tp: TopicPartition,
+    producer_id: i64,
+    next_sequence: i32,
 }
 
 impl PartitionSink for MemorySink {
-    fn send(&mut self, batch: OutgoingBatch) -> BoxFuture<'_, Result<Ack, KafkaError>> {
+    fn send(&mut self, mut batch: OutgoingBatch) -> BoxFuture<'_, Result<Ack, KafkaError>> {
+        // Stamped as the real producer stamps every batch it writes.
+        crate::kafka::batch::stamp_producer(
+            &mut batch.bytes,
+            self.producer_id,
+            0,
+            self.next_sequence,
+        );
+        self.next_sequence += batch.record_count;
         let result = self.dest.produce(&self.tp, batch);
         Box::pin(async move { Ok(Box::pin(async move { result }) as Ack) })
     }
 
     fn producer(&self) -> (i64, i16) {
-        (1, 0)
+        (self.producer_id, 0)
     }
 
     fn close(self: Box<Self>) -> BoxFuture<'static, ()> {
@@ -829,6 +845,22 @@ impl DestinationCluster for MemoryDestination {
         Box::pin(async move { result })
     }
 
+    fn batch_producers(
+        &self,
+        tp: &TopicPartition,
+        from: i64,
+        to: i64,
+    ) -> BoxFuture<'_, Result<Vec<(i64, i64)>, KafkaError>> {
+        let found = self.with(tp, |p| {
+            p.producers
+                .iter()
+                .filter(|(base, _)| (from..to).contains(base))
+                .copied()
+                .collect()
+        });
+        Box::pin(async move { Ok(found) })
+    }
+
     fn max_message_bytes(&self, _topic: &str) -> BoxFuture<'_, Result<usize, KafkaError>> {
         let m = self.state.lock().unwrap().max_message_bytes;
         Box::pin(async move { Ok(m) })
@@ -838,9 +870,16 @@ impl DestinationCluster for MemoryDestination {
         &self,
         tp: TopicPartition,
     ) -> BoxFuture<'_, Result<Box<dyn PartitionSink>, KafkaError>> {
+        let producer_id = {
+            let mut s = self.state.lock().unwrap();
+            s.last_producer_id += 1;
+            s.last_producer_id
+        };
         let sink = MemorySink {
             dest: self.clone(),
             tp,
+            producer_id,
+            next_sequence: 0,
         };
         Box::pin(async move { Ok(Box::new(sink) as Box<dyn PartitionSink>) })
     }

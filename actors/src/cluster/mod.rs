@@ -149,6 +149,15 @@ pub trait DestinationCluster: ClusterView {
         partitions: i32,
         configs: Vec<(String, String)>,
     ) -> BoxFuture<'_, Result<(), KafkaError>>;
+    /// `(base offset, producer id)` of each batch in `[from, to)`, read
+    /// uncommitted: after a crash, alignment checks that the batches above
+    /// the recorded run lengths are kmirror's own.
+    fn batch_producers(
+        &self,
+        tp: &TopicPartition,
+        from: i64,
+        to: i64,
+    ) -> BoxFuture<'_, Result<Vec<(i64, i64)>, KafkaError>>;
     /// The largest batch the destination topic accepts (`max.message.bytes`).
     fn max_message_bytes(&self, topic: &str) -> BoxFuture<'_, Result<usize, KafkaError>>;
     /// A standalone commit (no member, generation −1): Kafka refuses it for

@@ -68,6 +68,10 @@ pub struct Alignment {
     pub next_source: Option<i64>,
     /// Destination offset the next produced record will get.
     pub next_destination: i64,
+    /// One past what the map records as written (acknowledged lengths and
+    /// holes): anything above it on the destination must be kmirror's own
+    /// unrecorded appends, which alignment has to verify.
+    pub recorded_end: i64,
 }
 
 /// Reconciles the recorded runs and holes with the destination partition,
@@ -141,6 +145,7 @@ pub fn align(
         corrected,
         next_source,
         next_destination: end,
+        recorded_end: acked,
     })
 }
 

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use actix::Addr;
 use futures_util::stream::{FuturesOrdered, StreamExt};
-use kmirror_events::{Command, GapDetected, MirrorPartitionKey, OffsetMapRun};
+use kmirror_events::{Command, GapDetected, MirrorPartitionKey, MirrorProducer, OffsetMapRun};
 use tokio::sync::watch;
 
-use super::cursor::{align, AlignError, Cursor, Segment};
+use super::cursor::{align, AlignError, Alignment, Cursor, Segment};
 use crate::cluster::{
     Ack, BoxFuture, DestinationCluster, PartitionFetch, PartitionSink, SourceCluster,
 };
@@ -226,6 +226,9 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
         .map_err(|e| kafka_failure("destination offsets", e))?;
     let alignment = align(view.runs, view.holes, dest.log_start, dest.end)
         .map_err(|e| PumpExit::fatal(e.to_string()))?;
+    if let Some(ours) = view.producer {
+        check_unrecorded_tail(cx, &alignment, dest.log_start, ours).await?;
+    }
     if !alignment.stale.is_empty() || !alignment.corrected.is_empty() {
         cx.execute(Command::SetOffsetRuns {
             key: cx.key.clone(),
@@ -273,14 +276,31 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
         .open_sink(cx.tp.clone())
         .await
         .map_err(|e| kafka_failure("open destination producer", e))?;
-    let copied = copy(
-        cx,
-        &mut cursor,
-        &mut *sink,
-        dest.leader_epoch,
-        max_message_bytes,
-    )
-    .await;
+    // The producer is recorded before its first batch, so whatever it
+    // appends and no checkpoint covers is known to be kmirror's.
+    let (producer_id, producer_epoch) = sink.producer();
+    let recorded = cx
+        .execute(Command::RecordProducer {
+            key: cx.key.clone(),
+            producer: MirrorProducer {
+                producer_id,
+                producer_epoch,
+            },
+        })
+        .await;
+    let copied = match recorded {
+        Ok(()) => {
+            copy(
+                cx,
+                &mut cursor,
+                &mut *sink,
+                dest.leader_epoch,
+                max_message_bytes,
+            )
+            .await
+        }
+        Err(e) => Err(e),
+    };
     // Whatever this producer still has queued must land (or fail) before
     // anyone aligns again: a batch it retried after the next pump read the
     // destination's end would land twice, under two producer ids.
@@ -405,6 +425,34 @@ async fn copy(
     match moved {
         Some((from, to)) => Err(PumpExit::EpochMoved { from, to }),
         None => Ok(()),
+    }
+}
+
+/// After a crash the destination may hold appends above what the map
+/// records, and alignment counts them as kmirror's. They are, only if the
+/// producer recorded before them wrote every one: anything else is a foreign
+/// write that would shift every later offset.
+async fn check_unrecorded_tail(
+    cx: &PumpContext,
+    alignment: &Alignment,
+    log_start: i64,
+    ours: MirrorProducer,
+) -> Result<(), PumpExit> {
+    let from = alignment.recorded_end.max(log_start);
+    if from >= alignment.next_destination {
+        return Ok(());
+    }
+    let batches = cx
+        .destination
+        .batch_producers(&cx.tp, from, alignment.next_destination)
+        .await
+        .map_err(|e| kafka_failure("read the destination above the recorded map", e))?;
+    match batches.iter().find(|(_, pid)| *pid != ours.producer_id) {
+        None => Ok(()),
+        Some((offset, pid)) => Err(PumpExit::fatal(format!(
+            "destination offset {offset} was written by producer id {pid}, not by kmirror's producer {}: another producer wrote to the mirror partition while kmirror was not copying",
+            ours.producer_id
+        ))),
     }
 }
 

@@ -687,3 +687,53 @@ async fn a_partition_stopped_while_paused_since_start_up_records_where_its_copy_
         "{lme:?}"
     );
 }
+
+#[actix::test]
+async fn appends_above_the_last_checkpoint_are_kmirrors_only_if_its_producer_wrote_them() {
+    for foreign in [false, true] {
+        let rig = rig().await;
+        rig.append(6, 0);
+        let actor = rig.start(fast_retry());
+        eventually("6 records", async || rig.dest.records(&rig.tp).len() == 6).await;
+        actor.send(Shutdown).await.unwrap();
+        // A crash before the last checkpoint: the log knows 3 of the 6.
+        rig.coordinator
+            .send(crate::coordinator::Execute::new(
+                kmirror_events::Command::SetOffsetRuns {
+                    key: rig.key.clone(),
+                    upsert: vec![OffsetMapRun {
+                        source_start: 0,
+                        destination_start: 0,
+                        length: 3,
+                    }],
+                    remove: vec![],
+                    holes: vec![],
+                },
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        if foreign {
+            rig.dest
+                .foreign_write(&rig.tp, record(None, Some("foreign"), 0));
+        }
+        rig.append(2, 6);
+        let actor = rig.start(fast_retry());
+        if foreign {
+            eventually("FAILED", async || {
+                state(&actor).await.state == PartitionState::Failed
+            })
+            .await;
+            let s = state(&actor).await;
+            assert_eq!(s.retry_attempt, -1);
+            assert!(s.error.unwrap().contains("producer id -1"));
+            assert_eq!(rig.dest.records(&rig.tp).len(), 7, "nothing more appended");
+        } else {
+            eventually("8 records", async || rig.dest.records(&rig.tp).len() == 8).await;
+            let expected: Vec<String> = (0..8).map(|i| format!("v{i}")).collect();
+            assert_eq!(rig.values(), expected);
+            assert_eq!(state(&actor).await.retry_attempt, 0);
+        }
+        actor.send(Shutdown).await.unwrap();
+    }
+}
