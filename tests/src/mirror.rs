@@ -111,30 +111,43 @@ pub fn produce(topic: &str, input: &str, codec: &str) {
 
 /// [`produce`] into the cluster at `bootstrap`.
 pub fn produce_to(bootstrap: &str, topic: &str, input: &str, codec: &str) {
-    let out = kafka_tool_stdin(
-        "kafka-console-producer",
-        &[
-            "--bootstrap-server",
-            bootstrap,
-            "--topic",
-            topic,
-            "--producer-property",
-            &format!("compression.type={codec}"),
-            "--producer-property",
-            "linger.ms=50",
-            "--property",
-            "parse.key=true",
-            "--property",
-            "parse.headers=true",
-            "--property",
-            "null.marker=NULL",
-        ],
-        input.as_bytes(),
-    );
+    produce_with(
+        bootstrap,
+        topic,
+        input,
+        &[&format!("compression.type={codec}"), "linger.ms=50"],
+    )
+}
+
+/// The console producer with these producer properties (`batch.size=…`).
+pub fn produce_with(bootstrap: &str, topic: &str, input: &str, producer_props: &[&str]) {
+    let mut args = vec![
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        topic,
+        "--property",
+        "parse.key=true",
+        "--property",
+        "parse.headers=true",
+        "--property",
+        "null.marker=NULL",
+    ];
+    for p in producer_props {
+        args.extend(["--producer-property", p]);
+    }
+    let out = kafka_tool_stdin("kafka-console-producer", &args, input.as_bytes());
     assert!(
         out.status.success(),
         "console producer: {}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    // It exits 0 even when records could not be sent: say so.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("Error when sending message"),
+        "console producer lost records: {}",
+        &stderr[..stderr.len().min(2000)]
     );
 }
 

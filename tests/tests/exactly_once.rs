@@ -177,3 +177,118 @@ async fn a_foreign_write_above_the_last_checkpoint_is_not_taken_for_kmirrors_own
     assert_eq!(b.len(), 101);
     node.shutdown().await;
 }
+
+/// Console-producer lines with 1 KB values `{tag}-{i}-xxx…`.
+fn big_lines(n: usize, tag: &str) -> String {
+    let pad = "x".repeat(1000);
+    (0..n)
+        .map(|i| format!("h:{i}\tk{i}\t{tag}-{i}-{pad}\n"))
+        .collect()
+}
+
+/// The end offset of partition 0, by Kafka's own `kafka-get-offsets`.
+fn end_offset(bootstrap: &str, topic: &str) -> i64 {
+    let out = kmirror_tests::kafka_tool_ok(
+        "kafka-get-offsets",
+        &["--bootstrap-server", bootstrap, "--topic", topic],
+    );
+    out.lines()
+        .find_map(|l| l.rsplit(':').next()?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn kafka_topics(bootstrap: &str, args: &[&str]) {
+    let mut all = vec!["--bootstrap-server", bootstrap];
+    all.extend_from_slice(args);
+    kmirror_tests::kafka_tool_ok("kafka-topics", &all);
+}
+
+#[actix::test]
+async fn a_source_topic_recreated_while_its_partition_waits_is_never_copied_onto_the_old_one() {
+    let topic = unique("recreated-while-paused");
+    create_topic(&bed().source, &topic, 1, &[]);
+    create_topic(&bed().destination, &topic, 1, &[]);
+    // 20 MB: far more than the partition's pipeline and fetch buffer hold.
+    kmirror_tests::mirror::produce_with(&bed().source, &topic, &big_lines(20_000, "old"), &[]);
+    let destination = FaultProxy::start(&bed().destination).await;
+    let mut dest_config = ClientConfig::plaintext(&bed().destination);
+    destination.route(&mut dest_config);
+    let dir = tempfile::tempdir().unwrap();
+    let node = node_with(dir.path(), dest_config, connector_through(None)).await;
+    let props: std::collections::BTreeMap<String, String> = [
+        ("bootstrap.servers".to_string(), bed().source.clone()),
+        (
+            "mirror.failed.retry.initial.backoff.ms".into(),
+            "100".into(),
+        ),
+    ]
+    .into();
+    // Produces are held: the pump's pipeline fills, and then its fetches sit
+    // out (back-pressure) with the source position inside the old data.
+    destination.hold(&[PRODUCE]);
+    node.create_mirror("rc", props).await.unwrap();
+    node.start_topics("rc", std::slice::from_ref(&topic), &[], None)
+        .await
+        .unwrap();
+    wait_until(Duration::from_secs(30), "the pipeline is full", || {
+        destination.held() >= 5
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The source topic is deleted and re-created under the same name, and
+    // refilled past the mirror's position.
+    kafka_topics(&bed().source, &["--delete", "--topic", &topic]);
+    let start = Instant::now();
+    loop {
+        let out = kmirror_tests::kafka_tool(
+            "kafka-topics",
+            &[
+                "--bootstrap-server",
+                &bed().source,
+                "--create",
+                "--topic",
+                &topic,
+                "--partitions",
+                "1",
+                "--replication-factor",
+                "1",
+            ],
+        );
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "re-create: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    kmirror_tests::mirror::produce_with(&bed().source, &topic, &big_lines(25_000, "new"), &[]);
+    let start = Instant::now();
+    loop {
+        let end = end_offset(&bed().source, &topic);
+        if end >= 25_000 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "refill: {end}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    destination.release();
+    wait_for(&node, "rc", Duration::from_secs(60), "refused", |p| {
+        p.retry_attempt == -1
+    })
+    .await;
+    let p = &node.describe(Some("rc")).await.unwrap()[0];
+    assert_eq!(p.state, "FAILED", "{p:#?}");
+    assert!(
+        p.error.as_deref().unwrap_or("").contains("re-created"),
+        "{p:#?}"
+    );
+    let copied = consume_sorted(&bed().destination, &topic, 45_000, 10_000);
+    assert!(
+        copied.iter().all(|l| l.contains("\told-")),
+        "records of the re-created topic were copied onto the old one"
+    );
+    node.shutdown().await;
+}

@@ -80,7 +80,7 @@ async fn fetch_smoke_ten_thousand_records() {
         },
     );
     let tp = TopicPartition::new(&topic, 0);
-    s.add(tp.clone(), 0, epoch);
+    s.add(tp.clone(), 0, epoch, uuid::Uuid::nil());
     let (mut records, mut batches, mut fetches) = (0i64, 0, 0);
     let mut hw = -1;
     while s.position(&tp).unwrap() < 10_000 {
@@ -180,7 +180,7 @@ async fn fetch_errors_are_typed() {
     let mut s = FetchSession::new(c.clone(), leader, FetchOptions::default());
     let mut r = Vec::new();
     for _ in 0..50 {
-        s.add(tp.clone(), 1_000_000, epoch);
+        s.add(tp.clone(), 1_000_000, epoch, uuid::Uuid::nil());
         r = s.fetch().await.unwrap();
         if !matches!(r[0].1, Err(FetchError::LeaderChanged { .. })) {
             break;
@@ -201,7 +201,7 @@ async fn fetch_errors_are_typed() {
     // A leader epoch from the future: the broker fences us (UNKNOWN_LEADER_EPOCH);
     // the partition leaves the session so it can be re-routed.
     let mut s = FetchSession::new(c.clone(), leader, FetchOptions::default());
-    s.add(tp.clone(), 0, epoch + 5);
+    s.add(tp.clone(), 0, epoch + 5, uuid::Uuid::nil());
     let r = s.fetch().await.unwrap();
     match &r[0].1 {
         Err(FetchError::LeaderChanged { error, offset, .. }) => {
@@ -214,7 +214,7 @@ async fn fetch_errors_are_typed() {
 
     // A partition that does not exist: UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID as a leader change.
     let mut s = FetchSession::new(c.clone(), leader, FetchOptions::default());
-    s.add(TopicPartition::new(&topic, 7), 0, -1);
+    s.add(TopicPartition::new(&topic, 7), 0, -1, uuid::Uuid::nil());
     let r = s.fetch().await.unwrap();
     assert!(
         matches!(r[0].1, Err(FetchError::LeaderChanged { .. })),
@@ -275,7 +275,7 @@ async fn transactional_source_forwards_committed_data_without_markers() {
     // The destination batches are plain (non-transactional) idempotent batches.
     let (leader, epoch) = dst.leader(&topic, 0).await.unwrap();
     let mut s = FetchSession::new(dst.clone(), leader, FetchOptions::default());
-    s.add(TopicPartition::new(&topic, 0), 0, epoch);
+    s.add(TopicPartition::new(&topic, 0), 0, epoch, uuid::Uuid::nil());
     for (_, r) in s.fetch().await.unwrap() {
         for b in r.unwrap().batches() {
             let b = b.unwrap();
@@ -331,7 +331,7 @@ async fn many_partitions_share_produce_requests() {
     for p in 0..6 {
         let (leader, epoch) = src.leader(&topic, p).await.unwrap();
         let mut s = FetchSession::new(src.clone(), leader, FetchOptions::default());
-        s.add(TopicPartition::new(&topic, p), 0, epoch);
+        s.add(TopicPartition::new(&topic, p), 0, epoch, uuid::Uuid::nil());
         let mut out = Vec::new();
         while s.position(&TopicPartition::new(&topic, p)).unwrap() < ends[p as usize] {
             for (_, r) in s.fetch().await.unwrap() {
@@ -439,7 +439,7 @@ async fn incremental_fetch_session() {
     };
     let mut s = FetchSession::new(c.clone(), leader, opts);
     for p in 0..3 {
-        s.add(TopicPartition::new(&topic, p), 0, epoch);
+        s.add(TopicPartition::new(&topic, p), 0, epoch, uuid::Uuid::nil());
     }
     let first = s.fetch().await.unwrap();
     assert_eq!(first.len(), 3, "the first fetch is full");

@@ -95,7 +95,7 @@ async fn forward_vs_producer_perf_test() {
             };
             let mut s = FetchSession::new(src, leader, opts);
             let tp = TopicPartition::new(&topic, 0);
-            s.add(tp.clone(), 0, epoch);
+            s.add(tp.clone(), 0, epoch, uuid::Uuid::nil());
             let mut pos = 0;
             let mut bytes = 0usize;
             while pos < n {

@@ -105,7 +105,7 @@ async fn round_trip(c: &KafkaClient, label: &str) {
     assert_eq!(ack.base_offset, 0);
     let (leader, epoch) = c.leader(&topic, 0).await.unwrap();
     let mut s = FetchSession::new(c.clone(), leader, FetchOptions::default());
-    s.add(TopicPartition::new(&topic, 0), 0, epoch);
+    s.add(TopicPartition::new(&topic, 0), 0, epoch, uuid::Uuid::nil());
     let res = s.fetch().await.unwrap();
     let data = res[0].1.as_ref().unwrap();
     let b = data.batches().next().unwrap().unwrap();

@@ -155,6 +155,7 @@ impl KafkaCluster {
 /// A partition joining a broker's fetch stream.
 struct Register {
     tp: TopicPartition,
+    topic_id: uuid::Uuid,
     offset: i64,
     leader_epoch: i32,
     tx: mpsc::Sender<Result<FetchedPartition, FetchError>>,
@@ -167,7 +168,8 @@ async fn broker_fetcher(mut session: FetchSession, mut rx: mpsc::UnboundedReceiv
     let mut parts: IndexMap<TopicPartition, mpsc::Sender<Result<FetchedPartition, FetchError>>> =
         IndexMap::new();
     let mut paused: HashMap<TopicPartition, (i64, i32)> = HashMap::new();
-    let mut epochs: HashMap<TopicPartition, i32> = HashMap::new();
+    // Leader epoch and topic id each partition was registered with.
+    let mut epochs: HashMap<TopicPartition, (i32, uuid::Uuid)> = HashMap::new();
     loop {
         // Take in new registrations; wait for one if nothing is open.
         if parts.is_empty() {
@@ -194,12 +196,13 @@ async fn broker_fetcher(mut session: FetchSession, mut rx: mpsc::UnboundedReceiv
             match (full, paused.contains_key(tp)) {
                 (true, false) => {
                     if let Some(offset) = session.remove(tp) {
-                        paused.insert(tp.clone(), (offset, epochs.get(tp).copied().unwrap_or(-1)));
+                        paused.insert(tp.clone(), (offset, epochs.get(tp).map_or(-1, |e| e.0)));
                     }
                 }
                 (false, true) => {
                     let (offset, epoch) = paused.remove(tp).expect("paused entry");
-                    session.add(tp.clone(), offset, epoch);
+                    let topic_id = epochs.get(tp).map(|e| e.1).unwrap_or_default();
+                    session.add(tp.clone(), offset, epoch, topic_id);
                 }
                 _ => {}
             }
@@ -246,13 +249,13 @@ async fn broker_fetcher(mut session: FetchSession, mut rx: mpsc::UnboundedReceiv
 fn add(
     session: &mut FetchSession,
     parts: &mut IndexMap<TopicPartition, mpsc::Sender<Result<FetchedPartition, FetchError>>>,
-    epochs: &mut HashMap<TopicPartition, i32>,
+    epochs: &mut HashMap<TopicPartition, (i32, uuid::Uuid)>,
     paused: &mut HashMap<TopicPartition, (i64, i32)>,
     r: Register,
 ) {
     paused.remove(&r.tp);
-    session.add(r.tp.clone(), r.offset, r.leader_epoch);
-    epochs.insert(r.tp.clone(), r.leader_epoch);
+    session.add(r.tp.clone(), r.offset, r.leader_epoch, r.topic_id);
+    epochs.insert(r.tp.clone(), (r.leader_epoch, r.topic_id));
     parts.insert(r.tp, r.tx);
 }
 
@@ -327,6 +330,7 @@ impl SourceCluster for KafkaCluster {
     fn open(
         &self,
         tp: TopicPartition,
+        topic_id: TopicId,
         offset: i64,
     ) -> BoxFuture<'_, Result<Box<dyn PartitionFetch>, KafkaError>> {
         Box::pin(async move {
@@ -335,6 +339,7 @@ impl SourceCluster for KafkaCluster {
             self.fetcher(leader)
                 .send(Register {
                     tp,
+                    topic_id: uuid::Uuid::from_bytes(topic_id.0),
                     offset,
                     leader_epoch: epoch,
                     tx,
@@ -439,7 +444,7 @@ impl DestinationCluster for KafkaCluster {
                 ..FetchOptions::default()
             };
             let mut session = FetchSession::new(self.client.clone(), leader, options);
-            session.add(tp.clone(), from, epoch);
+            session.add(tp.clone(), from, epoch, uuid::Uuid::nil());
             let mut out = Vec::new();
             let mut at = from;
             while at < to {

@@ -301,16 +301,23 @@ impl MemorySource {
         self.create_topic(name, id, partitions);
     }
 
+    /// One fetch, as a broker answers a request naming the topic by id.
     pub(crate) fn fetch_once(
         &self,
         tp: &TopicPartition,
+        topic_id: TopicId,
         offset: i64,
     ) -> Result<FetchedPartition, FetchError> {
         let mut s = self.state.lock().unwrap();
-        let Some((_, parts)) = s.topics.get_mut(&*tp.topic) else {
-            return Err(FetchError::Other(KafkaError::Unknown(format!(
-                "no topic {tp}"
-            ))));
+        let parts = match s.topics.get_mut(&*tp.topic) {
+            Some((id, parts)) if *id == topic_id => parts,
+            _ => {
+                return Err(FetchError::LeaderChanged {
+                    error: ResponseError::UnknownTopicId,
+                    new_leader: None,
+                    offset,
+                })
+            }
         };
         let p = &mut parts[tp.partition as usize];
         if let Some(e) = p.fetch_faults.pop_front() {
@@ -343,6 +350,7 @@ impl MemorySource {
 struct MemoryFetch {
     source: MemorySource,
     tp: TopicPartition,
+    topic_id: TopicId,
     position: i64,
 }
 
@@ -350,7 +358,9 @@ impl PartitionFetch for MemoryFetch {
     fn next(&mut self) -> BoxFuture<'_, Result<FetchedPartition, FetchError>> {
         Box::pin(async move {
             loop {
-                let f = self.source.fetch_once(&self.tp, self.position)?;
+                let f = self
+                    .source
+                    .fetch_once(&self.tp, self.topic_id, self.position)?;
                 if !f.records.is_empty() {
                     self.position = f.next_offset;
                     return Ok(f);
@@ -442,11 +452,13 @@ impl SourceCluster for MemorySource {
     fn open(
         &self,
         tp: TopicPartition,
+        topic_id: TopicId,
         offset: i64,
     ) -> BoxFuture<'_, Result<Box<dyn PartitionFetch>, KafkaError>> {
         let f = MemoryFetch {
             source: self.clone(),
             tp,
+            topic_id,
             position: offset,
         };
         Box::pin(async move { Ok(Box::new(f) as Box<dyn PartitionFetch>) })

@@ -125,10 +125,14 @@ pub trait SourceCluster: ClusterView {
         topic: &str,
     ) -> BoxFuture<'_, Result<Vec<(String, String)>, KafkaError>>;
     /// Starts reading `tp` at `offset`, sharing one fetch stream per source
-    /// broker with every other open partition that broker leads.
+    /// broker with every other open partition that broker leads. Every fetch
+    /// names the topic by `topic_id`: a topic deleted and re-created under
+    /// the same name is another topic, and its records must never be read
+    /// as this one's.
     fn open(
         &self,
         tp: TopicPartition,
+        topic_id: TopicId,
         offset: i64,
     ) -> BoxFuture<'_, Result<Box<dyn PartitionFetch>, KafkaError>>;
 }

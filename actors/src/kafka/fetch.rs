@@ -96,6 +96,10 @@ impl Default for FetchOptions {
 struct PartState {
     offset: i64,
     leader_epoch: i32,
+    /// The topic id the partition was added with: every request names the
+    /// topic by it, so a topic deleted and re-created under the same name
+    /// answers UNKNOWN_TOPIC_ID instead of serving the new topic's records.
+    topic_id: Uuid,
 }
 
 /// Data for one partition from one fetch.
@@ -217,13 +221,15 @@ impl FetchSession {
 
     /// Adds (or moves) a partition at `offset`. `leader_epoch` is the epoch
     /// from metadata (-1 to skip fencing); it lets the broker refuse to serve
-    /// us from a stale leader.
-    pub fn add(&mut self, tp: TopicPartition, offset: i64, leader_epoch: i32) {
+    /// us from a stale leader. `topic_id` pins the topic (nil: resolve the
+    /// name from metadata at each request).
+    pub fn add(&mut self, tp: TopicPartition, offset: i64, leader_epoch: i32, topic_id: Uuid) {
         self.partitions.insert(
             tp,
             PartState {
                 offset,
                 leader_epoch,
+                topic_id,
             },
         );
     }
@@ -287,11 +293,23 @@ impl FetchSession {
             return Ok(Vec::new());
         }
         let md = self.client.metadata();
-        let mut ids: HashMap<Uuid, std::sync::Arc<str>> = HashMap::new();
-        for tp in self.partitions.keys().chain(self.sent.keys()) {
-            let topic_id = md.topic(&tp.topic).map(|t| t.topic_id).unwrap_or_default();
-            ids.insert(topic_id, tp.topic.clone());
+        // A partition's pinned id, or (nil pinned, or a partition only left
+        // to forget) the id metadata has for its name.
+        let mut id_of: HashMap<std::sync::Arc<str>, Uuid> = HashMap::new();
+        for tp in self.sent.keys() {
+            let id = md.topic(&tp.topic).map(|t| t.topic_id).unwrap_or_default();
+            id_of.insert(tp.topic.clone(), id);
         }
+        for (tp, st) in &self.partitions {
+            let id = if st.topic_id.is_nil() {
+                md.topic(&tp.topic).map(|t| t.topic_id).unwrap_or_default()
+            } else {
+                st.topic_id
+            };
+            id_of.insert(tp.topic.clone(), id);
+        }
+        let ids: HashMap<Uuid, std::sync::Arc<str>> =
+            id_of.iter().map(|(n, id)| (*id, n.clone())).collect();
         let conn = self.client.connection(self.node_id).await?;
         let mut version = conn.version::<FetchRequest>()?;
         if ids.contains_key(&Uuid::nil()) {
@@ -309,7 +327,7 @@ impl FetchSession {
         } else {
             self.session_epoch
         };
-        let id_of = |t: &str| md.topic(t).map(|t| t.topic_id).unwrap_or_default();
+        let id_of = |t: &std::sync::Arc<str>| id_of.get(t).copied().unwrap_or_default();
         let mut topics: IndexMap<std::sync::Arc<str>, FetchTopic> = IndexMap::new();
         let mut included: Vec<(TopicPartition, (i64, i32))> = Vec::new();
         for (tp, st) in &self.partitions {

@@ -119,6 +119,24 @@ async fn sync_groups(
     if topics.is_empty() {
         return Ok(());
     }
+    // Source groups commit by topic name; identity is the topic id. A
+    // source topic re-created under a mirrored name is another topic, and
+    // its offsets mean nothing in this map.
+    let source_ids: HashMap<String, TopicId> = spec
+        .source
+        .topics()
+        .await
+        .doing(|| "list source topics".into())?
+        .into_iter()
+        .map(|t| (t.name, t.topic_id))
+        .collect();
+    let topics: BTreeMap<String, (TopicId, i32)> = topics
+        .into_iter()
+        .filter(|(name, (id, _))| source_ids.get(name) == Some(id))
+        .collect();
+    if topics.is_empty() {
+        return Ok(());
+    }
     let names: Vec<String> = topics.keys().cloned().collect();
     let source_groups = spec
         .source

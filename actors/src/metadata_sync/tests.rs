@@ -444,3 +444,13 @@ async fn a_group_inside_a_run_not_yet_checkpointed_is_synced_to_the_recorded_end
     // from 4, never skip to 10.
     assert_eq!(r.committed("g", 0).map(|c| c.0), Some(4));
 }
+
+#[actix::test]
+async fn a_group_of_a_recreated_source_topic_is_not_translated_through_the_old_map() {
+    let r = rig(&[]).await;
+    r.mirrored(0, vec![run(0, 0, 10)]).await;
+    r.source.recreate_topic(TOPIC, TopicId([42; 16]), 2);
+    r.source.commit("g", TOPIC, 0, 5, "");
+    r.sync().await;
+    assert_eq!(r.committed("g", 0), None);
+}

@@ -204,21 +204,7 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
         .send(ReadPartition(cx.key.clone()))
         .await
         .map_err(|e| PumpExit::retryable(format!("coordinator unavailable: {e}")))?;
-    let source_topics = cx
-        .source
-        .topics()
-        .await
-        .map_err(|e| kafka_failure("describe source topics", e))?;
-    match source_topics.iter().find(|t| *t.name == *cx.tp.topic) {
-        None => return Err(PumpExit::retryable(format!("source topic {} not found", cx.tp.topic))),
-        Some(t) if t.topic_id != cx.key.topic_id => {
-            return Err(PumpExit::fatal(format!(
-                "source topic {} was deleted and re-created: its topic id is now {}, the mirror copies {}",
-                cx.tp.topic, t.topic_id, cx.key.topic_id
-            )))
-        }
-        Some(_) => {}
-    }
+    check_source_topic(cx).await?;
     let dest = cx
         .destination
         .settled_bounds(&cx.tp)
@@ -319,7 +305,7 @@ async fn copy(
 ) -> Result<(), PumpExit> {
     let mut fetch = cx
         .source
-        .open(cx.tp.clone(), cursor.next_source)
+        .open(cx.tp.clone(), cx.key.topic_id, cursor.next_source)
         .await
         .map_err(|e| kafka_failure("open source fetch", e))?;
 
@@ -485,7 +471,7 @@ pub async fn stopped_position(
     let source_leader_epoch = if next_source > 0 {
         tokio::time::timeout(
             SOURCE_EPOCH_TIMEOUT,
-            source_epoch_at(source, tp, next_source - 1),
+            source_epoch_at(source, key, tp, next_source - 1),
         )
         .await
         .ok()
@@ -507,10 +493,11 @@ pub async fn stopped_position(
 /// The leader epoch the source batch holding `offset` was written in.
 async fn source_epoch_at(
     source: &dyn SourceCluster,
+    key: &MirrorPartitionKey,
     tp: &TopicPartition,
     offset: i64,
 ) -> Option<i32> {
-    let mut fetch = source.open(tp.clone(), offset).await.ok()?;
+    let mut fetch = source.open(tp.clone(), key.topic_id, offset).await.ok()?;
     let fetched = fetch.next().await.ok()?;
     fetched
         .batches()
@@ -801,6 +788,28 @@ async fn record_gap(cx: &PumpContext, from: i64, to: i64) -> Result<(), PumpExit
     .await
 }
 
+/// The source topic of this name is still the one the partition mirrors.
+/// Identity is the topic id: a topic deleted and re-created under the same
+/// name fails the partition, not retryable, naming both ids.
+async fn check_source_topic(cx: &PumpContext) -> Result<(), PumpExit> {
+    let topics = cx
+        .source
+        .topics()
+        .await
+        .map_err(|e| kafka_failure("describe source topics", e))?;
+    match topics.iter().find(|t| *t.name == *cx.tp.topic) {
+        None => Err(PumpExit::retryable(format!(
+            "source topic {} not found",
+            cx.tp.topic
+        ))),
+        Some(t) if t.topic_id != cx.key.topic_id => Err(PumpExit::fatal(format!(
+            "source topic {} was deleted and re-created: its topic id is now {}, the mirror copies {}",
+            cx.tp.topic, t.topic_id, cx.key.topic_id
+        ))),
+        Some(_) => Ok(()),
+    }
+}
+
 /// Reopens the source fetch after a fetch error, at the position it decides.
 async fn reopen(
     cx: &PumpContext,
@@ -821,13 +830,16 @@ async fn reopen(
                 return Err(truncated(b.end, cursor.next_source));
             }
         }
-        FetchError::LeaderChanged { .. } => {
-            tracing::info!(partition = %cx.tp, "source leader moved; following it");
+        FetchError::LeaderChanged { error, .. } => {
+            // UNKNOWN_TOPIC_ID and friends also mean "moved": only the
+            // topic's id tells a leader change from a re-created topic.
+            check_source_topic(cx).await?;
+            tracing::info!(partition = %cx.tp, %error, "source leader moved; following it");
         }
         FetchError::Other(e) => return Err(kafka_failure("fetch from source", e)),
     }
     cx.source
-        .open(cx.tp.clone(), cursor.next_source)
+        .open(cx.tp.clone(), cx.key.topic_id, cursor.next_source)
         .await
         .map_err(|e| kafka_failure("open source fetch", e))
 }

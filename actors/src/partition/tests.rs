@@ -737,3 +737,22 @@ async fn appends_above_the_last_checkpoint_are_kmirrors_only_if_its_producer_wro
         actor.send(Shutdown).await.unwrap();
     }
 }
+
+#[actix::test]
+async fn a_source_topic_recreated_while_mirroring_fails_the_partition_and_copies_nothing_of_it() {
+    let rig = rig().await;
+    rig.append(6, 0);
+    let actor = rig.start(fast_retry());
+    eventually("6 records", async || rig.dest.records(&rig.tp).len() == 6).await;
+    rig.source.recreate_topic(TOPIC, TopicId([8; 16]), 1);
+    rig.append(10, 100);
+    eventually("FAILED", async || {
+        state(&actor).await.state == PartitionState::Failed
+    })
+    .await;
+    let s = state(&actor).await;
+    assert_eq!(s.retry_attempt, -1);
+    assert!(s.error.unwrap().contains("re-created"));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(rig.dest.records(&rig.tp).len(), 6);
+}

@@ -53,7 +53,7 @@ pub async fn wait_fetchable(c: &KafkaClient, topic: &str, partitions: i32) {
                 ..Default::default()
             };
             let mut s = FetchSession::new(c.clone(), leader, opts);
-            s.add(TopicPartition::new(topic, p), 0, epoch);
+            s.add(TopicPartition::new(topic, p), 0, epoch, uuid::Uuid::nil());
             let ok = match s.fetch().await {
                 Ok(r) => r.len() == 1 && r[0].1.is_ok(),
                 Err(_) => false,
@@ -95,7 +95,7 @@ pub async fn forward_partition(
     let (leader, epoch) = src.leader(topic, partition).await.expect("source leader");
     let mut session = FetchSession::new(src.clone(), leader, FetchOptions::default());
     let tp = TopicPartition::new(topic, partition);
-    session.add(tp.clone(), 0, epoch);
+    session.add(tp.clone(), 0, epoch, uuid::Uuid::nil());
     let pp = producer
         .partition(topic, partition)
         .expect("partition producer");
@@ -115,7 +115,7 @@ pub async fn forward_partition(
                 Err(kmirror_actors::kafka::fetch::FetchError::LeaderChanged { offset, .. }) => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     let (_, epoch) = src.leader(topic, partition).await.expect("leader");
-                    session.add(tp, offset, epoch);
+                    session.add(tp, offset, epoch, uuid::Uuid::nil());
                     continue;
                 }
                 Err(e) => panic!("fetch {topic}-{partition}: {e}"),
@@ -162,7 +162,12 @@ pub async fn read_all(
 ) -> Vec<(i64, kmirror_actors::kafka::batch::Record)> {
     let (leader, epoch) = client.leader(topic, partition).await.unwrap();
     let mut s = FetchSession::new(client.clone(), leader, FetchOptions::default());
-    s.add(TopicPartition::new(topic, partition), 0, epoch);
+    s.add(
+        TopicPartition::new(topic, partition),
+        0,
+        epoch,
+        uuid::Uuid::nil(),
+    );
     let mut out = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     while s.position(&TopicPartition::new(topic, partition)).unwrap() < end {
@@ -172,7 +177,7 @@ pub async fn read_all(
                 Ok(d) => d,
                 Err(kmirror_actors::kafka::fetch::FetchError::LeaderChanged { offset, .. }) => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
-                    s.add(tp, offset, epoch);
+                    s.add(tp, offset, epoch, uuid::Uuid::nil());
                     continue;
                 }
                 Err(e) => panic!("fetch {topic}-{partition}: {e}"),
