@@ -292,3 +292,126 @@ async fn a_source_topic_recreated_while_its_partition_waits_is_never_copied_onto
     );
     node.shutdown().await;
 }
+
+/// Writes records with these timestamps to partition 0 of `topic`, through
+/// kmirror's own producer (Kafka's console producer cannot set timestamps).
+async fn produce_timestamps(bootstrap: &str, topic: &str, timestamps: &[i64]) {
+    use kmirror_actors::kafka::batch::{encode_batch, Codec, OutgoingBatch, Record, SourceOffsets};
+    use kmirror_actors::kafka::produce::IdempotentProducer;
+    use kmirror_actors::kafka::KafkaClient;
+    let client = KafkaClient::connect(ClientConfig::plaintext(bootstrap))
+        .await
+        .unwrap();
+    let producer = IdempotentProducer::new(client).await.unwrap();
+    let partition = producer.partition(topic, 0).unwrap();
+    let records: Vec<Record> = timestamps
+        .iter()
+        .enumerate()
+        .map(|(i, ts)| Record {
+            offset_delta: i as i32,
+            timestamp: *ts,
+            key: None,
+            value: Some(bytes::Bytes::from(format!("ts-{i}"))),
+            headers: vec![],
+        })
+        .collect();
+    let batch = OutgoingBatch {
+        bytes: encode_batch(&records, Codec::None).unwrap(),
+        record_count: records.len() as i32,
+        source_offsets: SourceOffsets::Range {
+            first: 0,
+            last: records.len() as i64 - 1,
+        },
+    };
+    partition.send(batch).await.unwrap().await.unwrap();
+    partition.close().await;
+}
+
+#[actix::test]
+async fn records_the_source_accepted_two_hours_ahead_are_mirrored() {
+    let topic = unique("future-timestamps");
+    // The source accepts timestamps up to a day ahead; the destination
+    // broker's default is an hour.
+    create_topic(
+        &bed().source,
+        &topic,
+        1,
+        &["message.timestamp.after.max.ms=86400000"],
+    );
+    let now = kmirror_actors::coordinator::now_ms();
+    produce_timestamps(&bed().source, &topic, &[now, now + 2 * 3_600_000, now]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = node_with(
+        dir.path(),
+        ClientConfig::plaintext(&bed().destination),
+        connector_through(None),
+    )
+    .await;
+    let props: std::collections::BTreeMap<String, String> =
+        [("bootstrap.servers".to_string(), bed().source.clone())].into();
+    node.create_mirror("ts", props).await.unwrap();
+    node.start_topics("ts", std::slice::from_ref(&topic), &[], None)
+        .await
+        .unwrap();
+    wait_for(&node, "ts", Duration::from_secs(30), "mirrored", |p| {
+        p.destination_offset == 3 || p.retry_attempt != 0
+    })
+    .await;
+    let p = &node.describe(Some("ts")).await.unwrap()[0];
+    assert_eq!(
+        (p.state.as_str(), p.destination_offset),
+        ("MIRRORING", 3),
+        "{p:#?}"
+    );
+    let a = consume_sorted(&bed().source, &topic, 3, 20_000);
+    let b = consume_sorted(&bed().destination, &topic, 3, 20_000);
+    assert_eq!(a, b, "same records, timestamps and offsets");
+    node.shutdown().await;
+}
+
+#[actix::test]
+async fn a_destination_topic_that_refuses_the_sources_timestamps_fails_naming_the_config() {
+    let topic = unique("future-timestamps-refused");
+    create_topic(
+        &bed().source,
+        &topic,
+        1,
+        &["message.timestamp.after.max.ms=86400000"],
+    );
+    // Made by an operator beforehand, with the broker's default of 1 h.
+    create_topic(&bed().destination, &topic, 1, &[]);
+    let now = kmirror_actors::coordinator::now_ms();
+    produce_timestamps(&bed().source, &topic, &[now + 2 * 3_600_000]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = node_with(
+        dir.path(),
+        ClientConfig::plaintext(&bed().destination),
+        connector_through(None),
+    )
+    .await;
+    let props: std::collections::BTreeMap<String, String> = [
+        ("bootstrap.servers".to_string(), bed().source.clone()),
+        (
+            "mirror.failed.retry.initial.backoff.ms".into(),
+            "100".into(),
+        ),
+    ]
+    .into();
+    node.create_mirror("tr", props).await.unwrap();
+    node.start_topics("tr", std::slice::from_ref(&topic), &[], None)
+        .await
+        .unwrap();
+    wait_for(&node, "tr", Duration::from_secs(30), "refused", |p| {
+        p.state == "FAILED" && p.retry_attempt == -1
+    })
+    .await;
+    let p = &node.describe(Some("tr")).await.unwrap()[0];
+    assert!(
+        p.error
+            .as_deref()
+            .unwrap_or("")
+            .contains("message.timestamp.after.max.ms"),
+        "{p:#?}"
+    );
+    node.shutdown().await;
+}

@@ -304,6 +304,22 @@ impl ClusterView for KafkaCluster {
     fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>> {
         Box::pin(describe_acls(&self.admin))
     }
+
+    fn topic_config_values(
+        &self,
+        topic: &str,
+    ) -> BoxFuture<'_, Result<BTreeMap<String, Option<String>>, KafkaError>> {
+        let resource = ConfigResource::Topic(topic.to_string());
+        Box::pin(async move {
+            Ok(self
+                .admin
+                .describe_configs(&resource)
+                .await?
+                .into_iter()
+                .map(|e| (e.name, if e.is_sensitive { None } else { e.value }))
+                .collect())
+        })
+    }
 }
 
 impl SourceCluster for KafkaCluster {
@@ -510,22 +526,6 @@ impl DestinationCluster for KafkaCluster {
                 self.client.refresh_metadata(Some(&missing)).await?;
             }
             self.admin.offset_commit(&group, &offsets).await
-        })
-    }
-
-    fn topic_config_values(
-        &self,
-        topic: &str,
-    ) -> BoxFuture<'_, Result<BTreeMap<String, Option<String>>, KafkaError>> {
-        let resource = ConfigResource::Topic(topic.to_string());
-        Box::pin(async move {
-            Ok(self
-                .admin
-                .describe_configs(&resource)
-                .await?
-                .into_iter()
-                .map(|e| (e.name, if e.is_sensitive { None } else { e.value }))
-                .collect())
         })
     }
 

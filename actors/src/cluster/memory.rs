@@ -424,6 +424,25 @@ impl ClusterView for MemorySource {
             acls.ok_or_else(|| broker_error(ResponseError::SecurityDisabled, "DescribeAcls"))
         })
     }
+
+    fn topic_config_values(
+        &self,
+        topic: &str,
+    ) -> BoxFuture<'_, Result<BTreeMap<String, Option<String>>, KafkaError>> {
+        let c = self
+            .state
+            .lock()
+            .unwrap()
+            .configs
+            .get(topic)
+            .map(|c| {
+                c.iter()
+                    .map(|(k, v)| (k.clone(), Some(v.clone())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Box::pin(async move { Ok(c) })
+    }
 }
 
 impl SourceCluster for MemorySource {
@@ -721,6 +740,18 @@ impl ClusterView for MemoryDestination {
             acls.ok_or_else(|| broker_error(ResponseError::SecurityDisabled, "DescribeAcls"))
         })
     }
+
+    fn topic_config_values(
+        &self,
+        topic: &str,
+    ) -> BoxFuture<'_, Result<BTreeMap<String, Option<String>>, KafkaError>> {
+        let c = self
+            .topic_config(topic)
+            .into_iter()
+            .map(|(k, v)| (k, Some(v)))
+            .collect();
+        Box::pin(async move { Ok(c) })
+    }
 }
 
 impl DestinationCluster for MemoryDestination {
@@ -779,18 +810,6 @@ impl DestinationCluster for MemoryDestination {
             Ok(())
         };
         Box::pin(async move { result })
-    }
-
-    fn topic_config_values(
-        &self,
-        topic: &str,
-    ) -> BoxFuture<'_, Result<BTreeMap<String, Option<String>>, KafkaError>> {
-        let c = self
-            .topic_config(topic)
-            .into_iter()
-            .map(|(k, v)| (k, Some(v)))
-            .collect();
-        Box::pin(async move { Ok(c) })
     }
 
     fn alter_topic_configs(

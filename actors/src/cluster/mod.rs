@@ -114,6 +114,12 @@ pub trait ClusterView: Send + Sync {
     ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>>;
     /// Every ACL (SECURITY_DISABLED when the cluster has no authorizer).
     fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>>;
+    /// A topic's effective config values, defaults included (sensitive
+    /// ones as `None`).
+    fn topic_config_values(
+        &self,
+        topic: &str,
+    ) -> BoxFuture<'_, Result<BTreeMap<String, Option<String>>, KafkaError>>;
 }
 
 /// The source cluster, read-only.
@@ -172,11 +178,6 @@ pub trait DestinationCluster: ClusterView {
         group: &str,
         offsets: GroupOffsets,
     ) -> BoxFuture<'_, Result<(), KafkaError>>;
-    /// A topic's effective config values (sensitive ones as `None`).
-    fn topic_config_values(
-        &self,
-        topic: &str,
-    ) -> BoxFuture<'_, Result<BTreeMap<String, Option<String>>, KafkaError>>;
     /// IncrementalAlterConfigs SET of each pair; other keys are untouched.
     fn alter_topic_configs(
         &self,
@@ -226,6 +227,26 @@ impl<T> Doing<T> for Result<T, KafkaError> {
     }
 }
 
+/// The timestamp bounds a mirror topic is created with. A broker checks
+/// every record's timestamp against its own clock when it is appended
+/// (Kafka 4's default refuses records more than an hour ahead), and a mirror
+/// appends later than the source did: the copy must admit every timestamp
+/// the source admitted. So records may be as far ahead as on the source, and
+/// as old as they like.
+async fn timestamp_bounds(
+    source: &dyn SourceCluster,
+    topic: &str,
+) -> Result<Vec<(String, String)>, KafkaError> {
+    const AFTER: &str = "message.timestamp.after.max.ms";
+    const BEFORE: &str = "message.timestamp.before.max.ms";
+    let effective = source.topic_config_values(topic).await?;
+    let mut out = vec![(BEFORE.to_string(), i64::MAX.to_string())];
+    if let Some(Some(after)) = effective.get(AFTER) {
+        out.push((AFTER.to_string(), after.clone()));
+    }
+    Ok(out)
+}
+
 /// Makes sure the destination has each of `topics` (created with the
 /// source's explicit configs and partition count where missing) and returns
 /// them as a StartTopics command names them. Both an operator's start and
@@ -247,10 +268,15 @@ pub async fn ensure_destination_topics(
         if existing.iter().any(|t| t.name == topic.name) {
             continue;
         }
-        let configs = source
+        let mut configs = source
             .topic_configs(&topic.name)
             .await
             .doing(|| format!("describe source topic {} configs", topic.name))?;
+        configs.extend(
+            timestamp_bounds(source, &topic.name)
+                .await
+                .doing(|| format!("describe source topic {} configs", topic.name))?,
+        );
         if let Err(e) = destination
             .create_topic(&topic.name, topic.partitions, configs)
             .await

@@ -26,7 +26,7 @@ use crate::kafka::batch::{
 };
 use crate::kafka::fetch::{FetchError, TopicPartition};
 use crate::kafka::produce::MAX_IN_FLIGHT;
-use crate::kafka::KafkaError;
+use crate::kafka::{KafkaError, ResponseError};
 
 /// How often acknowledged run lengths are written to the log while records
 /// keep flowing, and how soon after the flow pauses.
@@ -535,7 +535,14 @@ fn on_ack(
     pending: Pending,
     ack: Result<crate::kafka::produce::ProduceAck, KafkaError>,
 ) -> Result<(), PumpExit> {
-    let ack = ack.map_err(|e| kafka_failure("produce to destination", e))?;
+    let ack = ack.map_err(|e| match e.response_error() {
+        // The same record is refused however often it is retried.
+        Some(ResponseError::InvalidTimestamp) => PumpExit::fatal(format!(
+            "the destination topic {} refused a record's timestamp ({e}): its message.timestamp.after.max.ms and message.timestamp.before.max.ms must admit every timestamp the source admits; raise them on the destination topic, then run kmirror mirror recover",
+            cx.tp.topic
+        )),
+        _ => kafka_failure("produce to destination", e),
+    })?;
     cursor
         .ack(ack.base_offset, pending.records)
         .map_err(|e| match e {
