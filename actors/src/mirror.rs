@@ -27,7 +27,7 @@ use crate::metadata_sync::{
     GetSyncMetrics, MetadataSyncActor, PartitionsGrew, StopSync, SyncMetrics, SyncSpec,
 };
 use crate::partition::{
-    Desire, GetStatus, PartitionActor, PartitionSpec, PartitionStatus, Recover, Shutdown,
+    Desire, Fail, GetStatus, PartitionActor, PartitionSpec, PartitionStatus, Recover, Shutdown,
 };
 
 /// Re-read the image and bring the partitions in line with it.
@@ -158,11 +158,9 @@ impl MirrorActor {
         let work = async move {
             let image = coordinator.send(ReadImage).await.ok()?;
             let config = image.mirror(&name)?.clone();
-            if let Err(e) =
-                check_source_identity(&name, &config, &*source, &coordinator, &image).await
-            {
+            if let Err(e) = check_source_identity(&config, &*source).await {
                 tracing::error!(mirror = %name, error = %e, "source cluster check failed");
-                return Some(());
+                return matches!(e, MirrorError::SourceClusterChanged { .. }).then_some(e);
             }
             if let Err(e) = discover(
                 &name,
@@ -176,10 +174,18 @@ impl MirrorActor {
             {
                 tracing::warn!(mirror = %name, error = %e, "topic discovery failed; retrying next refresh");
             }
-            Some(())
+            None
         };
-        ctx.spawn(work.into_actor(self).then(|_, act, _ctx| {
+        ctx.spawn(work.into_actor(self).then(|changed, act, _ctx| {
             act.refreshing = false;
+            if let Some(e) = changed {
+                for p in act.partitions.values() {
+                    p.do_send(Fail {
+                        message: e.to_string(),
+                        retryable: false,
+                    });
+                }
+            }
             act.spec
                 .coordinator
                 .send(ReadImage)
@@ -195,12 +201,10 @@ impl MirrorActor {
 
 /// A changed source cluster id fails every partition, not retryable: the
 /// mirror would otherwise copy another cluster's data into these topics.
+/// The error says so; the MirrorActor tells its partitions.
 async fn check_source_identity(
-    name: &str,
     config: &MirrorConfig,
     source: &dyn SourceCluster,
-    coordinator: &Addr<CoordinatorActor>,
-    image: &MirrorStateImage,
 ) -> Result<(), MirrorError> {
     let id = source
         .cluster_id()
@@ -209,25 +213,11 @@ async fn check_source_identity(
     if config.source_cluster_id.is_empty() || id == config.source_cluster_id {
         return Ok(());
     }
-    let error = MirrorError::SourceClusterChanged {
+    Err(MirrorError::SourceClusterChanged {
         recorded: config.source_cluster_id.clone(),
         found: id,
         bootstrap: config.source_bootstrap.clone(),
-    };
-    for (key, v) in image.partition_states_of(name) {
-        if v.state == PartitionState::Failed && v.retry_attempt == -1 {
-            continue;
-        }
-        let _ = coordinator
-            .send(Execute::new(Command::FailPartition {
-                key: key.clone(),
-                leader_epoch: -1,
-                error_message: error.to_string(),
-                retryable: false,
-            }))
-            .await;
-    }
-    Err(error)
+    })
 }
 
 /// Source topics matching include and not exclude that no mirror knows yet
@@ -411,5 +401,82 @@ impl Handler<GetSyncMetrics> for MirrorActor {
                 },
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use actix::prelude::*;
+    use kmirror_events::{MirrorConfig, PartitionState, RetryPolicy, TopicId};
+
+    use super::*;
+    use crate::cluster::memory::{record, Fixture};
+    use crate::kafka::batch::Codec;
+    use crate::kafka::fetch::TopicPartition;
+
+    const TOPIC: &str = "orders";
+    const ID: TopicId = TopicId([5; 16]);
+
+    async fn eventually(what: &str, mut f: impl AsyncFnMut() -> bool) {
+        for _ in 0..500 {
+            if f().await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("timed out waiting for: {what}");
+    }
+
+    #[actix::test]
+    async fn a_source_that_became_another_cluster_stops_every_partition_copying() {
+        let config = MirrorConfig {
+            source_bootstrap: "memory:9092".into(),
+            topics_exclude: "__.*".into(),
+            source_cluster_id: "src".into(),
+            ..Default::default()
+        };
+        let f = Fixture::new(config, TOPIC, ID, 1).await;
+        let tp = TopicPartition::new(TOPIC, 0);
+        let append = |from: usize| {
+            let records: Vec<_> = (from..from + 3)
+                .map(|i| record(None, Some(&format!("v{i}")), i as i64))
+                .collect();
+            f.source.append(&tp, &records, Codec::None);
+        };
+        append(0);
+        let mirror = MirrorActor::new(MirrorSpec {
+            name: "m".into(),
+            source: Arc::new(f.source.clone()),
+            destination: Arc::new(f.dest.clone()),
+            coordinator: f.coordinator.clone(),
+            retry: RetryPolicy::default(),
+            refresh_interval: Duration::from_millis(50),
+        })
+        .start();
+        eventually("3 records", async || f.dest.records(&tp).len() == 3).await;
+        // The bootstrap now reaches another cluster, which has data too.
+        f.source.set_cluster_id("other");
+        eventually("FAILED", async || {
+            let s = mirror.send(Describe).await.unwrap();
+            s.iter().all(|p| p.state == PartitionState::Failed)
+        })
+        .await;
+        append(3);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            f.dest.records(&tp).len(),
+            3,
+            "nothing copied after the failure"
+        );
+        let s = &mirror.send(Describe).await.unwrap()[0];
+        assert_eq!(s.retry_attempt, -1);
+        assert!(s
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("source cluster id changed"));
     }
 }

@@ -135,6 +135,11 @@ impl MemorySource {
         s
     }
 
+    /// The bootstrap address now reaches another cluster.
+    pub fn set_cluster_id(&self, cluster_id: &str) {
+        self.state.lock().unwrap().cluster_id = cluster_id.to_string();
+    }
+
     pub fn create_topic(&self, name: &str, id: TopicId, partitions: i32) {
         let parts = (0..partitions)
             .map(|_| SourcePartition::default())

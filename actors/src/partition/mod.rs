@@ -47,6 +47,15 @@ pub struct Desire(pub PartitionState);
 #[rtype(result = "Result<(), CoordinatorError>")]
 pub struct Recover;
 
+/// A failure found outside the partition (its source became another
+/// cluster): recorded as FAILED by the partition itself, so its pump stops.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Fail {
+    pub message: String,
+    pub retryable: bool,
+}
+
 /// Stop the copy (finishing what is in flight, map durable) and stop the
 /// actor, leaving the recorded state as it is so a restart resumes.
 #[derive(Message)]
@@ -480,6 +489,25 @@ impl Handler<PumpEnded> for PartitionActor {
                     ctx,
                 );
             }
+        }
+    }
+}
+
+impl Handler<Fail> for PartitionActor {
+    type Result = ();
+    fn handle(&mut self, msg: Fail, ctx: &mut Context<Self>) {
+        let already = self.state.state == PartitionState::Failed
+            && (self.state.retry_attempt == -1 || msg.retryable);
+        if !already {
+            self.write(
+                Command::FailPartition {
+                    key: self.spec.key.clone(),
+                    leader_epoch: -1,
+                    error_message: msg.message,
+                    retryable: msg.retryable,
+                },
+                ctx,
+            );
         }
     }
 }
