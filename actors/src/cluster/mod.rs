@@ -265,7 +265,21 @@ pub async fn ensure_destination_topics(
         .await
         .doing(|| "list destination topics".into())?;
     for topic in topics {
-        if existing.iter().any(|t| t.name == topic.name) {
+        if let Some(have) = existing.iter().find(|t| t.name == topic.name) {
+            // Made beforehand with fewer partitions: the missing ones would
+            // fail until their retries ran out. Grow it, as a source that
+            // grows later is grown.
+            if have.partitions < topic.partitions {
+                destination
+                    .create_partitions(&topic.name, topic.partitions)
+                    .await
+                    .doing(|| {
+                        format!(
+                            "grow destination topic {} from {} to {} partitions",
+                            topic.name, have.partitions, topic.partitions
+                        )
+                    })?;
+            }
             continue;
         }
         let mut configs = source
@@ -303,4 +317,24 @@ pub async fn ensure_destination_topics(
             partition_count: t.partitions,
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::memory::{MemoryDestination, MemorySource};
+    use super::*;
+
+    #[actix::test]
+    async fn a_destination_topic_with_fewer_partitions_than_the_source_grows() {
+        let source = MemorySource::new("src");
+        source.create_topic("orders", TopicId([1; 16]), 3);
+        let destination = MemoryDestination::new("dst");
+        destination.create_topic("orders", 1, vec![]).await.unwrap();
+        let topics = source.topics().await.unwrap();
+        let refs = ensure_destination_topics(&source, &destination, &topics)
+            .await
+            .unwrap();
+        assert_eq!(refs[0].partition_count, 3);
+        assert_eq!(destination.partition_count("orders"), 3);
+    }
 }
