@@ -1,6 +1,8 @@
 //! The folded state of the log: what replaying every record gives.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use imbl::{HashMap, OrdMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -23,24 +25,29 @@ pub struct TopicEntry {
 /// Each map holds exactly the newest live value per record key, so the image
 /// depends only on the newest record of each key and its offset. That is the
 /// invariant that lets compaction drop older records without changing state.
+///
+/// The maps are persistent (structurally shared): describe, sync and
+/// discovery hold a snapshot of the image across network calls while the
+/// coordinator keeps appending, and cloning it costs O(1), where a copy
+/// would cost every offset-map run of every partition.
 #[derive(Clone, PartialEq, Eq, Debug, Default, Serialize, Deserialize)]
 pub struct MirrorStateImage {
     end_offset: Offset,
-    mirrors: BTreeMap<String, MirrorConfig>,
-    topics: BTreeMap<TopicId, TopicEntry>,
-    partitions: BTreeMap<MirrorPartitionKey, MirrorPartitionStateValue>,
-    last_mirror_epochs: BTreeMap<MirrorPartitionKey, LastMirrorEpochsValue>,
+    mirrors: OrdMap<String, MirrorConfig>,
+    topics: OrdMap<TopicId, TopicEntry>,
+    partitions: OrdMap<MirrorPartitionKey, MirrorPartitionStateValue>,
+    last_mirror_epochs: OrdMap<MirrorPartitionKey, LastMirrorEpochsValue>,
     /// Per partition, the offset map: runs are the hot record type, so the
     /// partition key is hashed once and runs are compared as integers.
     offset_maps: HashMap<MirrorPartitionKey, OffsetMap>,
-    gaps: HashMap<MirrorPartitionKey, BTreeMap<i64, GapDetected>>,
-    producers: BTreeMap<MirrorPartitionKey, MirrorProducer>,
-    group_offsets: BTreeMap<GroupOffsetSyncKey, GroupOffsetSync>,
-    topic_configs: BTreeMap<TopicConfigSyncKey, TopicConfigSync>,
-    acls: BTreeMap<AclSyncKey, AclSync>,
+    gaps: HashMap<MirrorPartitionKey, OrdMap<i64, GapDetected>>,
+    producers: OrdMap<MirrorPartitionKey, MirrorProducer>,
+    group_offsets: OrdMap<GroupOffsetSyncKey, GroupOffsetSync>,
+    topic_configs: OrdMap<TopicConfigSyncKey, TopicConfigSync>,
+    acls: OrdMap<AclSyncKey, AclSync>,
 }
 
-fn put<K: Ord, V>(map: &mut BTreeMap<K, V>, k: K, v: Option<V>) {
+fn put<K: Ord + Clone, V: Clone>(map: &mut OrdMap<K, V>, k: K, v: Option<V>) {
     match v {
         Some(v) => {
             map.insert(k, v);
@@ -67,8 +74,8 @@ fn put_map(
 
 /// Sets or removes one run-keyed entry, dropping empty partitions so that
 /// equal states compare equal however they were reached.
-fn put_run<V>(
-    map: &mut HashMap<MirrorPartitionKey, BTreeMap<i64, V>>,
+fn put_run<V: Clone>(
+    map: &mut HashMap<MirrorPartitionKey, OrdMap<i64, V>>,
     k: OffsetMapRunKey,
     v: Option<V>,
 ) {
@@ -357,7 +364,7 @@ impl MirrorStateImage {
             partitions_by_state: by_state,
             offset_runs: self.offset_maps.values().map(OffsetMap::run_count).sum(),
             offset_map_holes: self.offset_maps.values().map(OffsetMap::hole_count).sum(),
-            gaps: self.gaps.values().map(BTreeMap::len).sum(),
+            gaps: self.gaps.values().map(OrdMap::len).sum(),
             group_offsets: self.group_offsets.len(),
             topic_configs: self.topic_configs.len(),
             acls: self.acls.len(),

@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 
+use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 
 use crate::record::{OffsetMapHole, OffsetMapRun};
@@ -67,8 +68,8 @@ pub enum MapError {
 /// start.
 #[derive(Clone, PartialEq, Eq, Debug, Default, Serialize, Deserialize)]
 pub struct OffsetMap {
-    runs: BTreeMap<i64, OffsetMapRun>,
-    holes: BTreeMap<i64, OffsetMapHole>,
+    runs: OrdMap<i64, OffsetMapRun>,
+    holes: OrdMap<i64, OffsetMapHole>,
 }
 
 impl OffsetMap {

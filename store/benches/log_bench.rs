@@ -38,7 +38,50 @@ fn record(i: u64) -> Record {
     }
 }
 
+/// What an append costs the coordinator while a reader (describe, sync,
+/// discovery) holds the image: the next append must not change what the
+/// reader sees, so it clones the image first.
+fn append_while_a_reader_holds_the_image() {
+    let (partitions, runs) = (100i32, 2000i64);
+    let mut image = MirrorStateImage::new();
+    let mut offset = 0u64;
+    let key = |p: i32| MirrorPartitionKey::new("bench-mirror", TopicId([1; 16]), p);
+    let run = |p: i32, r: i64, len: i64| {
+        Record::OffsetMapRun(
+            OffsetMapRunKey {
+                partition: key(p),
+                source_start: r * 2,
+            },
+            Some(OffsetMapRun {
+                source_start: r * 2,
+                destination_start: r,
+                length: len,
+            }),
+        )
+    };
+    for p in 0..partitions {
+        for r in 0..runs {
+            image.replay(offset, run(p, r, 1));
+            offset += 1;
+        }
+    }
+    let appends = 2000;
+    let t = std::time::Instant::now();
+    for i in 0..appends {
+        let reader = image.clone();
+        image.replay(offset, run(i % partitions, runs - 1, 1));
+        offset += 1;
+        drop(reader);
+    }
+    let per = t.elapsed().as_secs_f64() / appends as f64;
+    println!(
+        "append while a reader holds the image ({partitions} partitions x {runs} runs): {:.1} us per append",
+        per * 1e6
+    );
+}
+
 fn main() {
+    append_while_a_reader_holds_the_image();
     let n: u64 = std::env::var("KMIRROR_BENCH_RECORDS")
         .ok()
         .and_then(|v| v.parse().ok())
