@@ -111,9 +111,22 @@ pub struct ReadPartition(pub MirrorPartitionKey);
 #[rtype(result = "Arc<MirrorStateImage>")]
 pub struct ReadImage;
 
+/// How often the coordinator snapshots the image and compacts the log, in
+/// records appended: a busy mirror checkpoints every partition every second,
+/// and start-up replays only what came after the newest snapshot.
+pub const SNAPSHOT_EVERY_RECORDS: u64 = 100_000;
+/// Tombstones are kept this long after a snapshot covers them (Kafka's
+/// `delete.retention.ms` default), so a reader of the log sees deletes.
+pub const TOMBSTONE_RETENTION_MS: i64 = 86_400_000;
+
 pub struct CoordinatorActor {
     log: Arc<dyn EventLog>,
     image: Arc<MirrorStateImage>,
+    /// Records appended between snapshots.
+    snapshot_every: u64,
+    /// End offset of the last snapshot this actor wrote (0 at start).
+    snapshot_at: Offset,
+    snapshotting: bool,
 }
 
 impl CoordinatorActor {
@@ -124,7 +137,48 @@ impl CoordinatorActor {
         Ok(CoordinatorActor {
             log,
             image: Arc::new(image),
+            snapshot_every: SNAPSHOT_EVERY_RECORDS,
+            snapshot_at: 0,
+            snapshotting: false,
         })
+    }
+
+    /// Snapshots and compacts after every `records` appended (tests and
+    /// benchmarks shorten it).
+    pub fn snapshot_every(mut self, records: u64) -> Self {
+        self.snapshot_every = records.max(1);
+        self
+    }
+
+    /// Snapshots the image and compacts the log on the blocking pool when
+    /// enough has been appended since the last time. Appends go on
+    /// meanwhile: the snapshot is of the image as it was, and compaction
+    /// never touches the newest batch.
+    fn maintain(&mut self, ctx: &mut Context<Self>) {
+        let end = self.image.end_offset();
+        if self.snapshotting || end.saturating_sub(self.snapshot_at) < self.snapshot_every {
+            return;
+        }
+        self.snapshotting = true;
+        let (log, image) = (self.log.clone(), self.image.clone());
+        let job = tokio::task::spawn_blocking(move || {
+            log.snapshot_and_compact(&image, now_ms(), TOMBSTONE_RETENTION_MS)
+        });
+        ctx.spawn(job.into_actor(self).map(move |res, act, _ctx| {
+            act.snapshotting = false;
+            match res {
+                Ok(Ok(stats)) => {
+                    act.snapshot_at = end;
+                    tracing::debug!(end, ?stats, "event log snapshotted and compacted");
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "snapshotting the event log failed; retrying later")
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "snapshotting the event log failed; retrying later")
+                }
+            }
+        }));
     }
 }
 
@@ -157,12 +211,13 @@ impl Handler<Execute> for CoordinatorActor {
             })
         };
         AtomicResponse::new(Box::pin(append.into_actor(self).map(
-            move |res, act, _ctx| {
+            move |res, act, ctx| {
                 let offset = res?;
                 let image = Arc::make_mut(&mut act.image);
                 for (o, r) in (offset..).zip(records.iter()) {
                     image.apply(o, r);
                 }
+                act.maintain(ctx);
                 Ok(Applied { offset, records })
             },
         )))
@@ -188,5 +243,72 @@ impl Handler<ReadImage> for CoordinatorActor {
 
     fn handle(&mut self, _msg: ReadImage, _ctx: &mut Context<Self>) -> Self::Result {
         MessageResult(self.image.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kmirror_events::{MirrorConfig, MirrorPartitionKey, OffsetMapRun, TopicId, TopicRef};
+    use kmirror_store::MemLog;
+
+    use super::*;
+
+    #[actix::test]
+    async fn a_busy_log_is_snapshotted_and_compacted_as_it_grows() {
+        let log = Arc::new(MemLog::new());
+        let coordinator = CoordinatorActor::load(log.clone())
+            .unwrap()
+            .snapshot_every(50)
+            .start();
+        let id = TopicId([3; 16]);
+        for command in [
+            Command::CreateMirror {
+                name: "m".into(),
+                config: MirrorConfig {
+                    source_bootstrap: "src:9092".into(),
+                    ..Default::default()
+                },
+            },
+            Command::StartTopics {
+                mirror: "m".into(),
+                topics: vec![TopicRef {
+                    topic_id: id,
+                    name: "t".into(),
+                    partition_count: 1,
+                }],
+            },
+        ] {
+            coordinator
+                .send(Execute::new(command))
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        // A checkpoint a second for a while: one key, rewritten.
+        let key = MirrorPartitionKey::new("m", id, 0);
+        for length in 1..=500 {
+            coordinator
+                .send(Execute::new(Command::SetOffsetRuns {
+                    key: key.clone(),
+                    upsert: vec![OffsetMapRun {
+                        source_start: 0,
+                        destination_start: 0,
+                        length,
+                    }],
+                    remove: vec![],
+                    holes: vec![],
+                }))
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        // Let the last maintenance finish.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let image = coordinator.send(ReadImage).await.unwrap();
+        let stored = log.entries().len();
+        assert!(stored < 60, "compacted to what matters: {stored} records");
+        let snapshot = log.latest_snapshot().unwrap().expect("a snapshot");
+        assert!(snapshot.end_offset() >= 450);
+        assert_eq!(log.load_image().unwrap(), *image);
     }
 }

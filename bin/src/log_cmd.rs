@@ -671,9 +671,8 @@ fn compact(dir: &Path, retention_ms: i64) -> CliResult<ExitCode> {
         },
     )?;
     let image = load_with_progress(&log)?;
-    log.write_snapshot(&image)?;
     let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as i64;
-    let stats = log.compact(now, retention_ms)?;
+    let stats = log.snapshot_and_compact(&image, now, retention_ms)?;
     println!(
         "compacted: examined {} records, removed {} superseded and {} expired tombstones; snapshot at offset {}",
         stats.examined, stats.removed_superseded, stats.removed_tombstones, image.end_offset()

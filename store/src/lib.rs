@@ -136,6 +136,20 @@ pub trait EventLog: Send + Sync {
     /// Makes everything appended so far durable regardless of fsync policy.
     fn flush(&self) -> Result<()>;
 
+    /// Snapshots `image` (which must be this log's, folded to its end or
+    /// near it), then compacts: what keeps start-up short however long a
+    /// daemon has run. Tombstones older than `tombstone_retention_ms` that
+    /// the snapshot covers are dropped.
+    fn snapshot_and_compact(
+        &self,
+        image: &MirrorStateImage,
+        now_ms: i64,
+        tombstone_retention_ms: i64,
+    ) -> Result<CompactStats> {
+        self.write_snapshot(image)?;
+        self.compact(now_ms, tombstone_retention_ms)
+    }
+
     /// The folded state: the newest snapshot plus a replay of the tail.
     fn load_image(&self) -> Result<MirrorStateImage> {
         let image = self.latest_snapshot()?.unwrap_or_default();
