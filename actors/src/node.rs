@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use kmirror_events::{
-    Command, MirrorConfig, MirrorPartitionKey, MirrorStateImage, PartitionState, PatternList,
-    RetryPolicy, TopicFilter, TopicId, TopicRef, Translation,
+    join_lists, Command, MirrorConfig, MirrorPartitionKey, MirrorStateImage, PartitionState,
+    PatternList, RetryPolicy, TopicFilter, TopicId, TopicRef, Translation,
 };
 use kmirror_store::EventLog;
 use serde::Serialize;
@@ -200,27 +200,6 @@ fn client_properties(props: &BTreeMap<String, String>) -> BTreeMap<String, Strin
         .filter(|(k, _)| !k.starts_with("mirror.") && !MIRROR_KEYS.contains(&k.as_str()))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
-}
-
-/// Splits a comma-separated list of names or regexes, dropping blanks.
-fn join_patterns(existing: &str, added: &[String]) -> String {
-    let mut all: Vec<String> = existing
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(String::from)
-        .collect();
-    for a in added
-        .iter()
-        .flat_map(|a| a.split(','))
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-    {
-        if !all.iter().any(|e| e == a) {
-            all.push(a.to_string());
-        }
-    }
-    all.join(",")
 }
 
 fn retry_policy(props: &BTreeMap<String, String>) -> Result<RetryPolicy, NodeError> {
@@ -431,8 +410,8 @@ impl Node {
             )
         })?;
         let wanted = TopicFilter::new(
-            &join_patterns("", topics),
-            &join_patterns(&config.topics_exclude, exclude),
+            &join_lists("", topics),
+            &join_lists(&config.topics_exclude, exclude),
         )
         .map_err(|e| NodeError::new("INVALID_CONFIG", e.to_string()))?;
         let source_topics = source
@@ -454,8 +433,8 @@ impl Node {
             .cloned()
             .collect();
         // Save the patterns first: auto-discovery picks up later topics.
-        let include = join_patterns(&config.topics_include, topics);
-        let exclude_all = join_patterns(&config.topics_exclude, exclude);
+        let include = join_lists(&config.topics_include, topics);
+        let exclude_all = join_lists(&config.topics_exclude, exclude);
         if include != config.topics_include || exclude_all != config.topics_exclude {
             self.execute(
                 Command::AlterMirror {
@@ -518,7 +497,7 @@ impl Node {
                 format!("cluster mirror {mirror:?} does not exist"),
             ));
         }
-        let list = PatternList::parse("--topics", &join_patterns("", topics))
+        let list = PatternList::parse("--topics", &join_lists("", topics))
             .map_err(|e| NodeError::new("INVALID_CONFIG", e.to_string()))?;
         let found: Vec<_> = image
             .topics_of(mirror)

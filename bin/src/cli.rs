@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
+use kmirror_events::{join_lists, list_items};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -264,11 +265,9 @@ fn decode<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, CliError> {
     })
 }
 
-fn clean(list: Vec<String>) -> Vec<String> {
-    list.into_iter()
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty())
-        .collect()
+/// A list flag's items, as the daemon will read them.
+fn clean(list: &[String]) -> Vec<String> {
+    list_items(list).into_iter().map(str::to_owned).collect()
 }
 
 fn mirror(args: MirrorArgs) -> Result<String, CliError> {
@@ -281,7 +280,7 @@ fn mirror(args: MirrorArgs) -> Result<String, CliError> {
             exclude,
             output,
         } => {
-            let properties = mirror_properties(&mirror_config, &clean(topics), &clean(exclude))?;
+            let properties = mirror_properties(&mirror_config, &clean(&topics), &clean(&exclude))?;
             let body = to_json(&CreateBody {
                 name: mirror.clone(),
                 properties,
@@ -323,7 +322,7 @@ fn mirror(args: MirrorArgs) -> Result<String, CliError> {
             }
             Ok(describe_table(&decode::<Vec<Partition>>(answer)?, failed))
         }
-        MirrorCommand::Start { op, exclude } => operate(&client, "start", op, clean(exclude)),
+        MirrorCommand::Start { op, exclude } => operate(&client, "start", op, clean(&exclude)),
         MirrorCommand::Stop(op) => operate(&client, "stop", op, Vec::new()),
         MirrorCommand::Pause(op) => operate(&client, "pause", op, Vec::new()),
         MirrorCommand::Resume(op) => operate(&client, "resume", op, Vec::new()),
@@ -369,7 +368,7 @@ fn operate(
     exclude: Vec<String>,
 ) -> Result<String, CliError> {
     let body = to_json(&OperationBody {
-        topics: clean(op.topics.topics),
+        topics: clean(&op.topics.topics),
         exclude,
         state_validation_offset: op.lock.state_validation_offset,
     });
@@ -442,15 +441,10 @@ fn mirror_properties(
 }
 
 fn append_list(props: &mut BTreeMap<String, String>, key: &str, extra: &[String]) {
-    if extra.is_empty() {
-        return;
+    if !extra.is_empty() {
+        let joined = join_lists(props.get(key).map_or("", String::as_str), extra);
+        props.insert(key.to_owned(), joined);
     }
-    let mut items: Vec<String> = props
-        .get(key)
-        .map(|v| clean(v.split(',').map(str::to_owned).collect()))
-        .unwrap_or_default();
-    items.extend(extra.iter().cloned());
-    props.insert(key.to_owned(), items.join(","));
 }
 
 #[derive(Debug, Deserialize)]
