@@ -16,7 +16,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use kmirror_events::{
     Command, MirrorConfig, MirrorPartitionKey, MirrorStateImage, PartitionState, RetryPolicy,
-    TopicFilter, TopicId, TopicRef,
+    StateValidation, TopicFilter, TopicId, TopicRef,
 };
 
 use crate::cluster::{DestinationCluster, SourceCluster, TopicInfo};
@@ -277,7 +277,10 @@ async fn discover(
                     mirror: name.to_string(),
                     topics: start,
                 },
-                validated: Some((image.end_offset(), ids)),
+                state_validation: Some(StateValidation {
+                    offset: image.end_offset(),
+                    topics: ids,
+                }),
             })
             .await
             .map_err(|e| e.to_string())?
@@ -302,7 +305,10 @@ async fn discover(
                     mirror: name.to_string(),
                     topics: excluded.clone(),
                 },
-                validated: Some((image.end_offset(), excluded)),
+                state_validation: Some(StateValidation {
+                    offset: image.end_offset(),
+                    topics: excluded,
+                }),
             })
             .await
             .map_err(|e| e.to_string())?

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use kmirror_events::{
     join_lists, Command, MirrorConfig, MirrorPartitionKey, MirrorStateImage, PartitionState,
-    PatternList, RetryPolicy, TopicFilter, TopicId, TopicRef, Translation,
+    PatternList, RetryPolicy, StateValidation, TopicFilter, TopicId, TopicRef, Translation,
 };
 use kmirror_store::EventLog;
 use serde::Serialize;
@@ -127,7 +127,9 @@ pub struct NodeMetrics {
     /// Partitions per KIP state name.
     pub partitions_by_state: BTreeMap<String, u64>,
     pub mirrors: u64,
-    pub event_log_end_offset: u64,
+    /// The event log end offset: the StateValidationOffset an operation
+    /// would validate against now.
+    pub state_validation_offset: u64,
     /// Metadata sync per mirror: errors per kind, last successful sync
     /// times, active destination groups skipped, changes made.
     pub sync: Vec<SyncMetrics>,
@@ -253,11 +255,14 @@ impl Node {
     async fn execute(
         &self,
         command: Command,
-        validated: Option<(u64, Vec<TopicId>)>,
+        state_validation: Option<StateValidation>,
     ) -> Result<Applied, NodeError> {
         self.inner
             .coordinator
-            .send(Execute { command, validated })
+            .send(Execute {
+                command,
+                state_validation,
+            })
             .await
             .map_err(unavailable)?
             .map_err(refused)
@@ -402,7 +407,7 @@ impl Node {
     ) -> Result<OperationReport, NodeError> {
         let (actor, source) = self.running(mirror).await?;
         let image = self.image().await?;
-        let validated = state_validation_offset.unwrap_or(image.end_offset());
+        let offset = state_validation_offset.unwrap_or(image.end_offset());
         let config = image.mirror(mirror).cloned().ok_or_else(|| {
             NodeError::new(
                 "UNKNOWN_CLUSTER_MIRROR",
@@ -452,7 +457,7 @@ impl Node {
         if matched.is_empty() {
             return Ok(OperationReport {
                 topics: Vec::new(),
-                state_validation_offset: validated,
+                state_validation_offset: offset,
                 note: Some("no source topic matches yet; patterns saved for auto-discovery".into()),
             });
         }
@@ -474,13 +479,16 @@ impl Node {
                     })
                     .collect(),
             },
-            Some((validated, ids)),
+            Some(StateValidation {
+                offset,
+                topics: ids,
+            }),
         )
         .await?;
         let _ = actor.send(Reconcile).await;
         Ok(OperationReport {
             topics: matched.into_iter().map(|t| t.name).collect(),
-            state_validation_offset: validated,
+            state_validation_offset: offset,
             note: None,
         })
     }
@@ -527,15 +535,18 @@ impl Node {
     ) -> Result<OperationReport, NodeError> {
         let (actor, _) = self.running(mirror).await?;
         let image = self.image().await?;
-        let validated = state_validation_offset.unwrap_or(image.end_offset());
+        let offset = state_validation_offset.unwrap_or(image.end_offset());
         let found = Self::resolve(&image, mirror, topics)?;
         let ids: Vec<TopicId> = found.iter().map(|(id, _)| *id).collect();
-        self.execute(command(ids.clone()), Some((validated, ids)))
-            .await?;
+        let lock = StateValidation {
+            offset,
+            topics: ids.clone(),
+        };
+        self.execute(command(ids), Some(lock)).await?;
         let _ = actor.send(Reconcile).await;
         Ok(OperationReport {
             topics: found.into_iter().map(|(_, n)| n).collect(),
-            state_validation_offset: validated,
+            state_validation_offset: offset,
             note: None,
         })
     }
@@ -611,13 +622,16 @@ impl Node {
     ) -> Result<(), NodeError> {
         let (actor, _) = self.running(mirror).await?;
         let image = self.image().await?;
-        let validated = state_validation_offset.unwrap_or(image.end_offset());
+        let offset = state_validation_offset.unwrap_or(image.end_offset());
         let ids: Vec<TopicId> = image.topics_of(mirror).map(|e| e.change.topic_id).collect();
         self.execute(
             Command::DeleteMirror {
                 name: mirror.to_string(),
             },
-            Some((validated, ids)),
+            Some(StateValidation {
+                offset,
+                topics: ids,
+            }),
         )
         .await?;
         let _ = actor.send(StopMirror).await;
@@ -707,7 +721,7 @@ impl Node {
 
     /// The current StateValidationOffset (the event log end offset), for
     /// clients that want to pass one to an operation.
-    pub async fn state_offset(&self) -> u64 {
+    pub async fn state_validation_offset(&self) -> u64 {
         self.image().await.map(|i| i.end_offset()).unwrap_or(0)
     }
 
@@ -764,13 +778,13 @@ impl Node {
         // Each await on its own line: a lock guard taken inside the struct
         // literal would live to its end and deadlock `sync_metrics`.
         let mirrors = self.inner.mirrors.lock().await.len() as u64;
-        let event_log_end_offset = self.state_offset().await;
+        let state_validation_offset = self.state_validation_offset().await;
         let sync = self.sync_metrics().await;
         NodeMetrics {
             partitions,
             partitions_by_state,
             mirrors,
-            event_log_end_offset,
+            state_validation_offset,
             sync,
         }
     }

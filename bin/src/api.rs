@@ -160,7 +160,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/mirrors/{name}/{operation}").route(web::post().to(operate)))
     .service(resource("/partitions").route(web::get().to(describe_all)))
     .service(resource("/offsets/translate").route(web::get().to(translate)))
-    .service(resource("/state-offset").route(web::get().to(state_offset)))
+    .service(resource("/state-offset").route(web::get().to(state_validation_offset)))
     .service(resource("/metrics").route(web::get().to(metrics)))
     .service(resource("/health").route(web::get().to(health)))
     .default_service(web::to(|req: HttpRequest| async move {
@@ -342,9 +342,15 @@ async fn translate(node: Data<NodeHandle>, q: Query<TranslateQuery>) -> Reply {
     Ok(HttpResponse::Ok().json(t))
 }
 
-async fn state_offset(node: Data<NodeHandle>) -> Reply {
-    let offset = node.run(|n| async move { n.state_offset().await }).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "state_offset": offset })))
+async fn state_validation_offset(node: Data<NodeHandle>) -> Reply {
+    let offset = node
+        .run(|n| async move { n.state_validation_offset().await })
+        .await?;
+    // `state_offset` is the deprecated name, answered for one more release.
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "state_validation_offset": offset,
+        "state_offset": offset,
+    })))
 }
 
 async fn metrics(node: Data<NodeHandle>) -> Reply {
@@ -557,7 +563,8 @@ mod tests {
         assert!(text.contains("kmirror_MirroringPartitionState"), "{text}");
         let (status, body) = call(web_test::TestRequest::get().uri("/state-offset")).await;
         assert_eq!(status, StatusCode::OK);
-        assert!(body["state_offset"].is_u64(), "{body}");
+        assert!(body["state_validation_offset"].is_u64(), "{body}");
+        assert_eq!(body["state_offset"], body["state_validation_offset"]);
     }
 
     #[test]

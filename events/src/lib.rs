@@ -19,7 +19,7 @@ pub mod sync;
 
 pub use codec::{CodecError, Envelope, FORMAT_VERSION};
 pub use ids::{Offset, TopicId};
-pub use image::{ImageSummary, MirrorStateImage, TopicEntry};
+pub use image::{ImageSummary, MirrorStateImage, StateValidation, TopicEntry};
 pub use machine::{decide, decide_and_apply, Command, DecideError, TopicRef};
 pub use offset_map::{translate, Translation};
 pub use pattern::{
