@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use actix_web::http::StatusCode;
 use actix_web::web::{self, Data, Json, Path, Query};
 use actix_web::{HttpRequest, HttpResponse, ResponseError};
-use kmirror_actors::node::{Node, NodeError, PartitionDescription};
+use kmirror_actors::node::{Node, NodeError, PartitionDescription, TopicChange};
 use serde::{Deserialize, Serialize};
 
 /// Body of `POST /mirrors`.
@@ -124,14 +124,11 @@ pub fn status_for(code: &str) -> StatusCode {
 
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
-        status_for(self.0.code)
+        status_for(&self.0.code)
     }
 
     fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status_code()).json(serde_json::json!({
-            "error": self.0.code,
-            "message": self.0.message,
-        }))
+        HttpResponse::build(self.status_code()).json(&self.0)
     }
 }
 
@@ -313,14 +310,18 @@ async fn operate(
             "state_validation_offset: recover does not take one",
         ));
     }
+    let change = match operation.as_str() {
+        "stop" => Some(TopicChange::Stop),
+        "pause" => Some(TopicChange::Pause),
+        "resume" => Some(TopicChange::Resume),
+        _ => None,
+    };
     let (m, op) = (mirror.clone(), operation.clone());
     let report = node
         .run(move |n| async move {
-            match op.as_str() {
-                "start" => n.start_topics(&m, &topics, &exclude, offset).await,
-                "stop" => n.stop_topics(&m, &topics, offset).await,
-                "pause" => n.pause_topics(&m, &topics, offset).await,
-                "resume" => n.resume_topics(&m, &topics, offset).await,
+            match (op.as_str(), change) {
+                (_, Some(change)) => n.change_topics(&m, change, &topics, offset).await,
+                ("start", _) => n.start_topics(&m, &topics, &exclude, offset).await,
                 _ => n.recover_topics(&m, &topics).await,
             }
         })
