@@ -98,7 +98,8 @@ pub struct OffsetTranslation {
     pub kind: String,
 }
 
-/// Node-wide figures for `/metrics`.
+/// Node-wide figures for `/metrics`: rendered as Prometheus text, never
+/// read back, so the only view without `Deserialize`.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct NodeMetrics {
     pub partitions: Vec<PartitionDescription>,
