@@ -64,6 +64,8 @@ fn main() {
                     name: "orders".into(),
                     partition_count: partitions,
                 }],
+                include: vec![],
+                exclude: vec![],
             },
         ] {
             coordinator

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use kmirror_events::{
     decide, Command, DecideError, MirrorPartitionKey, MirrorPartitionStateValue, MirrorProducer,
-    MirrorStateImage, Offset, OffsetMapHole, OffsetMapRun, Record, TopicId,
+    MirrorStateImage, Offset, OffsetMapHole, OffsetMapRun, Record, StateValidation,
 };
 use kmirror_store::{EventLog, StoreError};
 
@@ -37,8 +37,8 @@ pub fn now_ms() -> i64 {
 pub enum CoordinatorError {
     #[error(transparent)]
     Refused(#[from] DecideError),
-    #[error("INVALID_CLUSTER_MIRROR_STATES: a topic's mirror state changed after offset {validated_end}")]
-    Stale { validated_end: Offset },
+    #[error("INVALID_CLUSTER_MIRROR_STATES: a topic's mirror state changed after offset {state_validation_offset}")]
+    Stale { state_validation_offset: Offset },
     #[error("event log: {0}")]
     Store(String),
     /// The actor is gone (the node is shutting down) or its mailbox closed.
@@ -77,17 +77,16 @@ pub struct Applied {
 #[rtype(result = "Result<Applied, CoordinatorError>")]
 pub struct Execute {
     pub command: Command,
-    /// The KIP §5.3 optimistic lock: `Some((validated_end, topics))` refuses
-    /// with INVALID_CLUSTER_MIRROR_STATES if any of `topics` had a state
-    /// change at or after `validated_end`.
-    pub validated: Option<(Offset, Vec<TopicId>)>,
+    /// Operations a client validated first carry the StateValidationOffset
+    /// lock; internal bookkeeping (progress, failures) appends without one.
+    pub state_validation: Option<StateValidation>,
 }
 
 impl Execute {
     pub fn new(command: Command) -> Self {
         Execute {
             command,
-            validated: None,
+            state_validation: None,
         }
     }
 }
@@ -197,16 +196,19 @@ impl Handler<Execute> for CoordinatorActor {
         let log = self.log.clone();
         let to_append = records.clone();
         let append = async move {
-            tokio::task::spawn_blocking(move || match msg.validated {
-                Some((end, topics)) => log.append_if_unchanged(now_ms(), end, &topics, &to_append),
+            tokio::task::spawn_blocking(move || match &msg.state_validation {
+                Some(lock) => log.append_if_unchanged(now_ms(), lock, &to_append),
                 None => log.append(now_ms(), &to_append),
             })
             .await
             .map_err(|e| CoordinatorError::Store(e.to_string()))?
             .map_err(|e| match e {
-                StoreError::InvalidClusterMirrorStates { validated_end, .. } => {
-                    CoordinatorError::Stale { validated_end }
-                }
+                StoreError::InvalidClusterMirrorStates {
+                    state_validation_offset,
+                    ..
+                } => CoordinatorError::Stale {
+                    state_validation_offset,
+                },
                 other => CoordinatorError::Store(other.to_string()),
             })
         };
@@ -276,6 +278,8 @@ mod tests {
                     name: "t".into(),
                     partition_count: 1,
                 }],
+                include: vec![],
+                exclude: vec![],
             },
         ] {
             coordinator

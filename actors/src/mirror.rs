@@ -16,7 +16,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use kmirror_events::{
     Command, MirrorConfig, MirrorPartitionKey, MirrorStateImage, PartitionState, PatternError,
-    RetryPolicy, TopicFilter, TopicId,
+    RetryPolicy, StateValidation, TopicFilter, TopicId,
 };
 
 use crate::cluster::{
@@ -255,8 +255,13 @@ async fn discover(
                 command: Command::StartTopics {
                     mirror: name.to_string(),
                     topics: start,
+                    include: vec![],
+                    exclude: vec![],
                 },
-                validated: Some((image.end_offset(), ids)),
+                state_validation: Some(StateValidation {
+                    offset: image.end_offset(),
+                    topics: ids,
+                }),
             })
             .await??;
     }
@@ -273,7 +278,10 @@ async fn discover(
                     mirror: name.to_string(),
                     topics: excluded.clone(),
                 },
-                validated: Some((image.end_offset(), excluded)),
+                state_validation: Some(StateValidation {
+                    offset: image.end_offset(),
+                    topics: excluded,
+                }),
             })
             .await??;
     }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use actix_web::http::StatusCode;
 use actix_web::web::{self, Data, Json, Path, Query};
 use actix_web::{HttpRequest, HttpResponse, ResponseError};
-use kmirror_actors::node::{Node, NodeError, PartitionDescription};
+use kmirror_actors::node::{Node, NodeError, PartitionDescription, TopicChange};
 use serde::{Deserialize, Serialize};
 
 /// Body of `POST /mirrors`.
@@ -124,14 +124,11 @@ pub fn status_for(code: &str) -> StatusCode {
 
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
-        status_for(self.0.code)
+        status_for(&self.0.code)
     }
 
     fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status_code()).json(serde_json::json!({
-            "error": self.0.code,
-            "message": self.0.message,
-        }))
+        HttpResponse::build(self.status_code()).json(&self.0)
     }
 }
 
@@ -160,7 +157,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/mirrors/{name}/{operation}").route(web::post().to(operate)))
     .service(resource("/partitions").route(web::get().to(describe_all)))
     .service(resource("/offsets/translate").route(web::get().to(translate)))
-    .service(resource("/state-offset").route(web::get().to(state_offset)))
+    .service(resource("/state-offset").route(web::get().to(state_validation_offset)))
     .service(resource("/metrics").route(web::get().to(metrics)))
     .service(resource("/health").route(web::get().to(health)))
     .default_service(web::to(|req: HttpRequest| async move {
@@ -313,14 +310,18 @@ async fn operate(
             "state_validation_offset: recover does not take one",
         ));
     }
+    let change = match operation.as_str() {
+        "stop" => Some(TopicChange::Stop),
+        "pause" => Some(TopicChange::Pause),
+        "resume" => Some(TopicChange::Resume),
+        _ => None,
+    };
     let (m, op) = (mirror.clone(), operation.clone());
     let report = node
         .run(move |n| async move {
-            match op.as_str() {
-                "start" => n.start_topics(&m, &topics, &exclude, offset).await,
-                "stop" => n.stop_topics(&m, &topics, offset).await,
-                "pause" => n.pause_topics(&m, &topics, offset).await,
-                "resume" => n.resume_topics(&m, &topics, offset).await,
+            match (op.as_str(), change) {
+                (_, Some(change)) => n.change_topics(&m, change, &topics, offset).await,
+                ("start", _) => n.start_topics(&m, &topics, &exclude, offset).await,
                 _ => n.recover_topics(&m, &topics).await,
             }
         })
@@ -342,9 +343,15 @@ async fn translate(node: Data<NodeHandle>, q: Query<TranslateQuery>) -> Reply {
     Ok(HttpResponse::Ok().json(t))
 }
 
-async fn state_offset(node: Data<NodeHandle>) -> Reply {
-    let offset = node.run(|n| async move { n.state_offset().await }).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "state_offset": offset })))
+async fn state_validation_offset(node: Data<NodeHandle>) -> Reply {
+    let offset = node
+        .run(|n| async move { n.state_validation_offset().await })
+        .await?;
+    // `state_offset` is the deprecated name, answered for one more release.
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "state_validation_offset": offset,
+        "state_offset": offset,
+    })))
 }
 
 async fn metrics(node: Data<NodeHandle>) -> Reply {
@@ -557,7 +564,8 @@ mod tests {
         assert!(text.contains("kmirror_MirroringPartitionState"), "{text}");
         let (status, body) = call(web_test::TestRequest::get().uri("/state-offset")).await;
         assert_eq!(status, StatusCode::OK);
-        assert!(body["state_offset"].is_u64(), "{body}");
+        assert!(body["state_validation_offset"].is_u64(), "{body}");
+        assert_eq!(body["state_offset"], body["state_validation_offset"]);
     }
 
     #[test]

@@ -101,7 +101,7 @@ pub fn render(m: &NodeMetrics) -> String {
         "gauge",
         "End offset of the event log (the StateValidationOffset).",
     );
-    f.sample("event_log_end_offset", &[], m.event_log_end_offset);
+    f.sample("event_log_end_offset", &[], m.state_validation_offset);
 
     let mut topics: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for p in &m.partitions {
@@ -324,7 +324,7 @@ mod tests {
             .into_iter()
             .collect(),
             mirrors: 1,
-            event_log_end_offset: 42,
+            state_validation_offset: 42,
             sync: vec![SyncMetrics {
                 mirror: "m\"1".into(),
                 group_sync_errors: 3,

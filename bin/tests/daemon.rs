@@ -462,7 +462,8 @@ fn a_mirror_lifecycle_through_the_cli() {
     assert_fails(&out, "CLUSTER_MIRROR_NOT_EMPTY", "");
 
     let (_, body) = daemon.http("GET", "/state-offset", None);
-    let before_pause = serde_json::from_str::<Value>(&body).unwrap()["state_offset"].to_string();
+    let before_pause =
+        serde_json::from_str::<Value>(&body).unwrap()["state_validation_offset"].to_string();
     daemon.cli_ok(&["mirror", "pause", "--mirror", &mirror, "--topics", &topic]);
     wait_for("paused", || in_state(&daemon, &mirror, "PAUSED"));
     let out = daemon.cli(&["mirror", "pause", "--mirror", &mirror, "--topics", &topic]);

@@ -20,6 +20,17 @@ pub struct TopicEntry {
     pub changed_at: Offset,
 }
 
+/// The KIP §5.3 StateValidationOffset lock: an operation decided on the
+/// image that ended at `offset` is refused (INVALID_CLUSTER_MIRROR_STATES)
+/// if any of `topics` had a `MirrorTopicStateChange` at or after `offset`,
+/// because another operation moved those topics after it looked.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct StateValidation {
+    /// The StateValidationOffset: the end offset of the image validated.
+    pub offset: Offset,
+    pub topics: Vec<TopicId>,
+}
+
 /// Everything kmirror knows, rebuilt by folding records in offset order.
 ///
 /// Each map holds exactly the newest live value per record key, so the image
@@ -143,8 +154,8 @@ impl MirrorStateImage {
         self.replay(offset, record.clone());
     }
 
-    /// One past the highest offset folded: the `validated_end` to pass to
-    /// `append_if_unchanged` for decisions taken on this image.
+    /// One past the highest offset folded: the StateValidationOffset of
+    /// decisions taken on this image (see [`StateValidation`]).
     pub fn end_offset(&self) -> Offset {
         self.end_offset
     }

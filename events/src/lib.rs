@@ -19,11 +19,11 @@ pub mod sync;
 
 pub use codec::{CodecError, Envelope, FORMAT_VERSION};
 pub use ids::{Offset, TopicId};
-pub use image::{ImageSummary, MirrorStateImage, TopicEntry};
+pub use image::{ImageSummary, MirrorStateImage, StateValidation, TopicEntry};
 pub use machine::{decide, decide_and_apply, Command, DecideError, TopicRef};
 pub use offset_map::{translate, MapError, OffsetMap, Translation};
 pub use pattern::{
-    is_internal_topic, GroupFilter, PatternError, PatternList, TopicFilter,
+    is_internal_topic, join_lists, list_items, GroupFilter, PatternError, PatternList, TopicFilter,
     DEFAULT_TOPIC_PROPERTIES_EXCLUDE,
 };
 pub use record::*;

@@ -8,7 +8,7 @@
 
 use crate::ids::TopicId;
 use crate::image::MirrorStateImage;
-use crate::pattern::{is_internal_topic, GroupFilter, PatternError, TopicFilter};
+use crate::pattern::{is_internal_topic, join_lists, GroupFilter, PatternError, TopicFilter};
 use crate::record::*;
 use crate::state::{is_valid_transition, retry_target, PartitionState};
 
@@ -40,9 +40,15 @@ pub enum Command {
     DeleteMirror {
         name: String,
     },
+    /// Starts `topics` and adds `include`/`exclude` (names or regexes) to
+    /// the mirror's patterns for auto-discovery, in one append: a start
+    /// refused as stale changes nothing, and two starts never lose each
+    /// other's patterns (they are joined here, against the current image).
     StartTopics {
         mirror: String,
         topics: Vec<TopicRef>,
+        include: Vec<String>,
+        exclude: Vec<String>,
     },
     StopTopics {
         mirror: String,
@@ -533,10 +539,28 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
             );
             Ok(out)
         }
-        Command::StartTopics { mirror, topics } => {
-            let config = require_mirror(image, mirror)?;
+        Command::StartTopics {
+            mirror,
+            topics,
+            include,
+            exclude,
+        } => {
+            let current = require_mirror(image, mirror)?;
+            let config = MirrorConfig {
+                topics_include: join_lists(&current.topics_include, include),
+                topics_exclude: join_lists(&current.topics_exclude, exclude),
+                ..current.clone()
+            };
             let filter = TopicFilter::new(&config.topics_include, &config.topics_exclude)?;
             let mut out = Vec::new();
+            if config != *current {
+                out.push(Record::MirrorConfig(
+                    MirrorConfigKey {
+                        mirror_name: mirror.clone(),
+                    },
+                    Some(config.clone()),
+                ));
+            }
             for t in topics {
                 let label = format!("{} ({})", t.name, t.topic_id);
                 if is_internal_topic(&t.name) || filter.is_excluded(&t.name) {

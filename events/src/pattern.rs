@@ -3,6 +3,33 @@
 
 use regex::Regex;
 
+/// The items of comma-separated lists, in order: trimmed, blanks and
+/// repeats dropped. Operators write lists by hand (`a, b,,a`) and add to
+/// them from flags; every list the mirror reads goes through here, so all
+/// agree on what an item is.
+pub fn list_items<S: AsRef<str>>(lists: &[S]) -> Vec<&str> {
+    let mut items: Vec<&str> = Vec::new();
+    for item in lists
+        .iter()
+        .flat_map(|l| l.as_ref().split(','))
+        .map(str::trim)
+    {
+        if !item.is_empty() && !items.contains(&item) {
+            items.push(item);
+        }
+    }
+    items
+}
+
+/// `existing` with the items of `added` appended, as one comma list (see
+/// [`list_items`]).
+pub fn join_lists<S: AsRef<str>>(existing: &str, added: &[S]) -> String {
+    let lists: Vec<&str> = std::iter::once(existing)
+        .chain(added.iter().map(AsRef::as_ref))
+        .collect();
+    list_items(&lists).join(",")
+}
+
 /// A pattern that does not compile, named so the operator can find it in
 /// their config.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -27,7 +54,7 @@ impl PatternList {
     /// empty spec matches nothing.
     pub fn parse(field: &str, spec: &str) -> Result<Self, PatternError> {
         let mut regexes = Vec::new();
-        for p in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        for p in list_items(&[spec]) {
             let re = Regex::new(&format!("^(?:{p})$")).map_err(|e| PatternError {
                 field: field.to_string(),
                 pattern: p.to_string(),
@@ -165,6 +192,18 @@ mod tests {
             .matches("mm2-offset-syncs.a.internal"));
         assert!(!TopicFilter::new(".*", "").unwrap().matches("a.heartbeats"));
         assert!(!TopicFilter::new("", "").unwrap().matches("orders"));
+    }
+
+    #[test]
+    fn comma_lists_are_trimmed_without_blanks_or_repeats() {
+        assert_eq!(list_items(&[" a, b,,a ", "", "c,b"]), ["a", "b", "c"]);
+        assert!(list_items::<&str>(&[]).is_empty());
+        assert_eq!(
+            join_lists("orders-.*, ,x", &["payments,x", " y "]),
+            "orders-.*,x,payments,y"
+        );
+        assert_eq!(join_lists("", &[" a "]), "a");
+        assert_eq!(join_lists::<String>("", &[]), "");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 use regex::Regex;
 
 use crate::offset_map::Translation;
-use crate::pattern::{PatternError, PatternList, DEFAULT_TOPIC_PROPERTIES_EXCLUDE};
+use crate::pattern::{list_items, PatternError, PatternList, DEFAULT_TOPIC_PROPERTIES_EXCLUDE};
 use crate::record::MirrorConfig;
 
 /// Destination group states in which a group has (or is getting) live
@@ -395,10 +395,8 @@ impl AclRules {
     /// Parses a comma-separated list of rules; errors name the rule and
     /// what is wrong with it.
     pub fn parse(spec: &str) -> Result<Self, PatternError> {
-        let rules = spec
-            .split(',')
-            .map(str::trim)
-            .filter(|r| !r.is_empty())
+        let rules = list_items(&[spec])
+            .into_iter()
             .map(AclRule::parse)
             .collect::<Result<_, _>>()?;
         Ok(AclRules { rules })

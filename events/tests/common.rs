@@ -51,7 +51,9 @@ pub fn command() -> impl Strategy<Value = Command> {
         1 => mirror().prop_map(|name| Command::DeleteMirror { name }),
         3 => (mirror(), topic()).prop_map(|(mirror, (name, topic_id))| Command::StartTopics {
             mirror,
-            topics: vec![TopicRef { topic_id, name, partition_count: PARTITIONS }]
+            topics: vec![TopicRef { topic_id, name, partition_count: PARTITIONS }],
+            include: vec![],
+            exclude: vec![],
         }),
         2 => (mirror(), topic()).prop_map(|(mirror, (_, id))| Command::StopTopics { mirror, topics: vec![id] }),
         1 => (mirror(), topic()).prop_map(|(mirror, (_, id))| Command::PauseTopics { mirror, topics: vec![id] }),

@@ -24,6 +24,8 @@ fn setup() -> (MirrorStateImage, MirrorPartitionKey) {
                 name: "orders".into(),
                 partition_count: 2,
             }],
+            include: vec![],
+            exclude: vec![],
         },
     )
     .unwrap();
@@ -239,6 +241,8 @@ fn topic_commands_and_delete() {
             name: "orders".into(),
             partition_count: 2,
         }],
+        include: vec![],
+        exclude: vec![],
     };
     assert_eq!(
         cmd(start_m2.clone(), &mut img).unwrap_err().kip_name(),
@@ -387,6 +391,8 @@ fn create_validates_name_and_patterns() {
                 name: "__consumer_offsets".into(),
                 partition_count: 50,
             }],
+            include: vec![],
+            exclude: vec![],
         },
     )
     .unwrap_err();

@@ -42,6 +42,8 @@ fn main() {
                 name: "orders".into(),
                 partition_count: 3,
             }],
+            include: vec![],
+            exclude: vec![],
         },
     );
     for p in 0..3 {

@@ -10,7 +10,9 @@ mod sled_log;
 mod verify;
 
 use kmirror_events::codec::CodecError;
-use kmirror_events::{MirrorStateImage, Offset, Record, RecordKey, TopicId};
+use kmirror_events::{
+    MirrorStateImage, MirrorTopicStateKey, Offset, Record, RecordKey, StateValidation, TopicId,
+};
 
 pub use mem::MemLog;
 #[doc(hidden)]
@@ -56,12 +58,12 @@ pub enum StoreError {
     CorruptSnapshot { offset: Offset, source: CodecError },
     #[error("the event log was written by a newer kmirror (format version {found}; this build reads up to {supported}); refusing to open it")]
     NewerFormat { found: u8, supported: u8 },
-    /// KIP §5.3 optimistic lock failure.
-    #[error("INVALID_CLUSTER_MIRROR_STATES: topic {topic_id} changed state at offset {changed_at}, after the view the operation validated (log end offset {validated_end})")]
+    /// The StateValidationOffset lock refused (see [`StateValidation`]).
+    #[error("INVALID_CLUSTER_MIRROR_STATES: topic {topic_id} changed state at offset {changed_at}, after the view the operation validated (log end offset {state_validation_offset})")]
     InvalidClusterMirrorStates {
         topic_id: TopicId,
         changed_at: Offset,
-        validated_end: Offset,
+        state_validation_offset: Offset,
     },
     #[error("snapshot at end offset {snapshot} is ahead of the log end offset {end}")]
     SnapshotAhead { snapshot: Offset, end: Offset },
@@ -97,16 +99,15 @@ pub trait EventLog: Send + Sync {
     /// offset.
     fn append(&self, timestamp_ms: i64, batch: &[Record]) -> Result<Offset>;
 
-    /// The KIP §5.3 optimistic lock: appends only if none of `topics` had a
-    /// `MirrorTopicStateChange` at or after `validated_end` (the end offset
-    /// of the image the caller validated against), else refuses with
+    /// Appends under the KIP §5.3 StateValidationOffset lock: only if none
+    /// of `validation.topics` had a `MirrorTopicStateChange` at or after
+    /// `validation.offset`, else refuses with
     /// [`StoreError::InvalidClusterMirrorStates`]. Check and append are
     /// atomic with respect to other appends.
     fn append_if_unchanged(
         &self,
         timestamp_ms: i64,
-        validated_end: Offset,
-        topics: &[TopicId],
+        validation: &StateValidation,
         batch: &[Record],
     ) -> Result<Offset>;
 
@@ -161,6 +162,29 @@ pub trait EventLog: Send + Sync {
     fn replay_all(&self) -> Result<MirrorStateImage> {
         replay_onto(self, MirrorStateImage::default(), 0)
     }
+}
+
+/// Enforces the StateValidationOffset (KIP §5.3) for both implementations:
+/// `last_change` answers the offset of a key's newest record, read under
+/// the same write lock as the append that follows.
+fn check_state_validation(
+    validation: &StateValidation,
+    mut last_change: impl FnMut(&RecordKey) -> Result<Option<Offset>>,
+) -> Result<()> {
+    for &topic_id in &validation.topics {
+        let key = RecordKey::MirrorTopicStateChange(MirrorTopicStateKey { topic_id });
+        match last_change(&key)? {
+            Some(changed_at) if changed_at >= validation.offset => {
+                return Err(StoreError::InvalidClusterMirrorStates {
+                    topic_id,
+                    changed_at,
+                    state_validation_offset: validation.offset,
+                })
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Folds the records from `from` onto `image`, reading and decoding on a

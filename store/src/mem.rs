@@ -4,10 +4,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
-use kmirror_events::record::MirrorTopicStateKey;
-use kmirror_events::{MirrorStateImage, Offset, Record, RecordKey, TopicId};
+use kmirror_events::{MirrorStateImage, Offset, Record, RecordKey, StateValidation};
 
-use crate::{CompactStats, EventLog, LogEntry, LogIter, Result, StoreError};
+use crate::{
+    check_state_validation, CompactStats, EventLog, LogEntry, LogIter, Result, StoreError,
+};
 
 #[derive(Clone)]
 struct Stored {
@@ -90,26 +91,15 @@ impl EventLog for MemLog {
         Self::append_inner(&mut self.lock(), timestamp_ms, batch)
     }
 
+    /// The StateValidationOffset check and the append hold one lock.
     fn append_if_unchanged(
         &self,
         timestamp_ms: i64,
-        validated_end: Offset,
-        topics: &[TopicId],
+        validation: &StateValidation,
         batch: &[Record],
     ) -> Result<Offset> {
         let mut inner = self.lock();
-        for t in topics {
-            let key = RecordKey::MirrorTopicStateChange(MirrorTopicStateKey { topic_id: *t });
-            if let Some(&changed_at) = inner.index.get(&key) {
-                if changed_at >= validated_end {
-                    return Err(StoreError::InvalidClusterMirrorStates {
-                        topic_id: *t,
-                        changed_at,
-                        validated_end,
-                    });
-                }
-            }
-        }
+        check_state_validation(validation, |key| Ok(inner.index.get(key).copied()))?;
         Self::append_inner(&mut inner, timestamp_ms, batch)
     }
 

@@ -19,10 +19,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use kmirror_events::codec::{self, CodecError, FORMAT_VERSION};
-use kmirror_events::record::MirrorTopicStateKey;
-use kmirror_events::{MirrorStateImage, Offset, Record, RecordKey, TopicId};
+use kmirror_events::{MirrorStateImage, Offset, Record, RecordKey, StateValidation};
 
-use crate::{CompactStats, EventLog, LogEntry, LogIter, Result, StoreError};
+use crate::{
+    check_state_validation, CompactStats, EventLog, LogEntry, LogIter, Result, StoreError,
+};
 
 /// When appends reach the disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -509,26 +510,15 @@ impl EventLog for SledLog {
         self.append_locked(timestamp_ms, batch)
     }
 
+    /// The StateValidationOffset check and the append hold one write lock.
     fn append_if_unchanged(
         &self,
         timestamp_ms: i64,
-        validated_end: Offset,
-        topics: &[TopicId],
+        validation: &StateValidation,
         batch: &[Record],
     ) -> Result<Offset> {
         let _g = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
-        for t in topics {
-            let key = RecordKey::MirrorTopicStateChange(MirrorTopicStateKey { topic_id: *t });
-            if let Some(changed_at) = self.index_offset(&codec::encode_key(&key))? {
-                if changed_at >= validated_end {
-                    return Err(StoreError::InvalidClusterMirrorStates {
-                        topic_id: *t,
-                        changed_at,
-                        validated_end,
-                    });
-                }
-            }
-        }
+        check_state_validation(validation, |key| self.index_offset(&codec::encode_key(key)))?;
         self.append_locked(timestamp_ms, batch)
     }
 

@@ -110,22 +110,24 @@ fn optimistic_lock(log: &dyn EventLog) {
     let b = common::topic_id(2);
     log.append(0, &[topic_change(a, PartitionState::Mirroring)])
         .unwrap();
-    let validated = log.end_offset();
+    let lock = |offset, topics: &[TopicId]| StateValidation {
+        offset,
+        topics: topics.to_vec(),
+    };
+    let offset = log.end_offset();
     // Another writer changes b after our validation: a stays usable.
     log.append(0, &[topic_change(b, PartitionState::Mirroring)])
         .unwrap();
     log.append_if_unchanged(
         0,
-        validated,
-        &[a],
+        &lock(offset, &[a]),
         &[topic_change(a, PartitionState::Paused)],
     )
     .unwrap();
     let e = log
         .append_if_unchanged(
             0,
-            validated,
-            &[a, b],
+            &lock(offset, &[a, b]),
             &[topic_change(b, PartitionState::Stopped)],
         )
         .unwrap_err();
@@ -137,8 +139,7 @@ fn optimistic_lock(log: &dyn EventLog) {
     );
     log.append_if_unchanged(
         0,
-        log.end_offset(),
-        &[a, b],
+        &lock(log.end_offset(), &[a, b]),
         &[topic_change(b, PartitionState::Stopped)],
     )
     .unwrap();

@@ -507,9 +507,14 @@ async fn stop_syncs_group_offsets_one_last_time_after_the_final_checkpoint() {
     group_read(&bed().source, &topic, "g-stop", 120, 20_000);
     let committed = describe_group(&bed().source, "g-stop", &topic);
     assert_eq!(committed, BTreeMap::from([(0, 120)]));
-    node.stop_topics("sync", std::slice::from_ref(&topic), None)
-        .await
-        .unwrap();
+    node.change_topics(
+        "sync",
+        kmirror_actors::node::TopicChange::Stop,
+        std::slice::from_ref(&topic),
+        None,
+    )
+    .await
+    .unwrap();
     let start = Instant::now();
     while node.describe(Some("sync")).await.unwrap()[0].state != "STOPPED" {
         assert!(start.elapsed() < Duration::from_secs(30), "not STOPPED");

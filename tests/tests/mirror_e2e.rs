@@ -56,7 +56,7 @@ async fn eight_partitions_every_codec_identical_through_kafkas_own_consumer() {
             .await
             .unwrap();
         assert_eq!(
-            (t.kind, t.destination_offset),
+            (t.kind.as_str(), t.destination_offset),
             ("exact", Some(p.destination_offset - 1))
         );
     }
@@ -143,7 +143,7 @@ async fn a_compacted_source_with_gaps_translates_every_offset() {
             .await
             .unwrap();
         assert_eq!(
-            (t.kind, t.destination_offset),
+            (t.kind.as_str(), t.destination_offset),
             ("exact", Some(offset_of(dst))),
             "{src}"
         );

@@ -960,6 +960,8 @@ impl Fixture {
                     name: topic.into(),
                     partition_count: partitions,
                 }],
+                include: vec![],
+                exclude: vec![],
             },
         ] {
             coordinator

@@ -1,0 +1,238 @@
+//! The node: what the daemon's admin API and CLI talk to.
+//!
+//! A `Node` owns the CoordinatorActor and one MirrorActor per mirror, and
+//! implements the KIP's operations (`kafka-cluster-mirrors.sh` verbs) with
+//! the KIP's two phases: validate against the current image, stamp the
+//! StateValidationOffset (the log end offset validated against), then apply
+//! through the coordinator under the optimistic lock, which refuses with
+//! INVALID_CLUSTER_MIRROR_STATES if a topic changed state in between.
+//!
+//! It is a cheap, cloneable handle: HTTP handlers hold clones.
+
+mod ops;
+mod query;
+mod views;
+
+pub use ops::TopicChange;
+pub use views::{
+    MirrorListing, NodeError, NodeMetrics, OffsetTranslation, OperationReport, PartitionDescription,
+};
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use actix::prelude::*;
+use kmirror_events::{Command, MirrorConfig, MirrorStateImage, RetryPolicy, StateValidation};
+use kmirror_store::EventLog;
+
+use crate::cluster::{BoxFuture, DestinationCluster, SourceCluster};
+use crate::coordinator::{Applied, CoordinatorActor, CoordinatorError, Execute, ReadImage};
+use crate::kafka::KafkaError;
+use crate::mirror::{MirrorActor, MirrorSpec, StopMirror};
+
+/// Builds a source cluster from a mirror's Kafka-style properties
+/// (`bootstrap.servers`, `security.protocol`, …). A function, so tests can
+/// hand in in-memory clusters.
+pub type SourceConnector = Arc<
+    dyn Fn(
+            BTreeMap<String, String>,
+        ) -> BoxFuture<'static, Result<Arc<dyn SourceCluster>, KafkaError>>
+        + Send
+        + Sync,
+>;
+
+/// Settings of a node.
+#[derive(Clone)]
+pub struct NodeSettings {
+    /// How often each mirror rediscovers source topics and checks the
+    /// source cluster id (`mirror.metadata.refresh.interval.ms` default).
+    pub refresh_interval: std::time::Duration,
+}
+
+impl Default for NodeSettings {
+    fn default() -> Self {
+        NodeSettings {
+            refresh_interval: std::time::Duration::from_secs(5),
+        }
+    }
+}
+
+/// The running node (see the module docs).
+#[derive(Clone)]
+pub struct Node {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    log: Arc<dyn EventLog>,
+    coordinator: Addr<CoordinatorActor>,
+    destination: Arc<dyn DestinationCluster>,
+    connect_source: SourceConnector,
+    settings: NodeSettings,
+    mirrors: tokio::sync::Mutex<BTreeMap<String, Running>>,
+}
+
+/// A running mirror: its actor and its source connection.
+struct Running {
+    actor: Addr<MirrorActor>,
+    source: Arc<dyn SourceCluster>,
+    retry: RetryPolicy,
+}
+
+/// Mirror-level keys that are not source connection properties.
+const MIRROR_KEYS: &[&str] = &["topic.properties.exclude", "acls.include"];
+
+fn refused(e: CoordinatorError) -> NodeError {
+    NodeError::new(e.kip_name(), e.to_string())
+}
+
+fn unavailable(e: impl std::fmt::Display) -> NodeError {
+    NodeError::new("COORDINATOR_NOT_AVAILABLE", e.to_string())
+}
+
+fn kafka(what: &str, e: KafkaError) -> NodeError {
+    let code = match e {
+        KafkaError::Config { .. } => "INVALID_CONFIG",
+        KafkaError::Authentication { .. } => "SASL_AUTHENTICATION_FAILED",
+        _ => "NETWORK_EXCEPTION",
+    };
+    NodeError::new(code, format!("{what}: {e}"))
+}
+
+/// The Kafka client properties among a mirror's properties: everything but
+/// the mirror's own keys (`mirror.*`, `topic.properties.exclude`,
+/// `acls.include`), which the client would refuse as unknown.
+fn client_properties(props: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    props
+        .iter()
+        .filter(|(k, _)| !k.starts_with("mirror.") && !MIRROR_KEYS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+fn retry_policy(props: &BTreeMap<String, String>) -> Result<RetryPolicy, NodeError> {
+    RetryPolicy::from_config(|k| props.get(k).cloned())
+        .map_err(|e| NodeError::new("INVALID_CONFIG", e.to_string()))
+}
+
+impl Node {
+    /// Loads the image from `log`, starts the CoordinatorActor and a
+    /// MirrorActor for every mirror in it (which resume their partitions
+    /// from the log alone). Must run inside an actix System.
+    pub async fn start(
+        log: Arc<dyn EventLog>,
+        destination: Arc<dyn DestinationCluster>,
+        connect_source: SourceConnector,
+        settings: NodeSettings,
+    ) -> Result<Node, NodeError> {
+        let loading = log.clone();
+        let coordinator = tokio::task::spawn_blocking(move || CoordinatorActor::load(loading))
+            .await
+            .map_err(unavailable)?
+            .map_err(|e| {
+                NodeError::new("KAFKA_STORAGE_ERROR", format!("loading the event log: {e}"))
+            })?
+            .start();
+        let node = Node {
+            inner: Arc::new(Inner {
+                log,
+                coordinator,
+                destination,
+                connect_source,
+                settings,
+                mirrors: tokio::sync::Mutex::new(BTreeMap::new()),
+            }),
+        };
+        let image = node.image().await?;
+        for (name, config) in image.mirrors() {
+            node.run_mirror(name, config).await?;
+        }
+        Ok(node)
+    }
+
+    async fn image(&self) -> Result<Arc<MirrorStateImage>, NodeError> {
+        self.inner
+            .coordinator
+            .send(ReadImage)
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn execute(
+        &self,
+        command: Command,
+        state_validation: Option<StateValidation>,
+    ) -> Result<Applied, NodeError> {
+        self.inner
+            .coordinator
+            .send(Execute {
+                command,
+                state_validation,
+            })
+            .await
+            .map_err(unavailable)?
+            .map_err(refused)
+    }
+
+    /// Starts the MirrorActor of a mirror recorded in the log.
+    async fn run_mirror(&self, name: &str, config: &MirrorConfig) -> Result<(), NodeError> {
+        let mut props = config.source_properties.clone();
+        props.insert("bootstrap.servers".into(), config.source_bootstrap.clone());
+        let retry = retry_policy(&props)?;
+        let source = (self.inner.connect_source)(client_properties(&props))
+            .await
+            .map_err(|e| kafka("connect to the source cluster", e))?;
+        let actor = MirrorActor::new(MirrorSpec {
+            name: name.to_string(),
+            source: source.clone(),
+            destination: self.inner.destination.clone(),
+            coordinator: self.inner.coordinator.clone(),
+            retry,
+            refresh_interval: self.inner.settings.refresh_interval,
+        })
+        .start();
+        self.inner.mirrors.lock().await.insert(
+            name.to_string(),
+            Running {
+                actor,
+                source,
+                retry,
+            },
+        );
+        Ok(())
+    }
+
+    async fn running(
+        &self,
+        mirror: &str,
+    ) -> Result<(Addr<MirrorActor>, Arc<dyn SourceCluster>), NodeError> {
+        self.inner
+            .mirrors
+            .lock()
+            .await
+            .get(mirror)
+            .map(|r| (r.actor.clone(), r.source.clone()))
+            .ok_or_else(|| NodeError::unknown_mirror(mirror))
+    }
+
+    /// Every running MirrorActor, copied out so no call to one holds the
+    /// lock.
+    async fn actors(&self) -> Vec<Addr<MirrorActor>> {
+        let mirrors = self.inner.mirrors.lock().await;
+        mirrors.values().map(|r| r.actor.clone()).collect()
+    }
+
+    /// Graceful stop: every partition stops fetching, finishes what is in
+    /// flight, makes its map durable; the log is flushed.
+    pub async fn shutdown(&self) {
+        let actors = self.actors().await;
+        futures_util::future::join_all(actors.iter().map(|a| a.send(StopMirror))).await;
+        let log = self.inner.log.clone();
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || log.flush()).await {
+            tracing::error!(error = %e, "flushing the event log failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

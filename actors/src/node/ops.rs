@@ -1,0 +1,291 @@
+//! The KIP operations that write: create, start, stop, pause, resume,
+//! recover and delete. Each validates against the current image, stamps the
+//! StateValidationOffset it validated and applies through the coordinator
+//! under that lock, then lets the MirrorActor act on what was recorded.
+
+use std::collections::BTreeMap;
+
+use kmirror_events::{
+    join_lists, Command, MirrorConfig, MirrorStateImage, PatternList, StateValidation, TopicFilter,
+    TopicId,
+};
+
+use super::{
+    client_properties, kafka, retry_policy, unavailable, MirrorListing, Node, NodeError,
+    OperationReport,
+};
+use crate::cluster::ensure_destination_topics;
+use crate::mirror::{Reconcile, RecoverTopics, StopMirror};
+
+/// The operations that only move topics a mirror already has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicChange {
+    /// Failover: the destination topics become writable.
+    Stop,
+    Pause,
+    Resume,
+}
+
+impl Node {
+    /// `--create`: connects to the source, records its cluster id.
+    /// `properties` are the mirror's Kafka-style properties
+    /// (`bootstrap.servers`, `security.protocol`, `mirror.topics.include`,
+    /// `mirror.topics.exclude`, `mirror.groups.include`, …).
+    pub async fn create_mirror(
+        &self,
+        name: &str,
+        properties: BTreeMap<String, String>,
+    ) -> Result<MirrorListing, NodeError> {
+        let bootstrap = properties
+            .get("bootstrap.servers")
+            .filter(|b| !b.trim().is_empty())
+            .cloned()
+            .ok_or_else(|| {
+                NodeError::new(
+                    "INVALID_CONFIG",
+                    "bootstrap.servers is required in the mirror config",
+                )
+            })?;
+        retry_policy(&properties)?;
+        if self.image().await?.mirror(name).is_some() {
+            return Err(NodeError::new(
+                "CLUSTER_MIRROR_ALREADY_EXISTS",
+                format!("cluster mirror {name:?} already exists"),
+            ));
+        }
+        let source = (self.inner.connect_source)(client_properties(&properties))
+            .await
+            .map_err(|e| kafka("connect to the source cluster", e))?;
+        let cluster_id = source
+            .cluster_id()
+            .await
+            .map_err(|e| kafka("describe the source cluster", e))?;
+        let get = |k: &str, default: &str| {
+            properties
+                .get(k)
+                .cloned()
+                .unwrap_or_else(|| default.to_string())
+        };
+        let config = MirrorConfig {
+            source_bootstrap: bootstrap,
+            // Everything but the patterns (kept in their own fields):
+            // client properties and the mirror's retry and sync settings.
+            source_properties: properties
+                .iter()
+                .filter(|(k, _)| {
+                    !matches!(
+                        k.as_str(),
+                        "bootstrap.servers"
+                            | "mirror.topics.include"
+                            | "mirror.topics.exclude"
+                            | "mirror.groups.include"
+                            | "mirror.groups.exclude"
+                    )
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            topics_include: get("mirror.topics.include", ""),
+            topics_exclude: get("mirror.topics.exclude", "__.*"),
+            groups_include: get("mirror.groups.include", ".*"),
+            groups_exclude: get("mirror.groups.exclude", ""),
+            source_cluster_id: cluster_id,
+        };
+        self.execute(
+            Command::CreateMirror {
+                name: name.to_string(),
+                config: config.clone(),
+            },
+            None,
+        )
+        .await?;
+        self.run_mirror(name, &config).await?;
+        Ok(MirrorListing {
+            mirror: name.to_string(),
+            topics: Vec::new(),
+            source_cluster_id: config.source_cluster_id,
+            source_bootstrap: config.source_bootstrap,
+        })
+    }
+
+    /// `--start`: `topics` are names or regexes; matching source topics
+    /// start mirroring, and the patterns are saved for auto-discovery.
+    /// `state_validation_offset`: a client-supplied lock offset (None: the
+    /// node validates and stamps its own).
+    pub async fn start_topics(
+        &self,
+        mirror: &str,
+        topics: &[String],
+        exclude: &[String],
+        state_validation_offset: Option<u64>,
+    ) -> Result<OperationReport, NodeError> {
+        let (actor, source) = self.running(mirror).await?;
+        let image = self.image().await?;
+        let offset = state_validation_offset.unwrap_or(image.end_offset());
+        let config = image
+            .mirror(mirror)
+            .cloned()
+            .ok_or_else(|| NodeError::unknown_mirror(mirror))?;
+        let wanted = TopicFilter::new(
+            &join_lists("", topics),
+            &join_lists(&config.topics_exclude, exclude),
+        )
+        .map_err(|e| NodeError::new("INVALID_CONFIG", e.to_string()))?;
+        let source_topics = source
+            .topics()
+            .await
+            .map_err(|e| kafka("list source topics", e))?;
+        let matched: Vec<_> = source_topics
+            .into_iter()
+            .filter(|t| !t.internal && wanted.matches(&t.name))
+            // Topics this mirror already runs are left as they are.
+            .filter(|t| {
+                !image
+                    .topic_by_name(mirror, &t.name)
+                    .is_some_and(|e| e.change.is_active())
+            })
+            .collect();
+        let start = ensure_destination_topics(&*source, &*self.inner.destination, &matched)
+            .await
+            .map_err(|e| kafka(&e.doing, e.source))?;
+        let ids: Vec<TopicId> = start.iter().map(|t| t.topic_id).collect();
+        // The patterns are saved for auto-discovery in the same append as
+        // the topics, under the same lock: a start refused as stale changes
+        // nothing, and two starts never lose each other's patterns.
+        self.execute(
+            Command::StartTopics {
+                mirror: mirror.to_string(),
+                topics: start,
+                include: topics.to_vec(),
+                exclude: exclude.to_vec(),
+            },
+            Some(StateValidation {
+                offset,
+                topics: ids,
+            }),
+        )
+        .await?;
+        if matched.is_empty() {
+            return Ok(OperationReport {
+                topics: Vec::new(),
+                state_validation_offset: offset,
+                note: Some("no source topic matches yet; patterns saved for auto-discovery".into()),
+            });
+        }
+        let _ = actor.send(Reconcile).await;
+        Ok(OperationReport {
+            topics: matched.into_iter().map(|t| t.name).collect(),
+            state_validation_offset: offset,
+            note: None,
+        })
+    }
+
+    /// Resolves names or regexes against the mirror's own topics.
+    fn resolve(
+        image: &MirrorStateImage,
+        mirror: &str,
+        topics: &[String],
+    ) -> Result<Vec<(TopicId, String)>, NodeError> {
+        if image.mirror(mirror).is_none() {
+            return Err(NodeError::unknown_mirror(mirror));
+        }
+        let list = PatternList::parse("--topics", &join_lists("", topics))
+            .map_err(|e| NodeError::new("INVALID_CONFIG", e.to_string()))?;
+        let found: Vec<_> = image
+            .topics_of(mirror)
+            .filter(|e| list.is_match(&e.change.topic_name))
+            .map(|e| (e.change.topic_id, e.change.topic_name.clone()))
+            .collect();
+        if found.is_empty() {
+            return Err(NodeError::new(
+                "TOPIC_NOT_IN_CLUSTER_MIRROR",
+                format!(
+                    "no topic of cluster mirror {mirror:?} matches {}",
+                    topics.join(",")
+                ),
+            ));
+        }
+        Ok(found)
+    }
+
+    /// `--stop`, `--pause` and `--resume`: `topics` are resolved against
+    /// the mirror's own topics; validate, stamp, apply under the lock, then
+    /// let the MirrorActor move the partitions.
+    pub async fn change_topics(
+        &self,
+        mirror: &str,
+        change: TopicChange,
+        topics: &[String],
+        state_validation_offset: Option<u64>,
+    ) -> Result<OperationReport, NodeError> {
+        let (actor, _) = self.running(mirror).await?;
+        let image = self.image().await?;
+        let offset = state_validation_offset.unwrap_or(image.end_offset());
+        let found = Self::resolve(&image, mirror, topics)?;
+        let ids: Vec<TopicId> = found.iter().map(|(id, _)| *id).collect();
+        let lock = StateValidation {
+            offset,
+            topics: ids.clone(),
+        };
+        let (mirror, topics) = (mirror.to_string(), ids);
+        let command = match change {
+            TopicChange::Stop => Command::StopTopics { mirror, topics },
+            TopicChange::Pause => Command::PauseTopics { mirror, topics },
+            TopicChange::Resume => Command::ResumeTopics { mirror, topics },
+        };
+        self.execute(command, Some(lock)).await?;
+        let _ = actor.send(Reconcile).await;
+        Ok(OperationReport {
+            topics: found.into_iter().map(|(_, n)| n).collect(),
+            state_validation_offset: offset,
+            note: None,
+        })
+    }
+
+    /// `--recover`: FAILED partitions of these topics go back to their
+    /// PreviousState with the retry count cleared.
+    pub async fn recover_topics(
+        &self,
+        mirror: &str,
+        topics: &[String],
+    ) -> Result<OperationReport, NodeError> {
+        let (actor, _) = self.running(mirror).await?;
+        let image = self.image().await?;
+        let found = Self::resolve(&image, mirror, topics)?;
+        let recovered = actor
+            .send(RecoverTopics(found.iter().map(|(id, _)| *id).collect()))
+            .await
+            .map_err(unavailable)?;
+        Ok(OperationReport {
+            note: recovered
+                .is_empty()
+                .then(|| "no FAILED partition to recover".to_string()),
+            topics: recovered,
+            state_validation_offset: image.end_offset(),
+        })
+    }
+
+    /// `--delete`: only when every topic of the mirror is STOPPED.
+    pub async fn delete_mirror(
+        &self,
+        mirror: &str,
+        state_validation_offset: Option<u64>,
+    ) -> Result<(), NodeError> {
+        let (actor, _) = self.running(mirror).await?;
+        let image = self.image().await?;
+        let offset = state_validation_offset.unwrap_or(image.end_offset());
+        let ids: Vec<TopicId> = image.topics_of(mirror).map(|e| e.change.topic_id).collect();
+        self.execute(
+            Command::DeleteMirror {
+                name: mirror.to_string(),
+            },
+            Some(StateValidation {
+                offset,
+                topics: ids,
+            }),
+        )
+        .await?;
+        let _ = actor.send(StopMirror).await;
+        self.inner.mirrors.lock().await.remove(mirror);
+        Ok(())
+    }
+}

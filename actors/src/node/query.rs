@@ -1,0 +1,173 @@
+//! The reads: list, describe, translate, metrics and the current
+//! StateValidationOffset. They read the image or ask the MirrorActors and
+//! never write to the event log.
+
+use std::collections::BTreeMap;
+
+use actix::prelude::*;
+use kmirror_events::{MirrorPartitionKey, PartitionState, Translation};
+
+use super::{
+    unavailable, MirrorListing, Node, NodeError, NodeMetrics, OffsetTranslation,
+    PartitionDescription,
+};
+use crate::metadata_sync::{GetSyncMetrics, SyncMetrics};
+use crate::mirror::{Describe, MirrorActor};
+
+impl Node {
+    pub async fn list_mirrors(&self) -> Vec<MirrorListing> {
+        let Ok(image) = self.image().await else {
+            return Vec::new();
+        };
+        image
+            .mirrors()
+            .map(|(name, c)| {
+                let mut topics: Vec<String> = image
+                    .topics_of(name)
+                    .map(|e| e.change.topic_name.clone())
+                    .collect();
+                topics.sort();
+                MirrorListing {
+                    mirror: name.clone(),
+                    topics,
+                    source_cluster_id: c.source_cluster_id.clone(),
+                    source_bootstrap: c.source_bootstrap.clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// `--describe`: every partition of `mirror` (or of all mirrors).
+    pub async fn describe(
+        &self,
+        mirror: Option<&str>,
+    ) -> Result<Vec<PartitionDescription>, NodeError> {
+        let running: Vec<(String, Addr<MirrorActor>, u32)> = {
+            let mirrors = self.inner.mirrors.lock().await;
+            if let Some(m) = mirror {
+                if !mirrors.contains_key(m) {
+                    return Err(NodeError::unknown_mirror(m));
+                }
+            }
+            mirrors
+                .iter()
+                .filter(|(name, _)| mirror.is_none_or(|m| m == name.as_str()))
+                .map(|(name, r)| {
+                    (
+                        name.clone(),
+                        r.actor.clone(),
+                        r.retry.max_attempts.max(0) as u32,
+                    )
+                })
+                .collect()
+        };
+        let mut out = Vec::new();
+        for (name, actor, max_attempts) in running {
+            for s in actor.send(Describe).await.map_err(unavailable)? {
+                let known = s.progress.source_high_watermark > 0
+                    || s.progress.destination_offset > 0
+                    || s.state == PartitionState::Mirroring;
+                out.push(PartitionDescription {
+                    mirror: name.clone(),
+                    topic: s.topic,
+                    partition: s.key.partition,
+                    source_offset: if known { s.progress.source_offset } else { -1 },
+                    destination_offset: if known {
+                        s.progress.destination_offset
+                    } else {
+                        -1
+                    },
+                    lag: if known { s.progress.lag() } else { -1 },
+                    lag_seconds: s.progress.lag_seconds(),
+                    state: s.state.kip_name().to_string(),
+                    retry_attempt: s.retry_attempt,
+                    max_attempts,
+                    error: s.error,
+                    offsets_identical: s.progress.offsets_identical,
+                    records_mirrored: s.progress.records_mirrored,
+                    bytes_mirrored: s.progress.bytes_mirrored,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The current StateValidationOffset (the event log end offset), for
+    /// clients that want to pass one to an operation.
+    pub async fn state_validation_offset(&self) -> u64 {
+        self.image().await.map(|i| i.end_offset()).unwrap_or(0)
+    }
+
+    pub async fn translate(
+        &self,
+        mirror: &str,
+        topic: &str,
+        partition: i32,
+        source_offset: i64,
+    ) -> Result<OffsetTranslation, NodeError> {
+        let image = self.image().await?;
+        if image.mirror(mirror).is_none() {
+            return Err(NodeError::unknown_mirror(mirror));
+        }
+        let entry = image.topic_by_name(mirror, topic).ok_or_else(|| {
+            NodeError::new(
+                "TOPIC_NOT_IN_CLUSTER_MIRROR",
+                format!("topic {topic} is not in cluster mirror {mirror:?}"),
+            )
+        })?;
+        if partition < 0 || partition >= entry.change.partition_count {
+            return Err(NodeError::new(
+                "UNKNOWN_TOPIC_OR_PARTITION",
+                format!("{topic} has {} partitions", entry.change.partition_count),
+            ));
+        }
+        let key = MirrorPartitionKey::new(mirror, entry.change.topic_id, partition);
+        let t = image.translate(&key, source_offset);
+        let kind = match t {
+            Translation::Exact(_) => "exact",
+            Translation::InGap(_) => "gap",
+            Translation::AtEnd(_) => "end",
+            Translation::Empty => "empty",
+        }
+        .to_string();
+        Ok(OffsetTranslation {
+            mirror: mirror.to_string(),
+            topic: topic.to_string(),
+            partition,
+            source_offset,
+            destination_offset: t.destination_offset(),
+            kind,
+        })
+    }
+
+    pub async fn metrics(&self) -> NodeMetrics {
+        let partitions = self.describe(None).await.unwrap_or_default();
+        let mut partitions_by_state = BTreeMap::new();
+        for p in &partitions {
+            *partitions_by_state.entry(p.state.clone()).or_insert(0) += 1;
+        }
+        // Each await on its own line: a lock guard taken inside the struct
+        // literal would live to its end and deadlock `sync_metrics`.
+        let mirrors = self.inner.mirrors.lock().await.len() as u64;
+        let state_validation_offset = self.state_validation_offset().await;
+        let sync = self.sync_metrics().await;
+        NodeMetrics {
+            partitions,
+            partitions_by_state,
+            mirrors,
+            state_validation_offset,
+            sync,
+        }
+    }
+
+    /// Each running mirror's metadata-sync counters.
+    pub async fn sync_metrics(&self) -> Vec<SyncMetrics> {
+        let mut out = Vec::new();
+        for a in self.actors().await {
+            if let Ok(m) = a.send(GetSyncMetrics).await {
+                out.push(m);
+            }
+        }
+        out
+    }
+}

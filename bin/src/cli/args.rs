@@ -1,0 +1,151 @@
+//! The command line of `kmirror mirror …` and `kmirror offsets …`: clap
+//! definitions only, named after the KIP's `kafka-cluster-mirrors.sh` flags.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+/// Where `kmirror daemon` listens by default.
+const DEFAULT_ADMIN_URL: &str = "http://127.0.0.1:9650";
+
+#[derive(Args)]
+pub struct AdminArg {
+    /// The daemon's admin API.
+    #[arg(long, global = true, value_name = "URL", env = "KMIRROR_ADMIN_URL", default_value = DEFAULT_ADMIN_URL)]
+    pub(super) admin: String,
+}
+
+#[derive(Args)]
+pub struct MirrorArgs {
+    #[command(flatten)]
+    pub(super) admin: AdminArg,
+    #[command(subcommand)]
+    pub(super) command: MirrorCommand,
+}
+
+#[derive(Args)]
+pub(super) struct Output {
+    /// Print the daemon's JSON answer instead of text.
+    #[arg(long)]
+    pub(super) json: bool,
+}
+
+#[derive(Args)]
+pub(super) struct Topics {
+    /// Topic names or regexes, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true, value_name = "TOPICS")]
+    pub(super) topics: Vec<String>,
+}
+
+#[derive(Args)]
+pub(super) struct Lock {
+    /// Refuse (INVALID_CLUSTER_MIRROR_STATES) if a topic changed state after
+    /// this event-log offset (see `GET /state-offset`).
+    #[arg(long, value_name = "N")]
+    pub(super) state_validation_offset: Option<u64>,
+}
+
+#[derive(Args)]
+pub(super) struct Operation {
+    #[arg(long)]
+    pub(super) mirror: String,
+    #[command(flatten)]
+    pub(super) topics: Topics,
+    #[command(flatten)]
+    pub(super) lock: Lock,
+    #[command(flatten)]
+    pub(super) output: Output,
+}
+
+#[derive(Subcommand)]
+pub(super) enum MirrorCommand {
+    /// Create a mirror from a source-connection properties file.
+    Create {
+        #[arg(long)]
+        mirror: String,
+        /// Kafka-style properties: bootstrap.servers, security.protocol,
+        /// mirror.topics.include, …
+        #[arg(long, value_name = "FILE")]
+        mirror_config: PathBuf,
+        /// Added to mirror.topics.include.
+        #[arg(long, value_delimiter = ',', value_name = "TOPICS")]
+        topics: Vec<String>,
+        /// Added to mirror.topics.exclude.
+        #[arg(long, value_delimiter = ',', value_name = "PATTERNS")]
+        exclude: Vec<String>,
+        #[command(flatten)]
+        output: Output,
+    },
+    /// List mirrors: MIRROR TOPICS SOURCE-CLUSTER-ID SOURCE-BOOTSTRAP-SERVER.
+    List {
+        #[command(flatten)]
+        output: Output,
+    },
+    /// Describe the partitions of one mirror (or all).
+    Describe {
+        #[arg(long)]
+        mirror: Option<String>,
+        /// Only FAILED partitions, with their retry count and error.
+        #[arg(long)]
+        failed: bool,
+        #[command(flatten)]
+        output: Output,
+    },
+    /// Start mirroring topics (and save the patterns for auto-discovery).
+    Start {
+        #[command(flatten)]
+        op: Operation,
+        /// Patterns never to mirror, comma-separated.
+        #[arg(long, value_delimiter = ',', value_name = "PATTERNS")]
+        exclude: Vec<String>,
+    },
+    /// Stop mirroring topics (failover: the destination topics become writable).
+    Stop(Operation),
+    /// Pause mirroring topics.
+    Pause(Operation),
+    /// Resume paused topics.
+    Resume(Operation),
+    /// Send FAILED partitions back to their previous state, retries cleared.
+    Recover {
+        #[arg(long)]
+        mirror: String,
+        #[command(flatten)]
+        topics: Topics,
+        #[command(flatten)]
+        output: Output,
+    },
+    /// Delete a mirror whose topics are all STOPPED.
+    Delete {
+        #[arg(long)]
+        mirror: String,
+        #[command(flatten)]
+        lock: Lock,
+        #[command(flatten)]
+        output: Output,
+    },
+}
+
+#[derive(Args)]
+pub struct OffsetsArgs {
+    #[command(flatten)]
+    pub(super) admin: AdminArg,
+    #[command(subcommand)]
+    pub(super) command: OffsetsCommand,
+}
+
+#[derive(Subcommand)]
+pub(super) enum OffsetsCommand {
+    /// The destination offset for a source offset, from the offset map.
+    Translate {
+        #[arg(long)]
+        mirror: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        partition: i32,
+        #[arg(long)]
+        offset: i64,
+        #[command(flatten)]
+        output: Output,
+    },
+}

@@ -1,0 +1,331 @@
+//! `kmirror mirror …` and `kmirror offsets …`: the verbs of the KIP's
+//! `kafka-cluster-mirrors.sh`, spoken to a running daemon's admin API.
+//!
+//! The CLI holds no state and no Kafka connection: every decision is the
+//! daemon's, so the CLI and the HTTP API can never disagree. This module
+//! dispatches the parsed arguments ([`args`]) to one HTTP call each and
+//! decodes the answer into the node's own view types for [`render`].
+
+mod args;
+mod render;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use kmirror_actors::node::NodeError;
+use kmirror_events::{join_lists, list_items};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+pub use args::{MirrorArgs, OffsetsArgs};
+
+use crate::api::{CreateBody, OperationBody};
+use crate::http::{encode, BaseUrl};
+use args::{AdminArg, Lock, MirrorCommand, OffsetsCommand, Operation, Output};
+
+/// Prints the outcome and picks the exit code; the one place CLI errors
+/// reach the terminal, as `CODE: message` with the KIP error name first.
+fn finish(result: Result<String, NodeError>) -> ExitCode {
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+pub fn run_mirror(args: MirrorArgs) -> ExitCode {
+    finish(mirror(args))
+}
+
+pub fn run_offsets(args: OffsetsArgs) -> ExitCode {
+    finish(offsets(args))
+}
+
+struct Client {
+    base: BaseUrl,
+}
+
+impl Client {
+    fn new(admin: &AdminArg) -> Result<Self, NodeError> {
+        let base = BaseUrl::parse(&admin.admin)
+            .map_err(|m| NodeError::new("INVALID_REQUEST", format!("--admin {m}")))?;
+        Ok(Client { base })
+    }
+
+    /// One call; a non-2xx answer becomes its `{"error", "message"}`.
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Result<Value, NodeError> {
+        let body = body.map(|b| b.to_string().into_bytes());
+        let resp = self
+            .base
+            .request(method, path, body.as_deref())
+            .map_err(|m| NodeError::new("NETWORK_EXCEPTION", m))?;
+        if (200..300).contains(&resp.status) {
+            return serde_json::from_slice(&resp.body).map_err(|_| {
+                NodeError::new(
+                    "UNKNOWN_SERVER_ERROR",
+                    "the daemon answered something that is not JSON",
+                )
+            });
+        }
+        Err(serde_json::from_slice(&resp.body).unwrap_or_else(|_| {
+            NodeError::new(
+                "UNKNOWN_SERVER_ERROR",
+                format!(
+                    "HTTP {}: {}",
+                    resp.status,
+                    String::from_utf8_lossy(&resp.body)
+                ),
+            )
+        }))
+    }
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).expect("request bodies serialise")
+}
+
+/// The daemon's answer as the CLI prints it: pretty JSON with `--json`,
+/// else decoded into the node's view type `T` and rendered by `text`.
+fn show<T: DeserializeOwned>(
+    answer: Value,
+    output: &Output,
+    text: impl FnOnce(T) -> String,
+) -> Result<String, NodeError> {
+    if output.json {
+        return Ok(render::pretty(&answer));
+    }
+    let view = serde_json::from_value(answer).map_err(|e| {
+        NodeError::new(
+            "UNKNOWN_SERVER_ERROR",
+            format!("unexpected answer from the daemon: {e}"),
+        )
+    })?;
+    Ok(text(view))
+}
+
+/// A list flag's items, as the daemon will read them.
+fn clean(list: &[String]) -> Vec<String> {
+    list_items(list).into_iter().map(str::to_owned).collect()
+}
+
+fn mirror(args: MirrorArgs) -> Result<String, NodeError> {
+    let client = Client::new(&args.admin)?;
+    match args.command {
+        MirrorCommand::Create {
+            mirror,
+            mirror_config,
+            topics,
+            exclude,
+            output,
+        } => {
+            let properties = mirror_properties(&mirror_config, &clean(&topics), &clean(&exclude))?;
+            let body = to_json(&CreateBody {
+                name: mirror,
+                properties,
+            });
+            let answer = client.call("POST", "/mirrors", Some(body))?;
+            show(answer, &output, |l| render::created(&l))
+        }
+        MirrorCommand::List { output } => {
+            let answer = client.call("GET", "/mirrors", None)?;
+            show(answer, &output, |l: Vec<_>| render::list_table(&l))
+        }
+        MirrorCommand::Describe {
+            mirror,
+            failed,
+            output,
+        } => {
+            let path = match &mirror {
+                Some(m) => format!("/mirrors/{}/partitions", encode(m)),
+                None => "/partitions".to_owned(),
+            };
+            let path = if failed {
+                format!("{path}?failed=true")
+            } else {
+                path
+            };
+            let answer = client.call("GET", &path, None)?;
+            show(answer, &output, |p: Vec<_>| {
+                render::describe_table(&p, failed)
+            })
+        }
+        MirrorCommand::Start { op, exclude } => operate(&client, "start", op, clean(&exclude)),
+        MirrorCommand::Stop(op) => operate(&client, "stop", op, Vec::new()),
+        MirrorCommand::Pause(op) => operate(&client, "pause", op, Vec::new()),
+        MirrorCommand::Resume(op) => operate(&client, "resume", op, Vec::new()),
+        MirrorCommand::Recover {
+            mirror,
+            topics,
+            output,
+        } => operate(
+            &client,
+            "recover",
+            Operation {
+                mirror,
+                topics,
+                lock: Lock {
+                    state_validation_offset: None,
+                },
+                output,
+            },
+            Vec::new(),
+        ),
+        MirrorCommand::Delete {
+            mirror,
+            lock,
+            output,
+        } => {
+            let mut path = format!("/mirrors/{}", encode(&mirror));
+            if let Some(n) = lock.state_validation_offset {
+                path.push_str(&format!("?state_validation_offset={n}"));
+            }
+            let answer = client.call("DELETE", &path, None)?;
+            show(answer, &output, |_: Value| render::deleted(&mirror))
+        }
+    }
+}
+
+fn operate(
+    client: &Client,
+    verb: &str,
+    op: Operation,
+    exclude: Vec<String>,
+) -> Result<String, NodeError> {
+    let body = to_json(&OperationBody {
+        topics: clean(&op.topics.topics),
+        exclude,
+        state_validation_offset: op.lock.state_validation_offset,
+    });
+    let path = format!("/mirrors/{}/{verb}", encode(&op.mirror));
+    let answer = client.call("POST", &path, Some(body))?;
+    show(answer, &op.output, |r| {
+        render::report_text(verb, &op.mirror, &r)
+    })
+}
+
+fn offsets(args: OffsetsArgs) -> Result<String, NodeError> {
+    let client = Client::new(&args.admin)?;
+    let OffsetsCommand::Translate {
+        mirror,
+        topic,
+        partition,
+        offset,
+        output,
+    } = args.command;
+    let path = format!(
+        "/offsets/translate?mirror={}&topic={}&partition={partition}&offset={offset}",
+        encode(&mirror),
+        encode(&topic)
+    );
+    let answer = client.call("GET", &path, None)?;
+    show(answer, &output, |t| render::translation_table(&t))
+}
+
+/// The mirror's properties: the file, with `--topics` and `--exclude`
+/// appended to its include / exclude lists.
+fn mirror_properties(
+    file: &PathBuf,
+    topics: &[String],
+    exclude: &[String],
+) -> Result<BTreeMap<String, String>, NodeError> {
+    let bad = |m: String| {
+        NodeError::new(
+            "INVALID_CONFIG",
+            format!("--mirror-config {}: {m}", file.display()),
+        )
+    };
+    let text = std::fs::read_to_string(file).map_err(|e| bad(e.to_string()))?;
+    let mut props = crate::props::parse(&text).map_err(bad)?;
+    append_list(&mut props, "mirror.topics.include", topics);
+    append_list(&mut props, "mirror.topics.exclude", exclude);
+    Ok(props)
+}
+
+fn append_list(props: &mut BTreeMap<String, String>, key: &str, extra: &[String]) {
+    if !extra.is_empty() {
+        let joined = join_lists(props.get(key).map_or("", String::as_str), extra);
+        props.insert(key.to_owned(), joined);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topics_and_exclude_add_to_the_properties_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("source.properties");
+        std::fs::write(
+            &file,
+            "bootstrap.servers=127.0.0.1:9092\nmirror.topics.include=orders-.*\n",
+        )
+        .unwrap();
+        let props =
+            mirror_properties(&file, &["payments".into()], &["orders-tmp.*".into()]).unwrap();
+        assert_eq!(props["bootstrap.servers"], "127.0.0.1:9092");
+        assert_eq!(props["mirror.topics.include"], "orders-.*,payments");
+        assert_eq!(props["mirror.topics.exclude"], "orders-tmp.*");
+
+        let missing = mirror_properties(&dir.path().join("nope"), &[], &[]).unwrap_err();
+        assert_eq!(missing.code, "INVALID_CONFIG");
+        assert!(
+            missing.message.contains("--mirror-config"),
+            "{}",
+            missing.message
+        );
+    }
+
+    #[test]
+    fn errors_from_the_daemon_keep_their_kip_name() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).unwrap();
+            let body = r#"{"error":"MIRROR_TOPIC_NOT_PAUSED","message":"orders is MIRRORING"}"#;
+            write!(
+                s,
+                "HTTP/1.1 409 Conflict\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+        });
+        let client = Client::new(&AdminArg {
+            admin: format!("http://127.0.0.1:{port}"),
+        })
+        .unwrap();
+        let e = client
+            .call("POST", "/mirrors/m/resume", Some(serde_json::json!({})))
+            .unwrap_err();
+        server.join().unwrap();
+        assert_eq!(
+            e,
+            NodeError::new("MIRROR_TOPIC_NOT_PAUSED", "orders is MIRRORING")
+        );
+    }
+
+    #[test]
+    fn an_unreachable_daemon_is_a_network_exception() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let client = Client::new(&AdminArg {
+            admin: format!("http://127.0.0.1:{port}"),
+        })
+        .unwrap();
+        assert_eq!(
+            client.call("GET", "/mirrors", None).unwrap_err().code,
+            "NETWORK_EXCEPTION"
+        );
+    }
+}

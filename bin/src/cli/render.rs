@@ -1,0 +1,297 @@
+//! What the CLI prints: the daemon's answers as the KIP's tables and
+//! sentences, or as pretty JSON with `--json`.
+
+use kmirror_actors::node::{
+    MirrorListing, OffsetTranslation, OperationReport, PartitionDescription,
+};
+use serde_json::Value;
+
+pub(super) fn pretty(v: &Value) -> String {
+    format!(
+        "{}\n",
+        serde_json::to_string_pretty(v).expect("JSON values serialise")
+    )
+}
+
+/// Where a partition's offsets are: the first columns of describe and
+/// translate.
+const OFFSET_COLUMNS: [&str; 5] = [
+    "MIRROR",
+    "TOPIC",
+    "PARTITION",
+    "SOURCE-OFFSET",
+    "DESTINATION-OFFSET",
+];
+
+fn or_dash(s: &str) -> String {
+    if s.is_empty() {
+        "-".to_owned()
+    } else {
+        s.to_owned()
+    }
+}
+
+pub(super) fn created(listing: &MirrorListing) -> String {
+    format!(
+        "Created mirror {} (source cluster {}).\n",
+        listing.mirror, listing.source_cluster_id
+    )
+}
+
+pub(super) fn deleted(mirror: &str) -> String {
+    format!("Deleted mirror {mirror}.\n")
+}
+
+pub(super) fn list_table(mirrors: &[MirrorListing]) -> String {
+    let rows = mirrors
+        .iter()
+        .map(|m| {
+            vec![
+                m.mirror.clone(),
+                or_dash(&m.topics.join(",")),
+                or_dash(&m.source_cluster_id),
+                or_dash(&m.source_bootstrap),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "MIRROR",
+            "TOPICS",
+            "SOURCE-CLUSTER-ID",
+            "SOURCE-BOOTSTRAP-SERVER",
+        ],
+        rows,
+    )
+}
+
+pub(super) fn describe_table(partitions: &[PartitionDescription], failed: bool) -> String {
+    if failed {
+        let rows = partitions
+            .iter()
+            .map(|p| {
+                let retry = if p.retry_attempt < 0 {
+                    "NonRetryable".to_owned()
+                } else {
+                    format!("{}/{}", p.retry_attempt, p.max_attempts)
+                };
+                vec![
+                    p.mirror.clone(),
+                    p.topic.clone(),
+                    p.partition.to_string(),
+                    retry,
+                    or_dash(p.error.as_deref().unwrap_or("")),
+                ]
+            })
+            .collect();
+        return table(&["MIRROR", "TOPIC", "PARTITION", "RETRY", "ERROR"], rows);
+    }
+    let rows = partitions
+        .iter()
+        .map(|p| {
+            vec![
+                p.mirror.clone(),
+                p.topic.clone(),
+                p.partition.to_string(),
+                p.source_offset.to_string(),
+                p.destination_offset.to_string(),
+                p.lag.to_string(),
+                format!("{:.3}", p.lag_seconds),
+                p.state.clone(),
+            ]
+        })
+        .collect();
+    table(
+        &[&OFFSET_COLUMNS[..], &["LAG", "LAG-SECONDS", "STATE"]].concat(),
+        rows,
+    )
+}
+
+pub(super) fn report_text(verb: &str, mirror: &str, r: &OperationReport) -> String {
+    let done = match verb {
+        "start" => "Started",
+        "stop" => "Stopped",
+        "pause" => "Paused",
+        "resume" => "Resumed",
+        _ => "Recovered",
+    };
+    let mut text = if r.topics.is_empty() {
+        format!(
+            "{done} no topics of mirror {mirror} (state validation offset {}).\n",
+            r.state_validation_offset
+        )
+    } else {
+        format!(
+            "{done} topics {} of mirror {mirror} (state validation offset {}).\n",
+            r.topics.join(", "),
+            r.state_validation_offset
+        )
+    };
+    if let Some(note) = &r.note {
+        text.push_str(note);
+        text.push('\n');
+    }
+    text
+}
+
+pub(super) fn translation_table(t: &OffsetTranslation) -> String {
+    table(
+        &[&OFFSET_COLUMNS[..], &["KIND"]].concat(),
+        vec![vec![
+            t.mirror.clone(),
+            t.topic.clone(),
+            t.partition.to_string(),
+            t.source_offset.to_string(),
+            t.destination_offset
+                .map_or_else(|| "-".to_owned(), |o| o.to_string()),
+            t.kind.clone(),
+        ]],
+    )
+}
+
+/// The one table printer: left-aligned columns, two spaces apart, last
+/// column unpadded (so error messages can be long).
+fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let last = cells.len().saturating_sub(1);
+        let mut s = String::new();
+        for (i, cell) in cells.into_iter().enumerate() {
+            if i == last {
+                s.push_str(cell);
+            } else {
+                s.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+            }
+        }
+        s.push('\n');
+        s
+    };
+    let mut out = line(headers.to_vec());
+    for row in &rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn partition(state: &str, retry: i16, error: Option<&str>) -> PartitionDescription {
+        PartitionDescription {
+            mirror: "m".into(),
+            topic: "orders".into(),
+            partition: 3,
+            source_offset: 120,
+            destination_offset: 100,
+            lag: 20,
+            lag_seconds: 0.25,
+            state: state.into(),
+            retry_attempt: retry,
+            max_attempts: 20,
+            error: error.map(Into::into),
+            offsets_identical: false,
+            records_mirrored: 0,
+            bytes_mirrored: 0,
+        }
+    }
+
+    #[test]
+    fn describe_prints_the_kip_columns() {
+        let text = describe_table(&[partition("MIRRORING", 0, None)], false);
+        assert_eq!(
+            text,
+            "MIRROR  TOPIC   PARTITION  SOURCE-OFFSET  DESTINATION-OFFSET  LAG  LAG-SECONDS  STATE\n\
+             m       orders  3          120            100                 20   0.250        MIRRORING\n"
+        );
+    }
+
+    #[test]
+    fn describe_failed_shows_retry_as_n_of_max_or_non_retryable() {
+        let text = describe_table(
+            &[
+                partition("FAILED", 2, Some("leader not available")),
+                partition("FAILED", -1, Some("The source topic is deleted.")),
+            ],
+            true,
+        );
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "MIRROR  TOPIC   PARTITION  RETRY         ERROR");
+        assert_eq!(
+            lines[1],
+            "m       orders  3          2/20          leader not available"
+        );
+        assert_eq!(
+            lines[2],
+            "m       orders  3          NonRetryable  The source topic is deleted."
+        );
+    }
+
+    #[test]
+    fn list_prints_the_kip_columns() {
+        let text = list_table(&[
+            MirrorListing {
+                mirror: "east".into(),
+                topics: vec!["a".into(), "b".into()],
+                source_cluster_id: "abc".into(),
+                source_bootstrap: "127.0.0.1:9092".into(),
+            },
+            MirrorListing {
+                mirror: "west".into(),
+                topics: vec![],
+                source_cluster_id: String::new(),
+                source_bootstrap: "127.0.0.1:9093".into(),
+            },
+        ]);
+        assert_eq!(
+            text,
+            "MIRROR  TOPICS  SOURCE-CLUSTER-ID  SOURCE-BOOTSTRAP-SERVER\n\
+             east    a,b     abc                127.0.0.1:9092\n\
+             west    -       -                  127.0.0.1:9093\n"
+        );
+    }
+
+    #[test]
+    fn translate_prints_one_row_with_a_dash_for_nothing_mirrored() {
+        let t = OffsetTranslation {
+            mirror: "m".into(),
+            topic: "orders".into(),
+            partition: 0,
+            source_offset: 5,
+            destination_offset: None,
+            kind: "empty".into(),
+        };
+        assert_eq!(
+            translation_table(&t),
+            "MIRROR  TOPIC   PARTITION  SOURCE-OFFSET  DESTINATION-OFFSET  KIND\n\
+             m       orders  0          5              -                   empty\n"
+        );
+    }
+
+    #[test]
+    fn reports() {
+        let r = OperationReport {
+            topics: vec!["a".into(), "b".into()],
+            state_validation_offset: 7,
+            note: None,
+        };
+        assert_eq!(
+            report_text("pause", "m", &r),
+            "Paused topics a, b of mirror m (state validation offset 7).\n"
+        );
+        let r = OperationReport {
+            topics: vec![],
+            state_validation_offset: 7,
+            note: Some("Patterns saved for auto-discovery.".into()),
+        };
+        assert_eq!(
+            report_text("start", "m", &r),
+            "Started no topics of mirror m (state validation offset 7).\nPatterns saved for auto-discovery.\n"
+        );
+    }
+}
