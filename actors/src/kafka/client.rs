@@ -171,7 +171,7 @@ impl KafkaClient {
     /// (all topics). Starts the `metadata.max.age.ms` refresh timer.
     pub async fn connect(config: ClientConfig) -> Result<Self> {
         if config.bootstrap_servers.is_empty() {
-            return Err(super::config::config_err("bootstrap.servers", "is empty"));
+            return Err(KafkaError::config("bootstrap.servers", "is empty"));
         }
         let client = KafkaClient {
             inner: Arc::new(Inner {

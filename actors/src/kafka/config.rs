@@ -6,9 +6,11 @@
 //! `client.properties`. Every error names the offending key.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::error::{KafkaError, Result};
+use super::tls::TlsConfig;
 
 /// How bytes travel to the broker (`security.protocol`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,33 +82,8 @@ impl std::fmt::Debug for SaslConfig {
     }
 }
 
-/// TLS settings. Only PEM is accepted: JKS/PKCS12 need a JVM-compatible
-/// keystore reader, and PEM is what Kafka itself accepts since KIP-651.
-#[derive(Clone, Default)]
-pub struct TlsConfig {
-    /// PEM certificates of trusted CAs; empty means "no trust store configured".
-    pub trusted_certs_pem: Vec<u8>,
-    /// PEM client certificate chain, for mutual TLS.
-    pub client_cert_chain_pem: Option<Vec<u8>>,
-    /// PEM private key (PKCS#8, PKCS#1 or SEC1, unencrypted) for mutual TLS.
-    pub client_key_pem: Option<Vec<u8>>,
-    /// Whether the broker's host name (or IP) must match its certificate
-    /// (`ssl.endpoint.identification.algorithm=https`, Kafka's default).
-    pub verify_hostname: bool,
-}
-
-impl std::fmt::Debug for TlsConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsConfig")
-            .field("trusted_certs_pem_len", &self.trusted_certs_pem.len())
-            .field("client_cert", &self.client_cert_chain_pem.is_some())
-            .field("verify_hostname", &self.verify_hostname)
-            .finish()
-    }
-}
-
 /// Everything a [`super::KafkaClient`] needs, with Kafka's defaults.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClientConfig {
     /// `bootstrap.servers` as `host:port` strings.
     pub bootstrap_servers: Vec<String>,
@@ -116,8 +93,9 @@ pub struct ClientConfig {
     pub security_protocol: SecurityProtocol,
     /// Present when `security.protocol` is SASL_*.
     pub sasl: Option<SaslConfig>,
-    /// Present when `security.protocol` is SSL or SASL_SSL.
-    pub tls: Option<TlsConfig>,
+    /// Present when `security.protocol` is SSL or SASL_SSL: built (PEM
+    /// parsed, certificates checked) once, shared by every connection.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
     /// `request.timeout.ms`: every broker call is bounded by this.
     pub request_timeout: Duration,
     /// `socket.connection.setup.timeout.ms`: TCP + TLS + ApiVersions + SASL.
@@ -139,6 +117,29 @@ pub struct ClientConfig {
     /// are not routable from here (and for fault-injecting proxies in tests).
     /// Not a Kafka client key; set programmatically.
     pub address_map: BTreeMap<String, String>,
+}
+
+/// By hand because rustls's own `Debug` would dump the whole trust store:
+/// whether TLS is on is what a log reader needs.
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("bootstrap_servers", &self.bootstrap_servers)
+            .field("client_id", &self.client_id)
+            .field("security_protocol", &self.security_protocol)
+            .field("sasl", &self.sasl)
+            .field("tls", &self.tls.is_some())
+            .field("request_timeout", &self.request_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("reconnect_backoff", &self.reconnect_backoff)
+            .field("reconnect_backoff_max", &self.reconnect_backoff_max)
+            .field("retry_backoff", &self.retry_backoff)
+            .field("retry_backoff_max", &self.retry_backoff_max)
+            .field("metadata_max_age", &self.metadata_max_age)
+            .field("delivery_timeout", &self.delivery_timeout)
+            .field("address_map", &self.address_map)
+            .finish()
+    }
 }
 
 impl Default for ClientConfig {
@@ -209,14 +210,17 @@ impl ClientConfig {
         let get = |k: &str| props.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
         for key in props.keys() {
             if !is_known_key(key) {
-                return Err(config_err(key, "unknown or unsupported client property"));
+                return Err(KafkaError::config(
+                    key,
+                    "unknown or unsupported client property",
+                ));
             }
         }
         let bootstrap = get("bootstrap.servers")
-            .ok_or_else(|| config_err("bootstrap.servers", "is required"))?;
+            .ok_or_else(|| KafkaError::config("bootstrap.servers", "is required"))?;
         cfg.bootstrap_servers = split_servers(bootstrap);
         for s in &cfg.bootstrap_servers {
-            parse_host_port(s).map_err(|m| config_err("bootstrap.servers", &m))?;
+            parse_host_port(s).map_err(|m| KafkaError::config("bootstrap.servers", m))?;
         }
         if let Some(id) = get("client.id") {
             cfg.client_id = id.to_owned();
@@ -225,7 +229,7 @@ impl ClientConfig {
             match get(key) {
                 None => Ok(default),
                 Some(v) => v.parse::<u64>().map(Duration::from_millis).map_err(|_| {
-                    config_err(key, &format!("`{v}` is not a number of milliseconds"))
+                    KafkaError::config(key, format!("`{v}` is not a number of milliseconds"))
                 }),
             }
         };
@@ -238,7 +242,7 @@ impl ClientConfig {
         cfg.metadata_max_age = ms("metadata.max.age.ms", cfg.metadata_max_age)?;
         cfg.delivery_timeout = ms("delivery.timeout.ms", cfg.delivery_timeout)?;
         if cfg.request_timeout.is_zero() {
-            return Err(config_err("request.timeout.ms", "must be > 0"));
+            return Err(KafkaError::config("request.timeout.ms", "must be > 0"));
         }
 
         cfg.security_protocol = match get("security.protocol")
@@ -250,9 +254,9 @@ impl ClientConfig {
             Some("SASL_PLAINTEXT") => SecurityProtocol::SaslPlaintext,
             Some("SASL_SSL") => SecurityProtocol::SaslSsl,
             Some(other) => {
-                return Err(config_err(
+                return Err(KafkaError::config(
                     "security.protocol",
-                    &format!("`{other}`: expected PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
+                    format!("`{other}`: expected PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
                 ))
             }
         };
@@ -260,7 +264,7 @@ impl ClientConfig {
         if cfg.security_protocol.uses_sasl() {
             let mechanism = match get("sasl.mechanism").map(str::to_ascii_uppercase).as_deref() {
                 None | Some("GSSAPI") => {
-                    return Err(config_err(
+                    return Err(KafkaError::config(
                         "sasl.mechanism",
                         "must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (GSSAPI, Kafka's default, is not supported)",
                     ))
@@ -269,29 +273,29 @@ impl ClientConfig {
                 Some("SCRAM-SHA-256") => SaslMechanism::ScramSha256,
                 Some("SCRAM-SHA-512") => SaslMechanism::ScramSha512,
                 Some(other) => {
-                    return Err(config_err(
+                    return Err(KafkaError::config(
                         "sasl.mechanism",
-                        &format!("`{other}` is not supported (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"),
+                        format!("`{other}` is not supported (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"),
                     ))
                 }
             };
             let (username, password) = match (get("sasl.username"), get("sasl.password")) {
                 (Some(u), Some(p)) => (u.to_owned(), p.to_owned()),
                 (Some(_), None) => {
-                    return Err(config_err(
+                    return Err(KafkaError::config(
                         "sasl.password",
                         "is required with sasl.username",
                     ))
                 }
                 (None, Some(_)) => {
-                    return Err(config_err(
+                    return Err(KafkaError::config(
                         "sasl.username",
                         "is required with sasl.password",
                     ))
                 }
                 (None, None) => {
                     let jaas = get("sasl.jaas.config").ok_or_else(|| {
-                        config_err(
+                        KafkaError::config(
                             "sasl.jaas.config",
                             "is required (or sasl.username and sasl.password)",
                         )
@@ -316,9 +320,9 @@ impl ClientConfig {
                     "" => false,
                     "https" => true,
                     other => {
-                        return Err(config_err(
+                        return Err(KafkaError::config(
                             "ssl.endpoint.identification.algorithm",
-                            &format!("`{other}`: expected `https` or empty"),
+                            format!("`{other}`: expected `https` or empty"),
                         ))
                     }
                 };
@@ -326,7 +330,10 @@ impl ClientConfig {
             for key in ["ssl.truststore.type", "ssl.keystore.type"] {
                 if let Some(t) = get(key) {
                     if !t.eq_ignore_ascii_case("PEM") {
-                        return Err(config_err(key, &format!("`{t}`: only PEM is supported")));
+                        return Err(KafkaError::config(
+                            key,
+                            format!("`{t}`: only PEM is supported"),
+                        ));
                     }
                 }
             }
@@ -336,7 +343,7 @@ impl ClientConfig {
                 } else {
                     "ssl.keystore.password"
                 };
-                return Err(config_err(
+                return Err(KafkaError::config(
                     key,
                     "encrypted PEM keys are not supported; use an unencrypted key",
                 ));
@@ -348,7 +355,7 @@ impl ClientConfig {
             }
             if let Some(chain) = get("ssl.keystore.certificate.chain") {
                 let key = get("ssl.keystore.key").ok_or_else(|| {
-                    config_err(
+                    KafkaError::config(
                         "ssl.keystore.key",
                         "is required with ssl.keystore.certificate.chain",
                     )
@@ -360,9 +367,7 @@ impl ClientConfig {
                 tls.client_key_pem = Some(pem.clone());
                 tls.client_cert_chain_pem = Some(pem);
             }
-            // Validate PEM now so a bad file is reported against its key.
-            super::tls::build_client_config(&tls)?;
-            cfg.tls = Some(tls);
+            cfg.tls = Some(tls.build()?);
         }
         Ok(cfg)
     }
@@ -401,14 +406,7 @@ fn is_known_key(key: &str) -> bool {
 }
 
 fn read_file(key: &str, path: &str) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| config_err(key, &format!("cannot read `{path}`: {e}")))
-}
-
-pub(crate) fn config_err(key: &str, message: &str) -> KafkaError {
-    KafkaError::Config {
-        key: key.to_owned(),
-        message: message.to_owned(),
-    }
+    std::fs::read(path).map_err(|e| KafkaError::config(key, format!("cannot read `{path}`: {e}")))
 }
 
 fn split_servers(s: &str) -> Vec<String> {
@@ -437,15 +435,17 @@ pub(crate) fn parse_host_port(s: &str) -> std::result::Result<(String, u16), Str
 fn parse_jaas(jaas: &str, mechanism: SaslMechanism) -> Result<(String, String)> {
     let key = "sasl.jaas.config";
     let mut words = jaas.split_whitespace();
-    let module = words.next().ok_or_else(|| config_err(key, "empty"))?;
+    let module = words
+        .next()
+        .ok_or_else(|| KafkaError::config(key, "empty"))?;
     let expected = match mechanism {
         SaslMechanism::Plain => "org.apache.kafka.common.security.plain.PlainLoginModule",
         _ => "org.apache.kafka.common.security.scram.ScramLoginModule",
     };
     if module != expected {
-        return Err(config_err(
+        return Err(KafkaError::config(
             key,
-            &format!(
+            format!(
                 "login module `{module}` does not match sasl.mechanism {} (expected {expected})",
                 mechanism.name()
             ),
@@ -454,7 +454,7 @@ fn parse_jaas(jaas: &str, mechanism: SaslMechanism) -> Result<(String, String)> 
     let rest = jaas[jaas.find(module).unwrap() + module.len()..].trim();
     let rest = rest
         .strip_prefix("required")
-        .ok_or_else(|| config_err(key, "expected `required` after the login module"))?;
+        .ok_or_else(|| KafkaError::config(key, "expected `required` after the login module"))?;
     let mut opts = BTreeMap::new();
     let mut chars = rest.chars().peekable();
     loop {
@@ -474,9 +474,9 @@ fn parse_jaas(jaas: &str, mechanism: SaslMechanism) -> Result<(String, String)> 
             chars.next();
         }
         if chars.next() != Some('=') {
-            return Err(config_err(
+            return Err(KafkaError::config(
                 key,
-                &format!("expected `=` after option `{name}`"),
+                format!("expected `=` after option `{name}`"),
             ));
         }
         let mut value = String::new();
@@ -485,9 +485,9 @@ fn parse_jaas(jaas: &str, mechanism: SaslMechanism) -> Result<(String, String)> 
             loop {
                 match chars.next() {
                     None => {
-                        return Err(config_err(
+                        return Err(KafkaError::config(
                             key,
-                            &format!("unterminated quote in option `{name}`"),
+                            format!("unterminated quote in option `{name}`"),
                         ))
                     }
                     Some('\\') => {
@@ -512,10 +512,10 @@ fn parse_jaas(jaas: &str, mechanism: SaslMechanism) -> Result<(String, String)> 
     }
     let username = opts
         .remove("username")
-        .ok_or_else(|| config_err(key, "missing username=\"…\""))?;
+        .ok_or_else(|| KafkaError::config(key, "missing username=\"…\""))?;
     let password = opts
         .remove("password")
-        .ok_or_else(|| config_err(key, "missing password=\"…\""))?;
+        .ok_or_else(|| KafkaError::config(key, "missing password=\"…\""))?;
     Ok((username, password))
 }
 
@@ -617,5 +617,20 @@ mod tests {
         ]))
         .unwrap_err();
         assert!(e.to_string().contains("ssl.truststore.type"), "{e}");
+    }
+
+    #[test]
+    fn tls_is_built_at_parse_time_and_errors_name_the_key() {
+        for pem in [None, Some("not a certificate")] {
+            let mut p = props(&[("bootstrap.servers", "h:1"), ("security.protocol", "SSL")]);
+            if let Some(pem) = pem {
+                p.insert("ssl.truststore.certificates".into(), pem.into());
+            }
+            let e = ClientConfig::from_properties(&p).unwrap_err();
+            assert!(
+                matches!(e, KafkaError::Config { ref key, .. } if key == "ssl.truststore.location"),
+                "{e}"
+            );
+        }
     }
 }
