@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kmirror_events::ExponentialBackoff;
+
 use super::error::{KafkaError, Result};
 use super::tls::TlsConfig;
 
@@ -117,7 +119,13 @@ pub struct ClientConfig {
     /// are not routable from here (and for fault-injecting proxies in tests).
     /// Not a Kafka client key; set programmatically.
     pub address_map: BTreeMap<String, String>,
+    /// Where backoff jitter comes from; set programmatically.
+    pub jitter: Jitter,
 }
+
+/// The source of backoff jitter: uniform samples in `[0, 1)`. Injected so
+/// that tests can make every delay exact; `rand::random` by default.
+pub type Jitter = Arc<dyn Fn() -> f64 + Send + Sync>;
 
 /// By hand because rustls's own `Debug` would dump the whole trust store:
 /// whether TLS is on is what a log reader needs.
@@ -159,6 +167,7 @@ impl Default for ClientConfig {
             metadata_max_age: Duration::from_millis(300_000),
             delivery_timeout: Duration::from_millis(120_000),
             address_map: BTreeMap::new(),
+            jitter: Arc::new(rand::random),
         }
     }
 }
@@ -202,6 +211,20 @@ impl ClientConfig {
             bootstrap_servers: split_servers(bootstrap),
             ..ClientConfig::default()
         }
+    }
+
+    /// The wait before retry number `attempt` (0-based: attempt 0 waits
+    /// `retry.backoff.ms`), doubling up to `retry.backoff.max.ms`, ±20%.
+    pub fn retry_delay(&self, attempt: u32) -> Duration {
+        ExponentialBackoff::doubling(self.retry_backoff, self.retry_backoff_max)
+            .delay(attempt, (self.jitter)())
+    }
+
+    /// The wait before reconnecting after `failures` failed attempts, from
+    /// `reconnect.backoff.ms` doubling up to `reconnect.backoff.max.ms`, ±20%.
+    pub fn reconnect_delay(&self, failures: u32) -> Duration {
+        ExponentialBackoff::doubling(self.reconnect_backoff, self.reconnect_backoff_max)
+            .delay(failures, (self.jitter)())
     }
 
     /// Parses Kafka client properties. Errors name the key at fault.
@@ -617,6 +640,30 @@ mod tests {
         ]))
         .unwrap_err();
         assert!(e.to_string().contains("ssl.truststore.type"), "{e}");
+    }
+
+    #[test]
+    fn backoffs_follow_kafka_keys_with_injected_jitter() {
+        let c = ClientConfig {
+            jitter: Arc::new(|| 0.5),
+            ..ClientConfig::default()
+        };
+        let ms = |d: Duration| d.as_millis();
+        assert_eq!(
+            ms(c.retry_delay(0)),
+            100,
+            "attempt 0 waits retry.backoff.ms"
+        );
+        assert_eq!((ms(c.retry_delay(1)), ms(c.retry_delay(9))), (200, 1_000));
+        assert_eq!(
+            (ms(c.reconnect_delay(0)), ms(c.reconnect_delay(2))),
+            (50, 200)
+        );
+        let low = ClientConfig {
+            jitter: Arc::new(|| 0.0),
+            ..c
+        };
+        assert_eq!(ms(low.retry_delay(0)), 80);
     }
 
     #[test]

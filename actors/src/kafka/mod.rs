@@ -50,7 +50,7 @@ mod sasl;
 mod tls;
 
 pub use client::{BrokerInfo, ClusterMetadata, KafkaClient, PartitionMetadata, TopicMetadata};
-pub use config::{ClientConfig, SaslConfig, SaslMechanism, SecurityProtocol};
+pub use config::{ClientConfig, Jitter, SaslConfig, SaslMechanism, SecurityProtocol};
 pub use conn::BrokerConnection;
 pub use error::{KafkaError, ResponseError, Result};
 pub use tls::TlsConfig;
