@@ -5,6 +5,7 @@
 //! Nothing here does I/O, reads a clock or draws random numbers: callers pass
 //! time and jitter in. That keeps every decision replayable and testable.
 
+pub mod backoff;
 pub mod codec;
 pub mod ids;
 pub mod image;
@@ -17,6 +18,7 @@ pub mod routing;
 pub mod state;
 pub mod sync;
 
+pub use backoff::ExponentialBackoff;
 pub use codec::{CodecError, Envelope, FORMAT_VERSION};
 pub use ids::{Offset, TopicId};
 pub use image::{ImageSummary, MirrorStateImage, StateValidation, TopicEntry};

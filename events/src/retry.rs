@@ -1,5 +1,8 @@
 //! The FAILED-partition retry policy (KIP §3.3) as a pure function.
 
+use std::time::Duration;
+
+use crate::backoff::ExponentialBackoff;
 use crate::record::MirrorPartitionStateValue;
 use crate::state::{retry_target, PartitionState};
 
@@ -7,7 +10,8 @@ pub const INITIAL_BACKOFF_MS_KEY: &str = "mirror.failed.retry.initial.backoff.ms
 pub const MAX_BACKOFF_MS_KEY: &str = "mirror.failed.retry.max.backoff.ms";
 pub const MAX_ATTEMPTS_KEY: &str = "mirror.failed.retry.max.attempts";
 
-/// Exponential backoff with jitter, Kafka's `ExponentialBackoff` shape.
+/// Exponential backoff with jitter ([`ExponentialBackoff`]) and an attempt
+/// budget, in the KIP's `mirror.failed.retry.*` terms.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RetryPolicy {
     pub initial_backoff_ms: u64,
@@ -104,22 +108,18 @@ impl RetryPolicy {
     /// The delay before retry number `attempt` (1-based).
     ///
     /// `jitter_sample` is a uniform random number in `[0, 1)` supplied by the
-    /// caller, which keeps this crate free of a randomness source and makes
-    /// the delay reproducible in tests. Attempt 1 waits `initial_backoff_ms`
-    /// (the prototype's `backoff(attempt)` would wait 2× initial first; we
-    /// follow the documented meaning of "initial").
+    /// caller. Attempt 1 waits `initial_backoff_ms` (the prototype's
+    /// `backoff(attempt)` would wait 2× initial first; we follow the
+    /// documented meaning of "initial").
     pub fn backoff_ms(&self, attempt: u32, jitter_sample: f64) -> u64 {
-        let exp = attempt.saturating_sub(1).min(64) as i32;
-        let term = self.initial_backoff_ms as f64 * self.multiplier.powi(exp);
-        let s = jitter_sample.clamp(0.0, 1.0);
-        let factor = 1.0 - self.jitter + 2.0 * self.jitter * s;
-        let v = term * factor;
-        let cap = self.max_backoff_ms as f64;
-        if v.is_finite() && v < cap {
-            v as u64
-        } else {
-            self.max_backoff_ms
-        }
+        let backoff = ExponentialBackoff {
+            initial: Duration::from_millis(self.initial_backoff_ms),
+            max: Duration::from_millis(self.max_backoff_ms),
+            multiplier: self.multiplier,
+            jitter: self.jitter,
+        };
+        let delay = backoff.delay(attempt.saturating_sub(1), jitter_sample);
+        delay.as_millis() as u64
     }
 
     /// Decides the retry for a partition's stored state (KIP §3.3:

@@ -357,7 +357,7 @@ async fn fidelity_aborted_transactions_dropped() {
     };
     use kafka_protocol::protocol::StrBytes;
     use kmirror_actors::kafka::admin::OffsetSpec;
-    use kmirror_actors::kafka::batch::{encode_batch, stamp_producer, Codec, Record};
+    use kmirror_actors::kafka::batch::{BatchBuilder, Codec, Record};
     use kmirror_actors::kafka::fetch::IsolationLevel;
     use std::time::Duration;
 
@@ -438,10 +438,14 @@ async fn fidelity_aborted_transactions_dropped() {
         if commit {
             expected.extend(recs.iter().map(|r| r.key.clone()));
         }
-        let mut b = encode_batch(&recs, Codec::Lz4).unwrap();
-        let attrs = i16::from_be_bytes([b[21], b[22]]) | 0x10;
-        b[21..23].copy_from_slice(&attrs.to_be_bytes());
-        stamp_producer(&mut b, pid.0, epoch, seq);
+        let b = BatchBuilder {
+            codec: Codec::Lz4,
+            transactional: true,
+            producer: (pid.0, epoch, seq),
+            ..BatchBuilder::new(recs)
+        }
+        .build()
+        .unwrap();
         seq += 5;
         let produce = ProduceRequest::default()
             .with_transactional_id(Some(txn.clone()))
@@ -451,7 +455,7 @@ async fn fidelity_aborted_transactions_dropped() {
                 .with_name(TopicName(StrBytes::from_string(topic.clone())))
                 .with_partition_data(vec![PartitionProduceData::default()
                     .with_index(0)
-                    .with_records(Some(b.freeze()))])]);
+                    .with_records(Some(b.as_bytes().clone()))])]);
         let r = conn.send_versioned(&produce, 11, t).await.unwrap();
         assert_eq!(
             r.responses[0].partition_responses[0].error_code, 0,

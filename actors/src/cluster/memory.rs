@@ -19,7 +19,7 @@ use super::{
     GroupOffsets, LogBounds, PartitionFetch, PartitionSink, SourceCluster, TopicInfo,
 };
 use crate::kafka::batch::{
-    decode_records, encode_batch, Codec, OutgoingBatch, Record, RecordBatch,
+    decode_records, BatchBuilder, Codec, OutgoingBatch, Record, RecordBatch,
 };
 use crate::kafka::fetch::{FetchError, FetchedPartition, TopicPartition};
 use crate::kafka::produce::ProduceAck;
@@ -112,22 +112,6 @@ pub fn record(key: Option<&str>, value: Option<&str>, timestamp: i64) -> Record 
     }
 }
 
-/// A zigzag varint: (value, bytes used).
-fn read_varint(b: &[u8]) -> (i64, usize) {
-    let mut v: u64 = 0;
-    for (i, byte) in b.iter().enumerate() {
-        v |= ((byte & 0x7f) as u64) << (7 * i);
-        if byte & 0x80 == 0 {
-            return (((v >> 1) as i64) ^ -((v & 1) as i64), i + 1);
-        }
-    }
-    panic!("truncated varint")
-}
-
-fn set_base_offset(bytes: &mut BytesMut, base: i64) {
-    bytes[0..8].copy_from_slice(&base.to_be_bytes());
-}
-
 impl MemorySource {
     pub fn new(cluster_id: &str) -> Self {
         let s = MemorySource::default();
@@ -169,14 +153,16 @@ impl MemorySource {
             })
             .collect();
         self.with(tp, |p| {
-            let mut bytes = encode_batch(&records, codec).expect("encode");
             let base = p.end;
-            set_base_offset(&mut bytes, base);
-            crate::kafka::batch::stamp_producer(&mut bytes, -1, -1, -1);
             let last = base + records.len() as i64 - 1;
+            let batch = BatchBuilder {
+                codec,
+                base_offset: base,
+                ..BatchBuilder::new(records)
+            };
             p.batches.push(StoredBatch {
                 last,
-                bytes: bytes.freeze(),
+                bytes: batch.build().expect("encode").as_bytes().clone(),
             });
             p.end = last + 1;
             base
@@ -184,36 +170,31 @@ impl MemorySource {
     }
 
     /// Appends a batch whose records sit at the given offset deltas, as a
-    /// compacted batch does (`span` offsets, fewer records). Uncompressed,
-    /// deltas below 64 (each a one-byte varint, rewritten in place).
+    /// compacted batch does (`span` offsets, fewer records). Uncompressed.
     pub fn append_compacted(
         &self,
         tp: &TopicPartition,
         records: &[(i32, Record)],
         span: i64,
     ) -> i64 {
-        assert!(span <= 64 && records.iter().all(|(d, _)| (0..64).contains(d)));
-        let plain: Vec<Record> = records.iter().map(|(_, r)| r.clone()).collect();
-        let mut bytes = encode_batch(&plain, Codec::None).expect("encode");
-        // Walk the records (after the 61-byte header): length, attributes,
-        // timestamp delta, offset delta — and set each offset delta.
-        let mut pos = 61;
-        for (delta, _) in records {
-            let (len, n) = read_varint(&bytes[pos..]);
-            let body = pos + n;
-            let (_, ts_len) = read_varint(&bytes[body + 1..]);
-            bytes[body + 1 + ts_len] = (*delta as u8) << 1; // zigzag, one byte
-            pos = body + len as usize;
-        }
-        bytes[23..27].copy_from_slice(&((span - 1) as i32).to_be_bytes());
+        let records = records
+            .iter()
+            .map(|(delta, r)| Record {
+                offset_delta: *delta,
+                ..r.clone()
+            })
+            .collect();
         self.with(tp, |p| {
             let base = p.end;
-            set_base_offset(&mut bytes, base);
-            crate::kafka::batch::stamp_producer(&mut bytes, -1, -1, -1);
             let last = base + span - 1;
+            let batch = BatchBuilder {
+                base_offset: base,
+                last_offset_delta: Some((span - 1) as i32),
+                ..BatchBuilder::new(records)
+            };
             p.batches.push(StoredBatch {
                 last,
-                bytes: bytes.freeze(),
+                bytes: batch.build().expect("encode").as_bytes().clone(),
             });
             p.end = last + 1;
             base

@@ -171,7 +171,7 @@ impl KafkaClient {
     /// (all topics). Starts the `metadata.max.age.ms` refresh timer.
     pub async fn connect(config: ClientConfig) -> Result<Self> {
         if config.bootstrap_servers.is_empty() {
-            return Err(super::config::config_err("bootstrap.servers", "is empty"));
+            return Err(KafkaError::config("bootstrap.servers", "is empty"));
         }
         let client = KafkaClient {
             inner: Arc::new(Inner {
@@ -364,12 +364,7 @@ impl KafkaClient {
                 Ok(c)
             }
             Err(e) => {
-                let cfg = &self.inner.config;
-                let d = backoff(
-                    cfg.reconnect_backoff,
-                    cfg.reconnect_backoff_max,
-                    slot.failures,
-                );
+                let d = self.inner.config.reconnect_delay(slot.failures);
                 slot.failures = slot.failures.saturating_add(1);
                 slot.next_attempt = Some(Instant::now() + d);
                 Err(e)
@@ -467,23 +462,11 @@ impl KafkaClient {
         self.connection(node_id).await?.send(req).await
     }
 
-    /// The backoff before retry number `attempt` (0-based), from
-    /// `retry.backoff.ms` doubling up to `retry.backoff.max.ms`, ±20% jitter.
+    /// The backoff before retry number `attempt` (0-based): see
+    /// [`ClientConfig::retry_delay`].
     pub fn retry_backoff(&self, attempt: u32) -> Duration {
-        backoff(
-            self.inner.config.retry_backoff,
-            self.inner.config.retry_backoff_max,
-            attempt,
-        )
+        self.inner.config.retry_delay(attempt)
     }
-}
-
-/// Exponential backoff with ±20% jitter (Kafka's client formula).
-pub(crate) fn backoff(base: Duration, max: Duration, attempt: u32) -> Duration {
-    let exp = base.as_secs_f64() * 2f64.powi(attempt.min(30) as i32);
-    let capped = exp.min(max.as_secs_f64());
-    let jitter = rand::rng().random_range(0.8..1.2);
-    Duration::from_secs_f64(capped * jitter)
 }
 
 async fn metadata_timer(inner: Weak<Inner>, period: Duration) {

@@ -6,9 +6,13 @@
 //! `client.properties`. Every error names the offending key.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use kmirror_events::ExponentialBackoff;
+
 use super::error::{KafkaError, Result};
+use super::tls::TlsConfig;
 
 /// How bytes travel to the broker (`security.protocol`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,33 +84,8 @@ impl std::fmt::Debug for SaslConfig {
     }
 }
 
-/// TLS settings. Only PEM is accepted: JKS/PKCS12 need a JVM-compatible
-/// keystore reader, and PEM is what Kafka itself accepts since KIP-651.
-#[derive(Clone, Default)]
-pub struct TlsConfig {
-    /// PEM certificates of trusted CAs; empty means "no trust store configured".
-    pub trusted_certs_pem: Vec<u8>,
-    /// PEM client certificate chain, for mutual TLS.
-    pub client_cert_chain_pem: Option<Vec<u8>>,
-    /// PEM private key (PKCS#8, PKCS#1 or SEC1, unencrypted) for mutual TLS.
-    pub client_key_pem: Option<Vec<u8>>,
-    /// Whether the broker's host name (or IP) must match its certificate
-    /// (`ssl.endpoint.identification.algorithm=https`, Kafka's default).
-    pub verify_hostname: bool,
-}
-
-impl std::fmt::Debug for TlsConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsConfig")
-            .field("trusted_certs_pem_len", &self.trusted_certs_pem.len())
-            .field("client_cert", &self.client_cert_chain_pem.is_some())
-            .field("verify_hostname", &self.verify_hostname)
-            .finish()
-    }
-}
-
 /// Everything a [`super::KafkaClient`] needs, with Kafka's defaults.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClientConfig {
     /// `bootstrap.servers` as `host:port` strings.
     pub bootstrap_servers: Vec<String>,
@@ -116,8 +95,9 @@ pub struct ClientConfig {
     pub security_protocol: SecurityProtocol,
     /// Present when `security.protocol` is SASL_*.
     pub sasl: Option<SaslConfig>,
-    /// Present when `security.protocol` is SSL or SASL_SSL.
-    pub tls: Option<TlsConfig>,
+    /// Present when `security.protocol` is SSL or SASL_SSL: built (PEM
+    /// parsed, certificates checked) once, shared by every connection.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
     /// `request.timeout.ms`: every broker call is bounded by this.
     pub request_timeout: Duration,
     /// `socket.connection.setup.timeout.ms`: TCP + TLS + ApiVersions + SASL.
@@ -139,6 +119,35 @@ pub struct ClientConfig {
     /// are not routable from here (and for fault-injecting proxies in tests).
     /// Not a Kafka client key; set programmatically.
     pub address_map: BTreeMap<String, String>,
+    /// Where backoff jitter comes from; set programmatically.
+    pub jitter: Jitter,
+}
+
+/// The source of backoff jitter: uniform samples in `[0, 1)`. Injected so
+/// that tests can make every delay exact; `rand::random` by default.
+pub type Jitter = Arc<dyn Fn() -> f64 + Send + Sync>;
+
+/// By hand because rustls's own `Debug` would dump the whole trust store:
+/// whether TLS is on is what a log reader needs.
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("bootstrap_servers", &self.bootstrap_servers)
+            .field("client_id", &self.client_id)
+            .field("security_protocol", &self.security_protocol)
+            .field("sasl", &self.sasl)
+            .field("tls", &self.tls.is_some())
+            .field("request_timeout", &self.request_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("reconnect_backoff", &self.reconnect_backoff)
+            .field("reconnect_backoff_max", &self.reconnect_backoff_max)
+            .field("retry_backoff", &self.retry_backoff)
+            .field("retry_backoff_max", &self.retry_backoff_max)
+            .field("metadata_max_age", &self.metadata_max_age)
+            .field("delivery_timeout", &self.delivery_timeout)
+            .field("address_map", &self.address_map)
+            .finish()
+    }
 }
 
 impl Default for ClientConfig {
@@ -158,6 +167,7 @@ impl Default for ClientConfig {
             metadata_max_age: Duration::from_millis(300_000),
             delivery_timeout: Duration::from_millis(120_000),
             address_map: BTreeMap::new(),
+            jitter: Arc::new(rand::random),
         }
     }
 }
@@ -203,20 +213,37 @@ impl ClientConfig {
         }
     }
 
+    /// The wait before retry number `attempt` (0-based: attempt 0 waits
+    /// `retry.backoff.ms`), doubling up to `retry.backoff.max.ms`, ±20%.
+    pub fn retry_delay(&self, attempt: u32) -> Duration {
+        ExponentialBackoff::doubling(self.retry_backoff, self.retry_backoff_max)
+            .delay(attempt, (self.jitter)())
+    }
+
+    /// The wait before reconnecting after `failures` failed attempts, from
+    /// `reconnect.backoff.ms` doubling up to `reconnect.backoff.max.ms`, ±20%.
+    pub fn reconnect_delay(&self, failures: u32) -> Duration {
+        ExponentialBackoff::doubling(self.reconnect_backoff, self.reconnect_backoff_max)
+            .delay(failures, (self.jitter)())
+    }
+
     /// Parses Kafka client properties. Errors name the key at fault.
     pub fn from_properties(props: &BTreeMap<String, String>) -> Result<Self> {
         let mut cfg = ClientConfig::default();
         let get = |k: &str| props.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
         for key in props.keys() {
             if !is_known_key(key) {
-                return Err(config_err(key, "unknown or unsupported client property"));
+                return Err(KafkaError::config(
+                    key,
+                    "unknown or unsupported client property",
+                ));
             }
         }
         let bootstrap = get("bootstrap.servers")
-            .ok_or_else(|| config_err("bootstrap.servers", "is required"))?;
+            .ok_or_else(|| KafkaError::config("bootstrap.servers", "is required"))?;
         cfg.bootstrap_servers = split_servers(bootstrap);
         for s in &cfg.bootstrap_servers {
-            parse_host_port(s).map_err(|m| config_err("bootstrap.servers", &m))?;
+            parse_host_port(s).map_err(|m| KafkaError::config("bootstrap.servers", m))?;
         }
         if let Some(id) = get("client.id") {
             cfg.client_id = id.to_owned();
@@ -225,7 +252,7 @@ impl ClientConfig {
             match get(key) {
                 None => Ok(default),
                 Some(v) => v.parse::<u64>().map(Duration::from_millis).map_err(|_| {
-                    config_err(key, &format!("`{v}` is not a number of milliseconds"))
+                    KafkaError::config(key, format!("`{v}` is not a number of milliseconds"))
                 }),
             }
         };
@@ -238,7 +265,7 @@ impl ClientConfig {
         cfg.metadata_max_age = ms("metadata.max.age.ms", cfg.metadata_max_age)?;
         cfg.delivery_timeout = ms("delivery.timeout.ms", cfg.delivery_timeout)?;
         if cfg.request_timeout.is_zero() {
-            return Err(config_err("request.timeout.ms", "must be > 0"));
+            return Err(KafkaError::config("request.timeout.ms", "must be > 0"));
         }
 
         cfg.security_protocol = match get("security.protocol")
@@ -250,9 +277,9 @@ impl ClientConfig {
             Some("SASL_PLAINTEXT") => SecurityProtocol::SaslPlaintext,
             Some("SASL_SSL") => SecurityProtocol::SaslSsl,
             Some(other) => {
-                return Err(config_err(
+                return Err(KafkaError::config(
                     "security.protocol",
-                    &format!("`{other}`: expected PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
+                    format!("`{other}`: expected PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
                 ))
             }
         };
@@ -260,7 +287,7 @@ impl ClientConfig {
         if cfg.security_protocol.uses_sasl() {
             let mechanism = match get("sasl.mechanism").map(str::to_ascii_uppercase).as_deref() {
                 None | Some("GSSAPI") => {
-                    return Err(config_err(
+                    return Err(KafkaError::config(
                         "sasl.mechanism",
                         "must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (GSSAPI, Kafka's default, is not supported)",
                     ))
@@ -269,29 +296,29 @@ impl ClientConfig {
                 Some("SCRAM-SHA-256") => SaslMechanism::ScramSha256,
                 Some("SCRAM-SHA-512") => SaslMechanism::ScramSha512,
                 Some(other) => {
-                    return Err(config_err(
+                    return Err(KafkaError::config(
                         "sasl.mechanism",
-                        &format!("`{other}` is not supported (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"),
+                        format!("`{other}` is not supported (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"),
                     ))
                 }
             };
             let (username, password) = match (get("sasl.username"), get("sasl.password")) {
                 (Some(u), Some(p)) => (u.to_owned(), p.to_owned()),
                 (Some(_), None) => {
-                    return Err(config_err(
+                    return Err(KafkaError::config(
                         "sasl.password",
                         "is required with sasl.username",
                     ))
                 }
                 (None, Some(_)) => {
-                    return Err(config_err(
+                    return Err(KafkaError::config(
                         "sasl.username",
                         "is required with sasl.password",
                     ))
                 }
                 (None, None) => {
                     let jaas = get("sasl.jaas.config").ok_or_else(|| {
-                        config_err(
+                        KafkaError::config(
                             "sasl.jaas.config",
                             "is required (or sasl.username and sasl.password)",
                         )
@@ -316,9 +343,9 @@ impl ClientConfig {
                     "" => false,
                     "https" => true,
                     other => {
-                        return Err(config_err(
+                        return Err(KafkaError::config(
                             "ssl.endpoint.identification.algorithm",
-                            &format!("`{other}`: expected `https` or empty"),
+                            format!("`{other}`: expected `https` or empty"),
                         ))
                     }
                 };
@@ -326,7 +353,10 @@ impl ClientConfig {
             for key in ["ssl.truststore.type", "ssl.keystore.type"] {
                 if let Some(t) = get(key) {
                     if !t.eq_ignore_ascii_case("PEM") {
-                        return Err(config_err(key, &format!("`{t}`: only PEM is supported")));
+                        return Err(KafkaError::config(
+                            key,
+                            format!("`{t}`: only PEM is supported"),
+                        ));
                     }
                 }
             }
@@ -336,7 +366,7 @@ impl ClientConfig {
                 } else {
                     "ssl.keystore.password"
                 };
-                return Err(config_err(
+                return Err(KafkaError::config(
                     key,
                     "encrypted PEM keys are not supported; use an unencrypted key",
                 ));
@@ -348,7 +378,7 @@ impl ClientConfig {
             }
             if let Some(chain) = get("ssl.keystore.certificate.chain") {
                 let key = get("ssl.keystore.key").ok_or_else(|| {
-                    config_err(
+                    KafkaError::config(
                         "ssl.keystore.key",
                         "is required with ssl.keystore.certificate.chain",
                     )
@@ -360,9 +390,7 @@ impl ClientConfig {
                 tls.client_key_pem = Some(pem.clone());
                 tls.client_cert_chain_pem = Some(pem);
             }
-            // Validate PEM now so a bad file is reported against its key.
-            super::tls::build_client_config(&tls)?;
-            cfg.tls = Some(tls);
+            cfg.tls = Some(tls.build()?);
         }
         Ok(cfg)
     }
@@ -401,14 +429,7 @@ fn is_known_key(key: &str) -> bool {
 }
 
 fn read_file(key: &str, path: &str) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| config_err(key, &format!("cannot read `{path}`: {e}")))
-}
-
-pub(crate) fn config_err(key: &str, message: &str) -> KafkaError {
-    KafkaError::Config {
-        key: key.to_owned(),
-        message: message.to_owned(),
-    }
+    std::fs::read(path).map_err(|e| KafkaError::config(key, format!("cannot read `{path}`: {e}")))
 }
 
 fn split_servers(s: &str) -> Vec<String> {
@@ -437,15 +458,17 @@ pub(crate) fn parse_host_port(s: &str) -> std::result::Result<(String, u16), Str
 fn parse_jaas(jaas: &str, mechanism: SaslMechanism) -> Result<(String, String)> {
     let key = "sasl.jaas.config";
     let mut words = jaas.split_whitespace();
-    let module = words.next().ok_or_else(|| config_err(key, "empty"))?;
+    let module = words
+        .next()
+        .ok_or_else(|| KafkaError::config(key, "empty"))?;
     let expected = match mechanism {
         SaslMechanism::Plain => "org.apache.kafka.common.security.plain.PlainLoginModule",
         _ => "org.apache.kafka.common.security.scram.ScramLoginModule",
     };
     if module != expected {
-        return Err(config_err(
+        return Err(KafkaError::config(
             key,
-            &format!(
+            format!(
                 "login module `{module}` does not match sasl.mechanism {} (expected {expected})",
                 mechanism.name()
             ),
@@ -454,7 +477,7 @@ fn parse_jaas(jaas: &str, mechanism: SaslMechanism) -> Result<(String, String)> 
     let rest = jaas[jaas.find(module).unwrap() + module.len()..].trim();
     let rest = rest
         .strip_prefix("required")
-        .ok_or_else(|| config_err(key, "expected `required` after the login module"))?;
+        .ok_or_else(|| KafkaError::config(key, "expected `required` after the login module"))?;
     let mut opts = BTreeMap::new();
     let mut chars = rest.chars().peekable();
     loop {
@@ -474,9 +497,9 @@ fn parse_jaas(jaas: &str, mechanism: SaslMechanism) -> Result<(String, String)> 
             chars.next();
         }
         if chars.next() != Some('=') {
-            return Err(config_err(
+            return Err(KafkaError::config(
                 key,
-                &format!("expected `=` after option `{name}`"),
+                format!("expected `=` after option `{name}`"),
             ));
         }
         let mut value = String::new();
@@ -485,9 +508,9 @@ fn parse_jaas(jaas: &str, mechanism: SaslMechanism) -> Result<(String, String)> 
             loop {
                 match chars.next() {
                     None => {
-                        return Err(config_err(
+                        return Err(KafkaError::config(
                             key,
-                            &format!("unterminated quote in option `{name}`"),
+                            format!("unterminated quote in option `{name}`"),
                         ))
                     }
                     Some('\\') => {
@@ -512,10 +535,10 @@ fn parse_jaas(jaas: &str, mechanism: SaslMechanism) -> Result<(String, String)> 
     }
     let username = opts
         .remove("username")
-        .ok_or_else(|| config_err(key, "missing username=\"…\""))?;
+        .ok_or_else(|| KafkaError::config(key, "missing username=\"…\""))?;
     let password = opts
         .remove("password")
-        .ok_or_else(|| config_err(key, "missing password=\"…\""))?;
+        .ok_or_else(|| KafkaError::config(key, "missing password=\"…\""))?;
     Ok((username, password))
 }
 
@@ -617,5 +640,44 @@ mod tests {
         ]))
         .unwrap_err();
         assert!(e.to_string().contains("ssl.truststore.type"), "{e}");
+    }
+
+    #[test]
+    fn backoffs_follow_kafka_keys_with_injected_jitter() {
+        let c = ClientConfig {
+            jitter: Arc::new(|| 0.5),
+            ..ClientConfig::default()
+        };
+        let ms = |d: Duration| d.as_millis();
+        assert_eq!(
+            ms(c.retry_delay(0)),
+            100,
+            "attempt 0 waits retry.backoff.ms"
+        );
+        assert_eq!((ms(c.retry_delay(1)), ms(c.retry_delay(9))), (200, 1_000));
+        assert_eq!(
+            (ms(c.reconnect_delay(0)), ms(c.reconnect_delay(2))),
+            (50, 200)
+        );
+        let low = ClientConfig {
+            jitter: Arc::new(|| 0.0),
+            ..c
+        };
+        assert_eq!(ms(low.retry_delay(0)), 80);
+    }
+
+    #[test]
+    fn tls_is_built_at_parse_time_and_errors_name_the_key() {
+        for pem in [None, Some("not a certificate")] {
+            let mut p = props(&[("bootstrap.servers", "h:1"), ("security.protocol", "SSL")]);
+            if let Some(pem) = pem {
+                p.insert("ssl.truststore.certificates".into(), pem.into());
+            }
+            let e = ClientConfig::from_properties(&p).unwrap_err();
+            assert!(
+                matches!(e, KafkaError::Config { ref key, .. } if key == "ssl.truststore.location"),
+                "{e}"
+            );
+        }
     }
 }

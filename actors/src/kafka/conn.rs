@@ -121,10 +121,8 @@ impl BrokerConnection {
 
     async fn connect_inner(addr: &str, node_id: i32, config: &ClientConfig) -> Result<Self> {
         let broker = addr.to_owned();
-        let (host, _port) = parse_host_port(addr).map_err(|m| KafkaError::Config {
-            key: "bootstrap.servers".into(),
-            message: m,
-        })?;
+        let (host, _port) =
+            parse_host_port(addr).map_err(|m| KafkaError::config("bootstrap.servers", m))?;
         let io_err = |source| KafkaError::Io {
             broker: broker.clone(),
             source,
@@ -132,14 +130,13 @@ impl BrokerConnection {
         let tcp = TcpStream::connect(addr).await.map_err(io_err)?;
         tcp.set_nodelay(true).map_err(io_err)?;
         let stream: Box<dyn Stream> = if let Some(tls) = &config.tls {
-            let cfg = super::tls::build_client_config(tls)?;
             let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| {
                 KafkaError::Tls {
                     broker: broker.clone(),
                     message: format!("invalid server name `{host}`: {e}"),
                 }
             })?;
-            let tls_stream = tokio_rustls::TlsConnector::from(cfg)
+            let tls_stream = tokio_rustls::TlsConnector::from(tls.clone())
                 .connect(name, tcp)
                 .await
                 .map_err(|e| KafkaError::Tls {

@@ -129,6 +129,15 @@ pub enum KafkaError {
 }
 
 impl KafkaError {
+    /// A [`KafkaError::Config`]: the one way to report a bad client property,
+    /// so every such error names its key the same way.
+    pub fn config(key: impl Into<String>, message: impl Into<String>) -> Self {
+        KafkaError::Config {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+
     /// Builds a [`KafkaError::Broker`] from a response error code, or `None` for 0.
     pub fn from_code(code: i16, context: impl Into<String>, message: Option<&str>) -> Option<Self> {
         if code == 0 {
@@ -156,10 +165,7 @@ impl KafkaError {
     /// an I/O source error becomes [`KafkaError::Disconnected`].
     pub fn duplicate(&self) -> KafkaError {
         match self {
-            KafkaError::Config { key, message } => KafkaError::Config {
-                key: key.clone(),
-                message: message.clone(),
-            },
+            KafkaError::Config { key, message } => KafkaError::config(key, message),
             KafkaError::Io { broker, source } => KafkaError::Disconnected {
                 broker: broker.clone(),
                 reason: source.to_string(),

@@ -1,87 +1,113 @@
 //! TLS with rustls: server verification always on (chain against the
 //! configured PEM trust store), host name check as Kafka's
 //! `ssl.endpoint.identification.algorithm` says, optional client certificate.
+//!
+//! The rustls configuration is built once, when the client properties are
+//! parsed, so a bad PEM is reported against its key before any connection
+//! and every broker connection reuses the same parsed certificates.
 
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use rustls_pki_types::pem::PemObject;
 
-use super::config::{config_err, TlsConfig};
-use super::error::Result;
+use super::error::{KafkaError, Result};
 
-/// Builds the rustls client configuration; errors name the Kafka key whose
-/// content is wrong.
-pub(crate) fn build_client_config(tls: &TlsConfig) -> Result<Arc<rustls::ClientConfig>> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = RootCertStore::empty();
-    if tls.trusted_certs_pem.is_empty() {
-        return Err(config_err(
-            "ssl.truststore.location",
-            "a PEM trust store (ssl.truststore.location or ssl.truststore.certificates) is required for SSL",
-        ));
+/// The PEM material TLS is built from. Only PEM is accepted: JKS/PKCS12 need
+/// a JVM-compatible keystore reader, and PEM is what Kafka itself accepts
+/// since KIP-651.
+#[derive(Clone, Default)]
+pub struct TlsConfig {
+    /// PEM certificates of trusted CAs; empty means "no trust store configured".
+    pub trusted_certs_pem: Vec<u8>,
+    /// PEM client certificate chain, for mutual TLS.
+    pub client_cert_chain_pem: Option<Vec<u8>>,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1, unencrypted) for mutual TLS.
+    pub client_key_pem: Option<Vec<u8>>,
+    /// Whether the broker's host name (or IP) must match its certificate
+    /// (`ssl.endpoint.identification.algorithm=https`, Kafka's default).
+    pub verify_hostname: bool,
+}
+
+impl std::fmt::Debug for TlsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsConfig")
+            .field("trusted_certs_pem_len", &self.trusted_certs_pem.len())
+            .field("client_cert", &self.client_cert_chain_pem.is_some())
+            .field("verify_hostname", &self.verify_hostname)
+            .finish()
     }
-    let mut n = 0;
-    for cert in CertificateDer::pem_slice_iter(&tls.trusted_certs_pem) {
-        let cert =
-            cert.map_err(|e| config_err("ssl.truststore.location", &format!("bad PEM: {e}")))?;
-        roots.add(cert).map_err(|e| {
-            config_err(
-                "ssl.truststore.location",
-                &format!("unusable certificate: {e}"),
-            )
-        })?;
-        n += 1;
-    }
-    if n == 0 {
-        return Err(config_err(
-            "ssl.truststore.location",
-            "no CERTIFICATE found in the PEM",
-        ));
-    }
-    let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .build()
-        .map_err(|e| config_err("ssl.truststore.location", &e.to_string()))?;
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| config_err("ssl.protocol", &e.to_string()))?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(Verifier {
-            inner: webpki,
-            verify_hostname: tls.verify_hostname,
-        }));
-    let config = match (&tls.client_cert_chain_pem, &tls.client_key_pem) {
-        (Some(chain), Some(key)) => {
-            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(chain)
-                .collect::<std::result::Result<_, _>>()
-                .map_err(|e| {
-                    config_err(
+}
+
+impl TlsConfig {
+    /// Parses the PEM and builds the rustls client configuration that every
+    /// connection shares; errors name the Kafka key whose content is wrong.
+    pub fn build(&self) -> Result<Arc<rustls::ClientConfig>> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = RootCertStore::empty();
+        let truststore = "ssl.truststore.location";
+        if self.trusted_certs_pem.is_empty() {
+            return Err(KafkaError::config(
+                truststore,
+                "a PEM trust store (ssl.truststore.location or ssl.truststore.certificates) is required for SSL",
+            ));
+        }
+        for cert in CertificateDer::pem_slice_iter(&self.trusted_certs_pem) {
+            let cert = cert.map_err(|e| KafkaError::config(truststore, format!("bad PEM: {e}")))?;
+            roots.add(cert).map_err(|e| {
+                KafkaError::config(truststore, format!("unusable certificate: {e}"))
+            })?;
+        }
+        if roots.is_empty() {
+            return Err(KafkaError::config(
+                truststore,
+                "no CERTIFICATE found in the PEM",
+            ));
+        }
+        let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .build()
+            .map_err(|e| KafkaError::config(truststore, e.to_string()))?;
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| KafkaError::config("ssl.protocol", e.to_string()))?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(Verifier {
+                inner: webpki,
+                verify_hostname: self.verify_hostname,
+            }));
+        let config = match (&self.client_cert_chain_pem, &self.client_key_pem) {
+            (Some(chain), Some(key)) => {
+                let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(chain)
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(|e| {
+                        KafkaError::config(
+                            "ssl.keystore.location",
+                            format!("bad PEM certificate chain: {e}"),
+                        )
+                    })?;
+                if certs.is_empty() {
+                    return Err(KafkaError::config(
                         "ssl.keystore.location",
-                        &format!("bad PEM certificate chain: {e}"),
+                        "no CERTIFICATE found in the keystore PEM",
+                    ));
+                }
+                let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| {
+                    KafkaError::config(
+                        "ssl.keystore.key",
+                        format!("no usable unencrypted private key: {e}"),
                     )
                 })?;
-            if certs.is_empty() {
-                return Err(config_err(
-                    "ssl.keystore.location",
-                    "no CERTIFICATE found in the keystore PEM",
-                ));
+                builder
+                    .with_client_auth_cert(certs, key)
+                    .map_err(|e| KafkaError::config("ssl.keystore.key", e.to_string()))?
             }
-            let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| {
-                config_err(
-                    "ssl.keystore.key",
-                    &format!("no usable unencrypted private key: {e}"),
-                )
-            })?;
-            builder
-                .with_client_auth_cert(certs, key)
-                .map_err(|e| config_err("ssl.keystore.key", &e.to_string()))?
-        }
-        _ => builder.with_no_client_auth(),
-    };
-    Ok(Arc::new(config))
+            _ => builder.with_no_client_auth(),
+        };
+        Ok(Arc::new(config))
+    }
 }
 
 /// Full chain verification by webpki; the name check is skipped only when
@@ -108,11 +134,9 @@ impl ServerCertVerifier for Verifier {
             ocsp_response,
             now,
         ) {
-            Err(rustls::Error::InvalidCertificate(e))
-                if !self.verify_hostname && format!("{e:?}").starts_with("NotValidForName") =>
-            {
-                Ok(ServerCertVerified::assertion())
-            }
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) if !self.verify_hostname => Ok(ServerCertVerified::assertion()),
             other => other,
         }
     }
