@@ -363,9 +363,13 @@ impl PartitionActor {
         }
     }
 
+    /// Schedules the retry of a FAILED partition, unless one is pending:
+    /// the MirrorActor re-sends every partition its desired state at each
+    /// refresh, and restarting the timer each time would postpone a retry
+    /// longer than the refresh interval forever.
     fn schedule_retry(&mut self, ctx: &mut Context<Self>) {
-        if let Some(h) = self.retry_timer.take() {
-            ctx.cancel_future(h);
+        if self.retry_timer.is_some() {
+            return;
         }
         let jitter: f64 = rand::random();
         match self.spec.retry.decide(&self.state, jitter) {
@@ -375,7 +379,10 @@ impl PartitionActor {
                     Duration::from_millis(delay_ms),
                     move |act, ctx| {
                         act.retry_timer = None;
-                        if act.state.state == PartitionState::Failed {
+                        // Still FAILED, and still retryable (a later
+                        // failure may have made it final meanwhile).
+                        let still = act.spec.retry.decide(&act.state, jitter);
+                        if matches!(still, RetryDecision::RetryAfter { .. }) {
                             act.transition(target, ctx);
                         }
                     },

@@ -756,3 +756,34 @@ async fn a_source_topic_recreated_while_mirroring_fails_the_partition_and_copies
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(rig.dest.records(&rig.tp).len(), 6);
 }
+
+#[actix::test]
+async fn a_pending_retry_is_not_postponed_by_each_refresh() {
+    let rig = rig().await;
+    rig.append(4, 0);
+    rig.dest.fail_next_produce(
+        &rig.tp,
+        KafkaError::Timeout {
+            api: "Produce",
+            broker: "127.0.0.1:9092".into(),
+            timeout: Duration::from_secs(30),
+        },
+    );
+    // The retry waits longer than the MirrorActor's refresh, which tells
+    // every partition its desired state each time.
+    let actor = rig.start(RetryPolicy {
+        initial_backoff_ms: 300,
+        max_backoff_ms: 300,
+        ..RetryPolicy::default()
+    });
+    eventually("FAILED", async || {
+        state(&actor).await.state == PartitionState::Failed
+    })
+    .await;
+    for _ in 0..40 {
+        actor.do_send(Desire(PartitionState::Mirroring));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(rig.dest.records(&rig.tp).len(), 4, "retried within 2 s");
+    assert_eq!(state(&actor).await.state, PartitionState::Mirroring);
+}
