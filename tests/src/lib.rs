@@ -7,10 +7,9 @@
 //! ([`unique`]). When `scripts/test` has already started a pair it exports
 //! `KMIRROR_BED_ENV`, and the binaries share that pair instead.
 //!
-//! No orphan JVMs: a bed this process started is stopped by an `atexit`
-//! handler when the binary ends, and — should the process die without running
-//! it (SIGKILL, abort) — by the watcher `scripts/kafka up --owner-pid` leaves
-//! behind.
+//! No orphan JVMs: a bed this process started is stopped by the watcher
+//! `scripts/kafka up --owner-pid` leaves behind, within half a second of the
+//! process ending, however it ends (normal exit, panic, SIGKILL).
 
 pub mod mirror;
 pub mod proxy;
@@ -19,7 +18,7 @@ pub mod wire;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 /// A running pair of clusters: what a test needs to reach them.
 #[derive(Debug)]
@@ -33,8 +32,6 @@ pub struct Bed {
 }
 
 static BED: OnceLock<Bed> = OnceLock::new();
-/// The directory of a bed this process started (and so must stop).
-static OWNED_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
 
 /// The repository root, found from this crate's manifest directory.
 pub fn repo_root() -> PathBuf {
@@ -63,20 +60,8 @@ pub fn bed() -> &'static Bed {
         }
         let dir = std::env::temp_dir().join(format!("kmirror-bed-{}", std::process::id()));
         let env = start_clusters(2, &dir);
-        *OWNED_DIR.lock().unwrap() = Some(dir);
-        extern "C" fn stop_owned_bed() {
-            if let Some(dir) = OWNED_DIR.lock().ok().and_then(|mut d| d.take()) {
-                stop_clusters(&dir);
-            }
-        }
-        // SAFETY: registers a plain extern "C" fn with the C runtime; it runs at exit.
-        unsafe { atexit(stop_owned_bed) };
         bed_from_env(&env).expect("scripts/kafka up printed both clusters")
     })
-}
-
-extern "C" {
-    fn atexit(cb: extern "C" fn()) -> i32;
 }
 
 fn bed_from_env(env: &str) -> Option<Bed> {

@@ -1,15 +1,20 @@
 //! What the actors need from a source and a destination cluster, as traits.
 //!
 //! The actors never call the protocol layer directly: they hold a
-//! [`SourceCluster`] and a [`DestinationCluster`]. The Kafka implementations
-//! ([`kafka`]) are what the daemon runs; the in-memory ones ([`memory`]) let
-//! every state and failure of a PartitionActor be unit-tested in
-//! milliseconds, with errors, timeouts and leader moves injected. Both speak
+//! [`SourceCluster`] and a [`DestinationCluster`], which share the reads of
+//! [`ClusterView`]. The Kafka implementation ([`kafka`], one type for both
+//! roles) is what the daemon runs; the in-memory ones (`memory`, behind the
+//! `testing` feature) let every state and failure of a PartitionActor be
+//! unit-tested in milliseconds, with errors, timeouts and leader moves
+//! injected. Both speak
 //! the protocol layer's own types (raw batches in [`FetchedPartition`],
 //! [`OutgoingBatch`] out), so the in-memory runs exercise the same batch
 //! classification and re-encoding code as production.
 
 pub mod kafka;
+/// Test doubles: only in this crate's tests and with the `testing` feature,
+/// never in the release library.
+#[cfg(any(test, feature = "testing"))]
 pub mod memory;
 
 use std::collections::BTreeMap;

@@ -20,8 +20,7 @@
 //!
 //! Decisions (active states, clamping, config diffs, ACL rules) are pure
 //! functions in `kmirror_events::sync`; this actor only does the I/O, one
-//! file per kind: [`groups`], [`topics`] (configs and partition counts),
-//! [`acls`].
+//! file per kind: `groups`, `topics` (configs and partition counts), `acls`.
 
 mod acls;
 mod groups;

@@ -295,7 +295,7 @@ type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
 /// Width of the legend column on the right of each panel, in pixels.
 const LEGEND_WIDTH: u32 = 250;
 
-fn draw_panel(area: &Area, p: &Panel) -> Result<()> {
+fn draw_panel(area: &Area<'_>, p: &Panel) -> Result<()> {
     let lines: Vec<&Line> = p.lines.iter().filter(|l| !l.points.is_empty()).collect();
     if lines.is_empty() {
         let area = area.titled(&p.caption, (FONT, 22))?;
@@ -366,7 +366,7 @@ fn tick(v: &f64) -> String {
 }
 
 fn draw_chart<Y>(
-    area: &Area,
+    area: &Area<'_>,
     p: &Panel,
     lines: &[&Line],
     x: std::ops::Range<f64>,
