@@ -11,8 +11,12 @@
 //! PAUSED / STOPPED, from the MirrorActor) and the partition's current
 //! state give the next state.
 
+mod context;
 pub mod cursor;
+mod position;
 pub mod pump;
+
+pub use context::{Progress, PumpExit};
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,7 +28,7 @@ use kmirror_events::{
 };
 use tokio::sync::watch;
 
-use self::pump::{Progress, PumpContext, PumpExit};
+use self::context::PumpContext;
 use crate::cluster::{DestinationCluster, SourceCluster};
 use crate::coordinator::{CoordinatorActor, CoordinatorError, Execute, ReadPartition};
 use crate::kafka::fetch::TopicPartition;
@@ -332,11 +336,15 @@ impl PartitionActor {
                     }
                     let p = match ran {
                         Some(p) => p,
-                        None => {
-                            pump::stopped_position(&key, &tp, &*source, &*destination, &coordinator)
-                                .await
-                                .map_err(CoordinatorError::Unavailable)?
-                        }
+                        None => position::stopped_position(
+                            &key,
+                            &tp,
+                            &*source,
+                            &*destination,
+                            &coordinator,
+                        )
+                        .await
+                        .map_err(CoordinatorError::Unavailable)?,
                     };
                     let value = LastMirrorEpochsValue {
                         last_mirror_epoch: p.destination_leader_epoch,

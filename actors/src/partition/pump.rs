@@ -1,30 +1,27 @@
-//! The data path of one partition: align, then fetch → forward → extend the
-//! offset map → acknowledge, until told to stop or something fails.
+//! The data path of one partition: align (`position`), then
+//! fetch → forward → extend the offset map → acknowledge, until told to stop
+//! or something fails.
 //!
 //! It runs as its own task (so a slow broker never blocks the actor's
-//! mailbox) and reports back through [`Progress`] (cheap, shared, for
+//! mailbox) and reports back through [`super::Progress`] (cheap, shared, for
 //! describe and metrics) and its return value (why it ended). Every record
 //! it needs goes through the CoordinatorActor and is durable before the
 //! produce that depends on it.
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use actix::Addr;
 use futures_util::stream::{FuturesOrdered, StreamExt};
-use kmirror_events::{Command, GapDetected, MirrorPartitionKey, MirrorProducer, OffsetMapRun};
-use tokio::sync::watch;
+use kmirror_events::{Command, MirrorProducer, OffsetMapRun};
 
-use super::cursor::{align, AlignError, Alignment, Cursor, Segment};
-use crate::cluster::{
-    Ack, BoxFuture, DestinationCluster, PartitionFetch, PartitionSink, SourceCluster,
-};
-use crate::coordinator::{CoordinatorActor, Execute, ReadPartition};
+use super::context::{kafka_failure, PumpContext, PumpExit};
+use super::cursor::{AlignError, Cursor, Segment};
+use super::position;
+use crate::cluster::{Ack, BoxFuture, PartitionFetch, PartitionSink};
 use crate::kafka::batch::{
     classify, merge, mergeable, prepare, OutgoingBatch, RecordBatch, SourceOffsets,
     MERGE_TARGET_BYTES,
 };
-use crate::kafka::fetch::{FetchError, TopicPartition};
+use crate::kafka::fetch::FetchError;
 use crate::kafka::produce::MAX_IN_FLIGHT;
 use crate::kafka::{KafkaError, ResponseError};
 
@@ -32,129 +29,6 @@ use crate::kafka::{KafkaError, ResponseError};
 /// keep flowing, and how soon after the flow pauses.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(1000);
 const IDLE_CHECKPOINT_DELAY: Duration = Duration::from_millis(100);
-
-/// Live figures of a running partition, read by describe and metrics.
-#[derive(Clone, Debug, Default)]
-pub struct Progress {
-    /// Next source offset not yet acknowledged on the destination.
-    pub source_offset: i64,
-    /// Destination end offset as far as acknowledged.
-    pub destination_offset: i64,
-    /// Source high watermark at the last fetch.
-    pub source_high_watermark: i64,
-    /// Newest timestamp fetched from the source, and newest acknowledged.
-    pub newest_source_timestamp: i64,
-    pub newest_mirrored_timestamp: i64,
-    /// Source leader epoch of the last acknowledged batch (−1 unknown).
-    pub source_leader_epoch: i32,
-    /// Destination leader epoch at alignment (−1 unknown).
-    pub destination_leader_epoch: i32,
-    pub records_mirrored: u64,
-    pub bytes_mirrored: u64,
-    /// Whether the offset map is one run from equal offsets.
-    pub offsets_identical: bool,
-}
-
-impl Progress {
-    /// Lag in records: source high watermark − mirrored position.
-    pub fn lag(&self) -> i64 {
-        (self.source_high_watermark - self.source_offset).max(0)
-    }
-    /// Lag in seconds: newest source timestamp − newest mirrored timestamp;
-    /// −1 (unknown) while records wait and none has been copied yet.
-    pub fn lag_seconds(&self) -> f64 {
-        if self.lag() == 0 {
-            return 0.0;
-        }
-        if self.newest_mirrored_timestamp <= 0 {
-            return -1.0;
-        }
-        ((self.newest_source_timestamp - self.newest_mirrored_timestamp).max(0)) as f64 / 1000.0
-    }
-}
-
-/// Why the pump ended.
-#[derive(Debug)]
-pub enum PumpExit {
-    /// Stopped on request after finishing what was in flight.
-    Stopped,
-    /// Failed; `retryable` decides between a backoff retry and manual
-    /// recovery.
-    Failed { message: String, retryable: bool },
-    /// The source partition ends below the mirrored position: an unclean
-    /// leader election there. ULE_RECOVERY if the mirror allows it, else
-    /// FAILED, not retryable.
-    SourceTruncated { message: String },
-    /// The destination partition's leader epoch moved (a leader election):
-    /// what was in flight is acknowledged and the map durable; the tail must
-    /// be re-checked against the map before producing more (EPOCH_FENCING).
-    EpochMoved { from: i32, to: i32 },
-}
-
-impl PumpExit {
-    fn retryable(message: impl Into<String>) -> Self {
-        PumpExit::Failed {
-            message: message.into(),
-            retryable: true,
-        }
-    }
-    fn fatal(message: impl Into<String>) -> Self {
-        PumpExit::Failed {
-            message: message.into(),
-            retryable: false,
-        }
-    }
-}
-
-/// Everything the pump needs.
-pub struct PumpContext {
-    pub key: MirrorPartitionKey,
-    pub tp: TopicPartition,
-    pub source: Arc<dyn SourceCluster>,
-    pub destination: Arc<dyn DestinationCluster>,
-    pub coordinator: Addr<CoordinatorActor>,
-    pub progress: Arc<Mutex<Progress>>,
-    /// Becomes `true` when the pump must stop.
-    pub stop: watch::Receiver<bool>,
-    /// `mirror.support.unclean.leader.election`: repair a truncated source
-    /// (cut the map, record the divergence) instead of failing.
-    pub support_unclean_leader_election: bool,
-    /// Called once the partition is aligned; the actor then records
-    /// LOG_ALIGNMENT → MIRRORING and opens `may_copy`. No record is copied
-    /// before MIRRORING is durable.
-    pub on_aligned: Option<Box<dyn FnOnce() + Send + Sync>>,
-    pub may_copy: Option<tokio::sync::oneshot::Receiver<()>>,
-    /// Called once the first record is copied (or a fetch finds nothing to
-    /// copy), so the actor clears a stored failure.
-    pub on_healthy: Option<Box<dyn FnOnce() + Send + Sync>>,
-}
-
-impl PumpContext {
-    async fn execute(&self, command: Command) -> Result<(), PumpExit> {
-        match self.coordinator.send(Execute::new(command)).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(PumpExit::retryable(format!("event log: {e}"))),
-            Err(e) => Err(PumpExit::retryable(format!("coordinator unavailable: {e}"))),
-        }
-    }
-
-    async fn record_runs(&self, runs: Vec<OffsetMapRun>) -> Result<(), PumpExit> {
-        if runs.is_empty() {
-            return Ok(());
-        }
-        self.execute(Command::SetOffsetRuns {
-            key: self.key.clone(),
-            upsert: runs,
-            remove: Vec::new(),
-            holes: Vec::new(),
-        })
-        .await
-    }
-}
-
-fn kafka_failure(what: &str, e: KafkaError) -> PumpExit {
-    PumpExit::retryable(format!("{what}: {e}"))
-}
 
 /// Source offsets of an outgoing batch as contiguous segments.
 fn segments(offsets: &SourceOffsets) -> Vec<Segment> {
@@ -198,60 +72,7 @@ pub async fn run(mut cx: PumpContext) -> PumpExit {
 }
 
 async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
-    // Alignment: the map and the destination decide where we are.
-    let view = cx
-        .coordinator
-        .send(ReadPartition(cx.key.clone()))
-        .await
-        .map_err(|e| PumpExit::retryable(format!("coordinator unavailable: {e}")))?;
-    check_source_topic(cx).await?;
-    let dest = cx
-        .destination
-        .settled_bounds(&cx.tp)
-        .await
-        .map_err(|e| kafka_failure("destination offsets", e))?;
-    let alignment = align(view.runs, view.holes, dest.log_start, dest.end)
-        .map_err(|e| PumpExit::fatal(e.to_string()))?;
-    if let Some(ours) = view.producer {
-        check_unrecorded_tail(cx, &alignment, dest.log_start, ours).await?;
-    }
-    if !alignment.stale.is_empty() || !alignment.corrected.is_empty() {
-        cx.execute(Command::SetOffsetRuns {
-            key: cx.key.clone(),
-            upsert: alignment.corrected.clone(),
-            remove: alignment.stale.iter().map(|r| r.source_start).collect(),
-            holes: Vec::new(),
-        })
-        .await?;
-    }
-    let src = cx
-        .source
-        .bounds(&cx.tp)
-        .await
-        .map_err(|e| kafka_failure("source offsets", e))?;
-    let mut alignment = alignment;
-    let mut next_source = alignment.next_source.unwrap_or(src.log_start);
-    if next_source > src.end {
-        if !cx.support_unclean_leader_election {
-            return Err(truncated(src.end, next_source));
-        }
-        repair_divergence(cx, &mut alignment, src.end).await?;
-        next_source = src.end;
-    }
-    if next_source < src.log_start {
-        record_gap(cx, next_source, src.log_start).await?;
-        next_source = src.log_start;
-    }
-    let mut cursor = Cursor::new(&alignment, next_source);
-    {
-        let mut p = cx.progress.lock().unwrap();
-        p.source_offset = cursor.next_source;
-        p.destination_offset = cursor.acked_destination;
-        p.source_high_watermark = src.end;
-        p.destination_leader_epoch = dest.leader_epoch;
-        p.offsets_identical = cursor.identical();
-    }
-
+    let (mut cursor, destination_leader_epoch) = position::align(cx).await?;
     let max_message_bytes = cx
         .destination
         .max_message_bytes(&cx.tp.topic)
@@ -280,7 +101,7 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
                 cx,
                 &mut cursor,
                 &mut *sink,
-                dest.leader_epoch,
+                destination_leader_epoch,
                 max_message_bytes,
             )
             .await
@@ -412,98 +233,6 @@ async fn copy(
         Some((from, to)) => Err(PumpExit::EpochMoved { from, to }),
         None => Ok(()),
     }
-}
-
-/// After a crash the destination may hold appends above what the map
-/// records, and alignment counts them as kmirror's. They are, only if the
-/// producer recorded before them wrote every one: anything else is a foreign
-/// write that would shift every later offset.
-async fn check_unrecorded_tail(
-    cx: &PumpContext,
-    alignment: &Alignment,
-    log_start: i64,
-    ours: MirrorProducer,
-) -> Result<(), PumpExit> {
-    let from = alignment.recorded_end.max(log_start);
-    if from >= alignment.next_destination {
-        return Ok(());
-    }
-    let batches = cx
-        .destination
-        .batch_producers(&cx.tp, from, alignment.next_destination)
-        .await
-        .map_err(|e| kafka_failure("read the destination above the recorded map", e))?;
-    match batches.iter().find(|(_, pid)| *pid != ours.producer_id) {
-        None => Ok(()),
-        Some((offset, pid)) => Err(PumpExit::fatal(format!(
-            "destination offset {offset} was written by producer id {pid}, not by kmirror's producer {}: another producer wrote to the mirror partition while kmirror was not copying",
-            ours.producer_id
-        ))),
-    }
-}
-
-/// How long reading the source's leader epoch at the stopped position may
-/// take: a failover must not wait on a source that is gone.
-const SOURCE_EPOCH_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Where a partition's copy stands when no pump ran in this process (it was
-/// PAUSED or FAILED when the daemon started): the map aligned with the
-/// destination's end, and the source's leader epoch at that position if the
-/// source still answers (−1 if not). What LastMirrorEpochs records.
-pub async fn stopped_position(
-    key: &MirrorPartitionKey,
-    tp: &TopicPartition,
-    source: &dyn SourceCluster,
-    destination: &dyn DestinationCluster,
-    coordinator: &Addr<CoordinatorActor>,
-) -> Result<Progress, String> {
-    let view = coordinator
-        .send(ReadPartition(key.clone()))
-        .await
-        .map_err(|e| format!("coordinator unavailable: {e}"))?;
-    let dest = destination
-        .settled_bounds(tp)
-        .await
-        .map_err(|e| format!("destination offsets: {e}"))?;
-    let alignment =
-        align(view.runs, view.holes, dest.log_start, dest.end).map_err(|e| e.to_string())?;
-    let next_source = alignment.next_source.unwrap_or(0);
-    let source_leader_epoch = if next_source > 0 {
-        tokio::time::timeout(
-            SOURCE_EPOCH_TIMEOUT,
-            source_epoch_at(source, key, tp, next_source - 1),
-        )
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or(-1)
-    } else {
-        -1
-    };
-    Ok(Progress {
-        source_offset: next_source,
-        destination_offset: dest.end,
-        source_leader_epoch,
-        destination_leader_epoch: dest.leader_epoch,
-        offsets_identical: Cursor::new(&alignment, next_source).identical(),
-        ..Progress::default()
-    })
-}
-
-/// The leader epoch the source batch holding `offset` was written in.
-async fn source_epoch_at(
-    source: &dyn SourceCluster,
-    key: &MirrorPartitionKey,
-    tp: &TopicPartition,
-    offset: i64,
-) -> Option<i32> {
-    let mut fetch = source.open(tp.clone(), key.topic_id, offset).await.ok()?;
-    let fetched = fetch.next().await.ok()?;
-    fetched
-        .batches()
-        .filter_map(Result::ok)
-        .find(|b| b.next_offset() > offset)
-        .map(|b| b.partition_leader_epoch())
 }
 
 /// Starts writing the acknowledged run lengths. The pump keeps forwarding
@@ -737,86 +466,6 @@ async fn forward(
     Ok(())
 }
 
-fn truncated(end: i64, position: i64) -> PumpExit {
-    PumpExit::SourceTruncated {
-        message: format!(
-            "Detected log truncation during mirroring: the source partition ends at {end}, below the mirrored position {position}. This implies unclean leader election in source cluster, but mirror.support.unclean.leader.election is disabled."
-        ),
-    }
-}
-
-/// ULE recovery: the map is cut where the source now ends, the divergent
-/// range is recorded (the destination keeps those records: Kafka cannot
-/// truncate a partition), and copying resumes at the source's end.
-async fn repair_divergence(
-    cx: &PumpContext,
-    alignment: &mut super::cursor::Alignment,
-    source_end: i64,
-) -> Result<(), PumpExit> {
-    let d = super::cursor::cut_divergent(alignment, source_end);
-    tracing::warn!(
-        partition = %cx.tp, source = ?d.source, destination = ?d.destination,
-        "unclean leader election on the source: mirrored records no longer exist there; continuing after them"
-    );
-    cx.execute(Command::RecordGap {
-        key: cx.key.clone(),
-        gap: GapDetected {
-            source_start: d.source.0,
-            source_end: d.source.1,
-            reason: format!(
-                "divergent after an unclean leader election on the source: destination offsets {}..{} hold records the source no longer has",
-                d.destination.0, d.destination.1
-            ),
-        },
-    })
-    .await?;
-    cx.execute(Command::SetOffsetRuns {
-        key: cx.key.clone(),
-        upsert: d.cut.into_iter().collect(),
-        remove: d.removed.iter().map(|r| r.source_start).collect(),
-        holes: d.hole.into_iter().collect(),
-    })
-    .await
-}
-
-async fn record_gap(cx: &PumpContext, from: i64, to: i64) -> Result<(), PumpExit> {
-    tracing::warn!(
-        partition = %cx.tp, lost_from = from, lost_to = to,
-        "source retention deleted records before they were mirrored; continuing from the source log start"
-    );
-    cx.execute(Command::RecordGap {
-        key: cx.key.clone(),
-        gap: GapDetected {
-            source_start: from,
-            source_end: to,
-            reason: "source retention deleted the records before they were mirrored".into(),
-        },
-    })
-    .await
-}
-
-/// The source topic of this name is still the one the partition mirrors.
-/// Identity is the topic id: a topic deleted and re-created under the same
-/// name fails the partition, not retryable, naming both ids.
-async fn check_source_topic(cx: &PumpContext) -> Result<(), PumpExit> {
-    let topics = cx
-        .source
-        .topics()
-        .await
-        .map_err(|e| kafka_failure("describe source topics", e))?;
-    match topics.iter().find(|t| *t.name == *cx.tp.topic) {
-        None => Err(PumpExit::retryable(format!(
-            "source topic {} not found",
-            cx.tp.topic
-        ))),
-        Some(t) if t.topic_id != cx.key.topic_id => Err(PumpExit::fatal(format!(
-            "source topic {} was deleted and re-created: its topic id is now {}, the mirror copies {}",
-            cx.tp.topic, t.topic_id, cx.key.topic_id
-        ))),
-        Some(_) => Ok(()),
-    }
-}
-
 /// Reopens the source fetch after a fetch error, at the position it decides.
 async fn reopen(
     cx: &PumpContext,
@@ -831,16 +480,16 @@ async fn reopen(
                 .await
                 .map_err(|e| kafka_failure("source offsets", e))?;
             if cursor.next_source < b.log_start {
-                record_gap(cx, cursor.next_source, b.log_start).await?;
+                position::record_gap(cx, cursor.next_source, b.log_start).await?;
                 cursor.next_source = b.log_start;
             } else if cursor.next_source > b.end {
-                return Err(truncated(b.end, cursor.next_source));
+                return Err(position::truncated(b.end, cursor.next_source));
             }
         }
         FetchError::LeaderChanged { error, .. } => {
             // UNKNOWN_TOPIC_ID and friends also mean "moved": only the
             // topic's id tells a leader change from a re-created topic.
-            check_source_topic(cx).await?;
+            position::check_source_topic(cx).await?;
             tracing::info!(partition = %cx.tp, %error, "source leader moved; following it");
         }
         FetchError::Other(e) => return Err(kafka_failure("fetch from source", e)),

@@ -1,0 +1,250 @@
+//! Where a partition's copy stands, read from the map and the clusters:
+//! the I/O around [`super::cursor::align`]. Alignment runs before every
+//! copy (LOG_ALIGNMENT, each retry, EPOCH_FENCING); it is where kmirror
+//! refuses to go on when the clusters are not what the map says: a source
+//! topic re-created under the same name, a foreign write above the last
+//! checkpoint, records lost on the destination, a truncated source. The
+//! same reading gives LastMirrorEpochs for a partition stopped without
+//! having run.
+
+use std::time::Duration;
+
+use actix::Addr;
+use kmirror_events::{Command, GapDetected, MirrorPartitionKey, MirrorProducer};
+
+use super::context::{kafka_failure, Progress, PumpContext, PumpExit};
+use super::cursor::{align as align_map, cut_divergent, Alignment, Cursor};
+use crate::cluster::{DestinationCluster, SourceCluster};
+use crate::coordinator::{CoordinatorActor, ReadPartition};
+use crate::kafka::fetch::TopicPartition;
+
+/// Aligns the map with the destination and the source, records what
+/// alignment corrected or repaired, and returns the cursor to copy from and
+/// the destination leader epoch it saw (what EPOCH_FENCING watches).
+pub(super) async fn align(cx: &PumpContext) -> Result<(Cursor, i32), PumpExit> {
+    let view = cx
+        .coordinator
+        .send(ReadPartition(cx.key.clone()))
+        .await
+        .map_err(|e| PumpExit::retryable(format!("coordinator unavailable: {e}")))?;
+    check_source_topic(cx).await?;
+    let dest = cx
+        .destination
+        .settled_bounds(&cx.tp)
+        .await
+        .map_err(|e| kafka_failure("destination offsets", e))?;
+    let alignment = align_map(view.runs, view.holes, dest.log_start, dest.end)
+        .map_err(|e| PumpExit::fatal(e.to_string()))?;
+    if let Some(ours) = view.producer {
+        check_unrecorded_tail(cx, &alignment, dest.log_start, ours).await?;
+    }
+    if !alignment.stale.is_empty() || !alignment.corrected.is_empty() {
+        cx.execute(Command::SetOffsetRuns {
+            key: cx.key.clone(),
+            upsert: alignment.corrected.clone(),
+            remove: alignment.stale.iter().map(|r| r.source_start).collect(),
+            holes: Vec::new(),
+        })
+        .await?;
+    }
+    let src = cx
+        .source
+        .bounds(&cx.tp)
+        .await
+        .map_err(|e| kafka_failure("source offsets", e))?;
+    let mut alignment = alignment;
+    let mut next_source = alignment.next_source.unwrap_or(src.log_start);
+    if next_source > src.end {
+        if !cx.support_unclean_leader_election {
+            return Err(truncated(src.end, next_source));
+        }
+        repair_divergence(cx, &mut alignment, src.end).await?;
+        next_source = src.end;
+    }
+    if next_source < src.log_start {
+        record_gap(cx, next_source, src.log_start).await?;
+        next_source = src.log_start;
+    }
+    let cursor = Cursor::new(&alignment, next_source);
+    {
+        let mut p = cx.progress.lock().unwrap();
+        p.source_offset = cursor.next_source;
+        p.destination_offset = cursor.acked_destination;
+        p.source_high_watermark = src.end;
+        p.destination_leader_epoch = dest.leader_epoch;
+        p.offsets_identical = cursor.identical();
+    }
+    Ok((cursor, dest.leader_epoch))
+}
+
+/// After a crash the destination may hold appends above what the map
+/// records, and alignment counts them as kmirror's. They are, only if the
+/// producer recorded before them wrote every one: anything else is a foreign
+/// write that would shift every later offset.
+async fn check_unrecorded_tail(
+    cx: &PumpContext,
+    alignment: &Alignment,
+    log_start: i64,
+    ours: MirrorProducer,
+) -> Result<(), PumpExit> {
+    let from = alignment.recorded_end.max(log_start);
+    if from >= alignment.next_destination {
+        return Ok(());
+    }
+    let batches = cx
+        .destination
+        .batch_producers(&cx.tp, from, alignment.next_destination)
+        .await
+        .map_err(|e| kafka_failure("read the destination above the recorded map", e))?;
+    match batches.iter().find(|(_, pid)| *pid != ours.producer_id) {
+        None => Ok(()),
+        Some((offset, pid)) => Err(PumpExit::fatal(format!(
+            "destination offset {offset} was written by producer id {pid}, not by kmirror's producer {}: another producer wrote to the mirror partition while kmirror was not copying",
+            ours.producer_id
+        ))),
+    }
+}
+
+/// How long reading the source's leader epoch at the stopped position may
+/// take: a failover must not wait on a source that is gone.
+const SOURCE_EPOCH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where a partition's copy stands when no pump ran in this process (it was
+/// PAUSED or FAILED when the daemon started): the map aligned with the
+/// destination's end, and the source's leader epoch at that position if the
+/// source still answers (−1 if not). What LastMirrorEpochs records.
+pub async fn stopped_position(
+    key: &MirrorPartitionKey,
+    tp: &TopicPartition,
+    source: &dyn SourceCluster,
+    destination: &dyn DestinationCluster,
+    coordinator: &Addr<CoordinatorActor>,
+) -> Result<Progress, String> {
+    let view = coordinator
+        .send(ReadPartition(key.clone()))
+        .await
+        .map_err(|e| format!("coordinator unavailable: {e}"))?;
+    let dest = destination
+        .settled_bounds(tp)
+        .await
+        .map_err(|e| format!("destination offsets: {e}"))?;
+    let alignment =
+        align_map(view.runs, view.holes, dest.log_start, dest.end).map_err(|e| e.to_string())?;
+    let next_source = alignment.next_source.unwrap_or(0);
+    let source_leader_epoch = if next_source > 0 {
+        tokio::time::timeout(
+            SOURCE_EPOCH_TIMEOUT,
+            source_epoch_at(source, key, tp, next_source - 1),
+        )
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(-1)
+    } else {
+        -1
+    };
+    Ok(Progress {
+        source_offset: next_source,
+        destination_offset: dest.end,
+        source_leader_epoch,
+        destination_leader_epoch: dest.leader_epoch,
+        offsets_identical: Cursor::new(&alignment, next_source).identical(),
+        ..Progress::default()
+    })
+}
+
+/// The leader epoch the source batch holding `offset` was written in.
+async fn source_epoch_at(
+    source: &dyn SourceCluster,
+    key: &MirrorPartitionKey,
+    tp: &TopicPartition,
+    offset: i64,
+) -> Option<i32> {
+    let mut fetch = source.open(tp.clone(), key.topic_id, offset).await.ok()?;
+    let fetched = fetch.next().await.ok()?;
+    fetched
+        .batches()
+        .filter_map(Result::ok)
+        .find(|b| b.next_offset() > offset)
+        .map(|b| b.partition_leader_epoch())
+}
+
+pub(super) fn truncated(end: i64, position: i64) -> PumpExit {
+    PumpExit::SourceTruncated {
+        message: format!(
+            "Detected log truncation during mirroring: the source partition ends at {end}, below the mirrored position {position}. This implies unclean leader election in source cluster, but mirror.support.unclean.leader.election is disabled."
+        ),
+    }
+}
+
+/// ULE recovery: the map is cut where the source now ends, the divergent
+/// range is recorded (the destination keeps those records: Kafka cannot
+/// truncate a partition), and copying resumes at the source's end.
+async fn repair_divergence(
+    cx: &PumpContext,
+    alignment: &mut Alignment,
+    source_end: i64,
+) -> Result<(), PumpExit> {
+    let d = cut_divergent(alignment, source_end);
+    tracing::warn!(
+        partition = %cx.tp, source = ?d.source, destination = ?d.destination,
+        "unclean leader election on the source: mirrored records no longer exist there; continuing after them"
+    );
+    cx.execute(Command::RecordGap {
+        key: cx.key.clone(),
+        gap: GapDetected {
+            source_start: d.source.0,
+            source_end: d.source.1,
+            reason: format!(
+                "divergent after an unclean leader election on the source: destination offsets {}..{} hold records the source no longer has",
+                d.destination.0, d.destination.1
+            ),
+        },
+    })
+    .await?;
+    cx.execute(Command::SetOffsetRuns {
+        key: cx.key.clone(),
+        upsert: d.cut.into_iter().collect(),
+        remove: d.removed.iter().map(|r| r.source_start).collect(),
+        holes: d.hole.into_iter().collect(),
+    })
+    .await
+}
+
+pub(super) async fn record_gap(cx: &PumpContext, from: i64, to: i64) -> Result<(), PumpExit> {
+    tracing::warn!(
+        partition = %cx.tp, lost_from = from, lost_to = to,
+        "source retention deleted records before they were mirrored; continuing from the source log start"
+    );
+    cx.execute(Command::RecordGap {
+        key: cx.key.clone(),
+        gap: GapDetected {
+            source_start: from,
+            source_end: to,
+            reason: "source retention deleted the records before they were mirrored".into(),
+        },
+    })
+    .await
+}
+
+/// The source topic of this name is still the one the partition mirrors.
+/// Identity is the topic id: a topic deleted and re-created under the same
+/// name fails the partition, not retryable, naming both ids.
+pub(super) async fn check_source_topic(cx: &PumpContext) -> Result<(), PumpExit> {
+    let topics = cx
+        .source
+        .topics()
+        .await
+        .map_err(|e| kafka_failure("describe source topics", e))?;
+    match topics.iter().find(|t| *t.name == *cx.tp.topic) {
+        None => Err(PumpExit::retryable(format!(
+            "source topic {} not found",
+            cx.tp.topic
+        ))),
+        Some(t) if t.topic_id != cx.key.topic_id => Err(PumpExit::fatal(format!(
+            "source topic {} was deleted and re-created: its topic id is now {}, the mirror copies {}",
+            cx.tp.topic, t.topic_id, cx.key.topic_id
+        ))),
+        Some(_) => Ok(()),
+    }
+}
