@@ -36,8 +36,18 @@ enum LogCommand {
     },
     /// A human timeline of what happened, filtered.
     Audit(AuditArgs),
-    /// Check every record's CRC, format and batch framing; exit 1 on damage.
-    Verify,
+    /// Check every record's CRC, format and batch framing, and the offset
+    /// maps' invariants; exit 1 on damage.
+    Verify {
+        /// Also check each offset map against this destination cluster: no
+        /// recorded length or hole may run past the partition's end.
+        #[arg(long, value_name = "BOOTSTRAP")]
+        destination: Option<String>,
+        /// Kafka client properties for the destination (`security.protocol`,
+        /// `sasl.*`, `ssl.*`), as in the daemon's `[destination]`.
+        #[arg(long, value_name = "FILE", requires = "destination")]
+        destination_config: Option<PathBuf>,
+    },
     /// Write every record as JSON lines to stdout.
     Export,
     /// Snapshot the state, then drop superseded records and old tombstones.
@@ -97,7 +107,10 @@ fn dispatch(dir: &Path, command: LogCommand) -> CliResult<ExitCode> {
     match command {
         LogCommand::Replay { json } => replay(dir, json),
         LogCommand::Audit(a) => audit(dir, a),
-        LogCommand::Verify => verify_cmd(dir),
+        LogCommand::Verify {
+            destination,
+            destination_config,
+        } => verify_cmd(dir, destination, destination_config),
         LogCommand::Export => export(dir),
         LogCommand::Compact {
             tombstone_retention_ms,
@@ -623,11 +636,31 @@ fn audit(dir: &Path, a: AuditArgs) -> CliResult<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn verify_cmd(dir: &Path) -> CliResult<ExitCode> {
+fn verify_cmd(
+    dir: &Path,
+    destination: Option<String>,
+    destination_config: Option<PathBuf>,
+) -> CliResult<ExitCode> {
     let log = open_ro(dir)?;
     let mut p = Progress::new("verify", log.end_offset());
-    let report = verify(&log, |_| p.tick())?;
+    let mut report = verify(&log, |_| p.tick())?;
     p.finish();
+    if let Some(bootstrap) = destination {
+        let mut props = match destination_config {
+            Some(f) => crate::props::parse(&std::fs::read_to_string(&f)?)
+                .map_err(|e| format!("{}: {e}", f.display()))?,
+            None => Default::default(),
+        };
+        props.insert("bootstrap.servers".into(), bootstrap);
+        let image = log.replay_all()?;
+        let problems = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(maps_against_destination(&image, props))?;
+        report
+            .problems
+            .extend(problems.into_iter().map(|p| (report.end_offset, p)));
+    }
     if report.is_ok() {
         println!(
             "OK: {} records ({} bytes), {} snapshots, end offset {}",
@@ -645,6 +678,45 @@ fn verify_cmd(dir: &Path) -> CliResult<ExitCode> {
         );
         Ok(ExitCode::FAILURE)
     }
+}
+
+/// Every partition's recorded lengths and holes end at or below the
+/// destination partition's end: kmirror records only what the destination
+/// acknowledged, so anything else means the destination lost records (or the
+/// log belongs to another destination).
+async fn maps_against_destination(
+    image: &MirrorStateImage,
+    props: std::collections::BTreeMap<String, String>,
+) -> CliResult<Vec<String>> {
+    use kmirror_actors::cluster::kafka::KafkaCluster;
+    use kmirror_actors::cluster::ClusterView;
+    use kmirror_actors::kafka::fetch::{FetchOptions, TopicPartition};
+    use kmirror_actors::kafka::KafkaClient;
+    let destination = KafkaCluster::new(
+        KafkaClient::from_properties(&props).await?,
+        FetchOptions::default(),
+    );
+    let mut problems = Vec::new();
+    for (key, map) in image.offset_maps() {
+        let recorded = map.recorded_destination_end();
+        let Some(topic) = image.topic(&key.topic_id) else {
+            continue;
+        };
+        let name = &topic.change.topic_name;
+        let tp = TopicPartition::new(name, key.partition);
+        match destination.bounds(&tp).await {
+            Ok(b) if b.end >= recorded => {}
+            Ok(b) => problems.push(format!(
+                "offset map of {name}-{} (mirror {}) records destination offsets up to {recorded}, but the destination partition ends at {}",
+                key.partition, key.mirror_name, b.end
+            )),
+            Err(e) => problems.push(format!(
+                "offset map of {name}-{} (mirror {}): cannot read the destination partition: {e}",
+                key.partition, key.mirror_name
+            )),
+        }
+    }
+    Ok(problems)
 }
 
 fn export(dir: &Path) -> CliResult<ExitCode> {

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use kmirror_tests::{bed, create_topic, kafka_tool_stdin, unique};
+use kmirror_tests::{bed, create_topic, kafka_tool, kafka_tool_stdin, unique};
 use serde_json::Value;
 
 const KMIRROR: &str = env!("CARGO_BIN_EXE_kmirror");
@@ -831,5 +831,37 @@ fn discovery_recover_and_replay_through_the_cli() {
     assert!(
         audit.contains("FAILED") && audit.contains("MIRRORING"),
         "{audit}"
+    );
+
+    // The maps agree with the destination; a destination that lost a
+    // mirrored partition's records no longer does.
+    let verify = |data: &Path| {
+        kmirror(&[
+            "log",
+            "verify",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--destination",
+            &bed().destination,
+        ])
+    };
+    let out = verify(&data);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    for args in [
+        vec!["--delete", "--topic", orders.as_str()],
+        vec!["--create", "--topic", orders.as_str(), "--partitions", "1"],
+    ] {
+        let mut all = vec!["--bootstrap-server", bed().destination.as_str()];
+        all.extend(args);
+        wait_for("kafka-topics", || {
+            kafka_tool("kafka-topics", &all).status.success()
+        });
+    }
+    let out = verify(&data);
+    assert!(!out.status.success());
+    assert!(
+        stdout(&out).contains("the destination partition ends at 0"),
+        "{}",
+        stdout(&out)
     );
 }
