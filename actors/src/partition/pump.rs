@@ -1,6 +1,10 @@
 //! The data path of one partition: align, then fetch → forward → extend the
 //! offset map → acknowledge, until told to stop or something fails.
 //!
+//! Longer than 800 lines: it is one task's control flow (align, copy,
+//! forward, repair, reopen) over one `PumpContext`, read top to bottom;
+//! its pure bookkeeping already lives in `cursor.rs`.
+//!
 //! It runs as its own task (so a slow broker never blocks the actor's
 //! mailbox) and reports back through [`Progress`] (cheap, shared, for
 //! describe and metrics) and its return value (why it ended). Every record
