@@ -7,6 +7,7 @@
 
 pub mod backoff;
 pub mod codec;
+pub mod command;
 pub mod ids;
 pub mod image;
 pub mod machine;
@@ -20,9 +21,10 @@ pub mod sync;
 
 pub use backoff::ExponentialBackoff;
 pub use codec::{CodecError, Envelope, FORMAT_VERSION};
+pub use command::{Command, DecideError, TopicRef};
 pub use ids::{Offset, TopicId};
 pub use image::{ImageSummary, MirrorStateImage, StateValidation, TopicEntry};
-pub use machine::{decide, decide_and_apply, Command, DecideError, TopicRef};
+pub use machine::{decide, decide_and_apply};
 pub use offset_map::{translate, MapError, OffsetMap, Translation};
 pub use pattern::{
     is_internal_topic, join_lists, list_items, GroupFilter, PatternError, PatternList, TopicFilter,

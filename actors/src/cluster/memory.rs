@@ -1,5 +1,9 @@
 //! In-memory clusters for actor unit tests, with injectable faults.
 //!
+//! Longer than 800 lines: it is one test double (a source and a destination
+//! answering every trait the actors use, with their fault switches), read
+//! top to bottom, and built only for tests (here, or by the `testing` feature).
+//!
 //! The source stores real v2 record batches (built with the protocol
 //! layer's encoder) and serves them the way a broker does: from the batch
 //! that contains the fetch offset, up to the high watermark. The destination

@@ -1,6 +1,10 @@
 //! `bench-chart`: draws the timelines `scripts/bench` leaves in its results
 //! directory into one PNG (issue 8: throughput and lag over time).
 //!
+//! Longer than 800 lines: it is one drawing tool, read top to bottom (parse
+//! the timelines, then lay out and draw each panel), and bench tooling that
+//! the daemon never links.
+//!
 //! ```text
 //! bench-chart --results DIR --out FILE.png [--record-size B] [--font TTF] [--title TEXT]
 //! ```

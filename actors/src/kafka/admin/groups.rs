@@ -1,0 +1,349 @@
+//! Consumer-group RPCs, apart from the rest of the admin surface because
+//! they route to the group coordinator (found, and re-found when it moves)
+//! rather than to a partition leader or any broker, and because translated
+//! offsets are written into target groups through them.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_fetch_request::{
+    OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
+};
+use kafka_protocol::messages::{
+    DescribeGroupsRequest, FindCoordinatorRequest, GroupId, ListGroupsRequest, OffsetCommitRequest,
+    OffsetFetchRequest,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::{opt_string, s, topic_name, Admin};
+use crate::kafka::error::{KafkaError, ResponseError, Result};
+
+/// A group as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedGroup {
+    /// Group id.
+    pub group_id: String,
+    /// Protocol type (`consumer`, `connect`, or empty for a standalone-commit group).
+    pub protocol_type: String,
+    /// State (`Stable`, `Empty`, …; upper-case for some group types).
+    pub state: String,
+    /// Group type (`classic`, `consumer`, `share`).
+    pub group_type: String,
+    /// Node id of the broker that listed it (its coordinator).
+    pub coordinator: i32,
+}
+
+/// A group as described.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupDescription {
+    /// Group id.
+    pub group_id: String,
+    /// State.
+    pub state: String,
+    /// Protocol type.
+    pub protocol_type: String,
+    /// Member ids.
+    pub members: Vec<String>,
+}
+
+/// A committed offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedOffset {
+    /// Offset.
+    pub offset: i64,
+    /// Leader epoch recorded with it (-1 if none).
+    pub leader_epoch: i32,
+    /// Metadata string.
+    pub metadata: Option<String>,
+}
+
+impl Admin {
+    /// ListGroups on every broker (each lists only the groups it
+    /// coordinates), optionally filtered by state (e.g. `["Empty", "Dead"]`;
+    /// Kafka compares case-insensitively).
+    pub async fn list_groups(&self, states: &[&str]) -> Result<Vec<ListedGroup>> {
+        let req =
+            ListGroupsRequest::default().with_states_filter(states.iter().map(|x| s(x)).collect());
+        let ids: Vec<i32> = self.client.metadata().brokers.keys().copied().collect();
+        let mut out = Vec::new();
+        for id in ids {
+            let conn = self.client.connection(id).await?;
+            let v = conn.version::<ListGroupsRequest>()?;
+            if !states.is_empty() && v < 4 {
+                return Err(KafkaError::UnsupportedVersion {
+                    api: "ListGroups (state filter)",
+                    broker: conn.broker().to_owned(),
+                    broker_range: format!("..{v}"),
+                    our_range: "4..".into(),
+                });
+            }
+            let resp = conn.send(&req).await?;
+            KafkaError::check(
+                resp.error_code,
+                || format!("ListGroups on broker {id}"),
+                None,
+            )?;
+            out.extend(resp.groups.into_iter().map(|g| ListedGroup {
+                group_id: g.group_id.0.to_string(),
+                protocol_type: g.protocol_type.to_string(),
+                state: g.group_state.to_string(),
+                group_type: g.group_type.to_string(),
+                coordinator: id,
+            }));
+        }
+        out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        Ok(out)
+    }
+
+    /// FindCoordinator for a group; returns the coordinator's node id.
+    pub async fn find_coordinator(&self, group: &str) -> Result<i32> {
+        let mut attempt = 0;
+        loop {
+            let conn = self.client.any_connection().await?;
+            let v = conn.version::<FindCoordinatorRequest>()?;
+            let req = if v >= 4 {
+                FindCoordinatorRequest::default()
+                    .with_key_type(0)
+                    .with_coordinator_keys(vec![s(group)])
+            } else {
+                FindCoordinatorRequest::default()
+                    .with_key_type(0)
+                    .with_key(s(group))
+            };
+            let resp = conn.send(&req).await?;
+            let (code, msg, node, host, port) = if v >= 4 {
+                let c = resp.coordinators.into_iter().next().ok_or_else(|| {
+                    KafkaError::Protocol("FindCoordinator without coordinators".into())
+                })?;
+                (c.error_code, c.error_message, c.node_id.0, c.host, c.port)
+            } else {
+                (
+                    resp.error_code,
+                    resp.error_message,
+                    resp.node_id.0,
+                    resp.host,
+                    resp.port,
+                )
+            };
+            match KafkaError::check(code, || format!("FindCoordinator {group}"), msg.as_deref()) {
+                Ok(()) => {
+                    if !self.client.metadata().brokers.contains_key(&node) {
+                        tracing::debug!(node, %host, port, "coordinator not in metadata yet; refreshing");
+                        self.client.refresh_metadata(Some(&[])).await?;
+                    }
+                    return Ok(node);
+                }
+                Err(e) if e.is_retriable() && attempt < 10 => {
+                    tokio::time::sleep(self.client.retry_backoff(attempt)).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn on_coordinator<T, F, Fut>(&self, group: &str, f: F) -> Result<T>
+    where
+        F: Fn(i32) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let mut attempt = 0;
+        loop {
+            let node = self.find_coordinator(group).await?;
+            match f(node).await {
+                Err(e)
+                    if attempt < 5
+                        && matches!(
+                            e.response_error(),
+                            Some(
+                                ResponseError::NotCoordinator
+                                    | ResponseError::CoordinatorNotAvailable
+                                    | ResponseError::CoordinatorLoadInProgress
+                            )
+                        ) =>
+                {
+                    tokio::time::sleep(self.client.retry_backoff(attempt)).await;
+                    attempt += 1;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// DescribeGroups (classic groups), on each group's coordinator.
+    pub async fn describe_groups(&self, groups: &[&str]) -> Result<Vec<GroupDescription>> {
+        let mut out = Vec::new();
+        for &group in groups {
+            let d = self
+                .on_coordinator(group, |node| async move {
+                    let req = DescribeGroupsRequest::default().with_groups(vec![GroupId(s(group))]);
+                    let resp = self.client.send_to(node, &req).await?;
+                    let g = resp.groups.into_iter().next().ok_or_else(|| {
+                        KafkaError::Protocol("DescribeGroups without groups".into())
+                    })?;
+                    KafkaError::check(
+                        g.error_code,
+                        || format!("DescribeGroups {group}"),
+                        g.error_message.as_deref(),
+                    )?;
+                    Ok(GroupDescription {
+                        group_id: g.group_id.0.to_string(),
+                        state: g.group_state.to_string(),
+                        protocol_type: g.protocol_type.to_string(),
+                        members: g.members.iter().map(|m| m.member_id.to_string()).collect(),
+                    })
+                })
+                .await?;
+            out.push(d);
+        }
+        Ok(out)
+    }
+
+    /// OffsetFetch: a group's committed offsets (all partitions if `topics` is `None`).
+    pub async fn offset_fetch(
+        &self,
+        group: &str,
+        topics: Option<&[(String, Vec<i32>)]>,
+    ) -> Result<BTreeMap<(String, i32), CommittedOffset>> {
+        self.on_coordinator(group, |node| async move {
+            let conn = self.client.connection(node).await?;
+            let v = conn.version::<OffsetFetchRequest>()?;
+            let mut out = BTreeMap::new();
+            if v >= 8 {
+                let req = OffsetFetchRequest::default().with_groups(vec![
+                    OffsetFetchRequestGroup::default()
+                        .with_group_id(GroupId(s(group)))
+                        .with_topics(topics.map(|ts| {
+                            ts.iter()
+                                .map(|(t, ps)| {
+                                    OffsetFetchRequestTopics::default()
+                                        .with_name(topic_name(t))
+                                        .with_partition_indexes(ps.clone())
+                                })
+                                .collect()
+                        })),
+                ]);
+                let resp = conn.send(&req).await?;
+                for g in resp.groups {
+                    KafkaError::check(g.error_code, || format!("OffsetFetch {group}"), None)?;
+                    for t in g.topics {
+                        for p in t.partitions {
+                            KafkaError::check(
+                                p.error_code,
+                                || {
+                                    format!(
+                                        "OffsetFetch {group} {}-{}",
+                                        t.name.0, p.partition_index
+                                    )
+                                },
+                                None,
+                            )?;
+                            if p.committed_offset >= 0 {
+                                out.insert(
+                                    (t.name.0.to_string(), p.partition_index),
+                                    CommittedOffset {
+                                        offset: p.committed_offset,
+                                        leader_epoch: p.committed_leader_epoch,
+                                        metadata: opt_string(&p.metadata),
+                                    },
+                                );
+                            }
+                        }
+                    }
+                }
+            } else {
+                let req = OffsetFetchRequest::default()
+                    .with_group_id(GroupId(s(group)))
+                    .with_topics(topics.map(|ts| {
+                        ts.iter()
+                            .map(|(t, ps)| {
+                                OffsetFetchRequestTopic::default()
+                                    .with_name(topic_name(t))
+                                    .with_partition_indexes(ps.clone())
+                            })
+                            .collect()
+                    }));
+                let resp = conn.send(&req).await?;
+                KafkaError::check(resp.error_code, || format!("OffsetFetch {group}"), None)?;
+                for t in resp.topics {
+                    for p in t.partitions {
+                        KafkaError::check(
+                            p.error_code,
+                            || format!("OffsetFetch {group} {}-{}", t.name.0, p.partition_index),
+                            None,
+                        )?;
+                        if p.committed_offset >= 0 {
+                            out.insert(
+                                (t.name.0.to_string(), p.partition_index),
+                                CommittedOffset {
+                                    offset: p.committed_offset,
+                                    leader_epoch: p.committed_leader_epoch,
+                                    metadata: opt_string(&p.metadata),
+                                },
+                            );
+                        }
+                    }
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// OffsetCommit as a standalone (simple) commit: generation -1 and an
+    /// empty member id, which Kafka accepts only for a group with no active
+    /// members. This is how translated offsets are written into EMPTY groups.
+    pub async fn offset_commit(
+        &self,
+        group: &str,
+        offsets: &BTreeMap<(String, i32), CommittedOffset>,
+    ) -> Result<()> {
+        let mut by_topic: BTreeMap<&str, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
+        for ((t, p), o) in offsets {
+            by_topic.entry(t.as_str()).or_default().push(
+                OffsetCommitRequestPartition::default()
+                    .with_partition_index(*p)
+                    .with_committed_offset(o.offset)
+                    .with_committed_leader_epoch(o.leader_epoch)
+                    .with_committed_metadata(o.metadata.as_deref().map(s)),
+            );
+        }
+        let md = self.client.metadata();
+        let topics: Vec<OffsetCommitRequestTopic> = by_topic
+            .into_iter()
+            .map(|(t, ps)| {
+                OffsetCommitRequestTopic::default()
+                    .with_name(topic_name(t))
+                    .with_topic_id(md.topic(t).map(|m| m.topic_id).unwrap_or_default())
+                    .with_partitions(ps)
+            })
+            .collect();
+        self.on_coordinator(group, |node| {
+            let topics = topics.clone();
+            async move {
+                let req = OffsetCommitRequest::default()
+                    .with_group_id(GroupId(s(group)))
+                    .with_generation_id_or_member_epoch(-1)
+                    .with_member_id(StrBytes::from_static_str(""))
+                    .with_group_instance_id(None)
+                    .with_retention_time_ms(-1)
+                    .with_topics(topics);
+                let resp = self.client.send_to(node, &req).await?;
+                for t in resp.topics {
+                    for p in t.partitions {
+                        KafkaError::check(
+                            p.error_code,
+                            || format!("OffsetCommit {group} {}-{}", t.name.0, p.partition_index),
+                            None,
+                        )?;
+                    }
+                }
+                Ok(())
+            }
+        })
+        .await
+    }
+}

@@ -1,0 +1,521 @@
+//! Admin RPCs the mirror needs, routed where Kafka wants them, so that
+//! callers (topic creation and config sync, offsets, leader-epoch lookups,
+//! groups and their offsets, ACLs, DeleteRecords) never pick a broker.
+//!
+//! Each call goes to any broker for controller operations, to the partition
+//! leader for ListOffsets/OffsetForLeaderEpoch/DeleteRecords, to the group
+//! coordinator for group RPCs (`groups.rs`), to every broker for ListGroups;
+//! errors come back as [`KafkaError::Broker`] naming the RPC and resource.
+//! Leader-routed calls retry once after a metadata refresh when leadership
+//! moved. This file holds the [`Admin`] handle, the routing helpers and the
+//! topic, config, offset and cluster RPCs; group and ACL RPCs live beside it
+//! because each is a family with its own types and routing.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::delete_records_request::{
+    DeleteRecordsPartition, DeleteRecordsTopic,
+};
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::offset_for_leader_epoch_request::{
+    OffsetForLeaderPartition, OffsetForLeaderTopic,
+};
+use kafka_protocol::messages::{
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest, DescribeClusterRequest,
+    DescribeConfigsRequest, IncrementalAlterConfigsRequest, ListOffsetsRequest,
+    OffsetForLeaderEpochRequest, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
+
+use super::client::{BrokerInfo, KafkaClient};
+use super::error::{KafkaError, Result};
+use super::fetch::IsolationLevel;
+
+mod acls;
+mod groups;
+
+pub use acls::{AclBinding, AclFilter};
+pub use groups::{CommittedOffset, GroupDescription, ListedGroup};
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_owned())
+}
+fn topic_name(v: &str) -> TopicName {
+    TopicName(s(v))
+}
+fn opt_string(v: &Option<StrBytes>) -> Option<String> {
+    v.as_ref().map(|x| x.to_string())
+}
+
+/// A topic to create.
+#[derive(Debug, Clone, Default)]
+pub struct NewTopic {
+    /// Name.
+    pub name: String,
+    /// Partition count (-1: broker default).
+    pub partitions: i32,
+    /// Replication factor (-1: broker default).
+    pub replication_factor: i16,
+    /// Topic configs.
+    pub configs: BTreeMap<String, String>,
+}
+
+/// A config resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigResource {
+    /// A topic.
+    Topic(String),
+    /// A broker by node id.
+    Broker(i32),
+}
+
+impl ConfigResource {
+    fn kind(&self) -> i8 {
+        match self {
+            ConfigResource::Topic(_) => 2,
+            ConfigResource::Broker(_) => 4,
+        }
+    }
+    fn name(&self) -> String {
+        match self {
+            ConfigResource::Topic(t) => t.clone(),
+            ConfigResource::Broker(b) => b.to_string(),
+        }
+    }
+}
+
+/// One config entry as described.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigEntry {
+    /// Key.
+    pub name: String,
+    /// Value (`None` for sensitive or unset).
+    pub value: Option<String>,
+    /// Read-only.
+    pub read_only: bool,
+    /// Kafka's ConfigSource id: 1 topic, 4 static broker, 5 default, …
+    pub source: i8,
+    /// Sensitive (value hidden).
+    pub is_sensitive: bool,
+}
+
+impl ConfigEntry {
+    /// Whether the value is explicitly set on the resource itself (what a
+    /// config sync copies) rather than inherited.
+    pub fn is_explicit(&self) -> bool {
+        self.source == 1 || self.source == 2
+    }
+}
+
+/// An IncrementalAlterConfigs operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AlterConfigOp {
+    /// Set a value.
+    Set(String, String),
+    /// Remove the override (back to default).
+    Delete(String),
+    /// Append to a list config.
+    Append(String, String),
+    /// Remove from a list config.
+    Subtract(String, String),
+}
+
+/// Which offset ListOffsets should return.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetSpec {
+    /// Log start offset.
+    Earliest,
+    /// Log end offset (high watermark, or LSO under read_committed).
+    Latest,
+    /// First offset whose timestamp is ≥ the given ms.
+    Timestamp(i64),
+}
+
+/// A ListOffsets answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListedOffset {
+    /// Offset (-1 if no record matches a timestamp query).
+    pub offset: i64,
+    /// Timestamp of that record (-1 for earliest/latest).
+    pub timestamp: i64,
+    /// Leader epoch of that offset.
+    pub leader_epoch: i32,
+}
+
+/// DescribeCluster's answer.
+#[derive(Debug, Clone)]
+pub struct ClusterDescription {
+    /// Cluster id.
+    pub cluster_id: String,
+    /// Controller id.
+    pub controller_id: i32,
+    /// Brokers.
+    pub brokers: Vec<BrokerInfo>,
+}
+
+/// Admin operations on one cluster.
+#[derive(Debug, Clone)]
+pub struct Admin {
+    client: KafkaClient,
+}
+
+impl Admin {
+    /// Wraps a client.
+    pub fn new(client: KafkaClient) -> Self {
+        Admin { client }
+    }
+
+    /// The client.
+    pub fn client(&self) -> &KafkaClient {
+        &self.client
+    }
+
+    fn timeout_ms(&self) -> i32 {
+        self.client
+            .config()
+            .request_timeout
+            .as_millis()
+            .min(i32::MAX as u128) as i32
+    }
+
+    /// Runs `f(leader)` for a partition, once more after a metadata refresh if
+    /// leadership moved.
+    async fn on_leader<T, F, Fut>(&self, topic: &str, partition: i32, f: F) -> Result<T>
+    where
+        F: Fn(i32, i32) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let mut attempt = 0;
+        loop {
+            let (leader, epoch) = self.client.leader(topic, partition).await?;
+            match f(leader, epoch).await {
+                Err(e) if attempt < 3 && e.needs_metadata_refresh() => {
+                    self.client
+                        .refresh_metadata(Some(&[topic.to_owned()]))
+                        .await?;
+                    tokio::time::sleep(self.client.retry_backoff(attempt)).await;
+                    attempt += 1;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// CreateTopics. Returns each topic's id, or its error (TOPIC_ALREADY_EXISTS included).
+    pub async fn create_topics(
+        &self,
+        topics: &[NewTopic],
+        validate_only: bool,
+    ) -> Result<Vec<(String, Result<Uuid>)>> {
+        let req = CreateTopicsRequest::default()
+            .with_topics(
+                topics
+                    .iter()
+                    .map(|t| {
+                        CreatableTopic::default()
+                            .with_name(topic_name(&t.name))
+                            .with_num_partitions(t.partitions)
+                            .with_replication_factor(t.replication_factor)
+                            .with_configs(
+                                t.configs
+                                    .iter()
+                                    .map(|(k, v)| {
+                                        CreatableTopicConfig::default()
+                                            .with_name(s(k))
+                                            .with_value(Some(s(v)))
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            )
+            .with_timeout_ms(self.timeout_ms())
+            .with_validate_only(validate_only);
+        let resp = self.client.send_any(&req).await?;
+        let out: Vec<(String, Result<Uuid>)> = resp
+            .topics
+            .into_iter()
+            .map(|t| {
+                let name = t.name.0.to_string();
+                let r = KafkaError::check(
+                    t.error_code,
+                    || format!("CreateTopics {name}"),
+                    t.error_message.as_deref(),
+                )
+                .map(|_| t.topic_id);
+                (name, r)
+            })
+            .collect();
+        if !validate_only {
+            let names: Vec<String> = out
+                .iter()
+                .filter(|(_, r)| r.is_ok())
+                .map(|(n, _)| n.clone())
+                .collect();
+            if !names.is_empty() {
+                // Metadata propagates asynchronously; wait until leaders are known.
+                for _ in 0..50 {
+                    let md = self.client.refresh_metadata(Some(&names)).await?;
+                    if names.iter().all(|n| {
+                        md.topic(n).is_some_and(|t| {
+                            !t.partitions.is_empty() && t.partitions.iter().all(|p| p.leader >= 0)
+                        })
+                    }) {
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// CreatePartitions: grows `topic` to `total` partitions.
+    pub async fn create_partitions(&self, topic: &str, total: i32) -> Result<()> {
+        let req = CreatePartitionsRequest::default()
+            .with_topics(vec![CreatePartitionsTopic::default()
+                .with_name(topic_name(topic))
+                .with_count(total)
+                .with_assignments(None)])
+            .with_timeout_ms(self.timeout_ms());
+        let resp = self.client.send_any(&req).await?;
+        for r in resp.results {
+            KafkaError::check(
+                r.error_code,
+                || format!("CreatePartitions {topic}"),
+                r.error_message.as_deref(),
+            )?;
+        }
+        self.client
+            .refresh_metadata(Some(&[topic.to_owned()]))
+            .await?;
+        Ok(())
+    }
+
+    /// DescribeConfigs for one resource (broker resources go to that broker).
+    pub async fn describe_configs(&self, resource: &ConfigResource) -> Result<Vec<ConfigEntry>> {
+        let req = DescribeConfigsRequest::default().with_resources(vec![
+            DescribeConfigsResource::default()
+                .with_resource_type(resource.kind())
+                .with_resource_name(s(&resource.name()))
+                .with_configuration_keys(None),
+        ]);
+        let resp = match resource {
+            ConfigResource::Broker(id) => self.client.send_to(*id, &req).await?,
+            ConfigResource::Topic(_) => self.client.send_any(&req).await?,
+        };
+        let mut out = Vec::new();
+        for r in resp.results {
+            KafkaError::check(
+                r.error_code,
+                || format!("DescribeConfigs {resource:?}"),
+                r.error_message.as_deref(),
+            )?;
+            out.extend(r.configs.into_iter().map(|c| ConfigEntry {
+                name: c.name.to_string(),
+                value: opt_string(&c.value),
+                read_only: c.read_only,
+                source: c.config_source,
+                is_sensitive: c.is_sensitive,
+            }));
+        }
+        Ok(out)
+    }
+
+    /// IncrementalAlterConfigs on one resource.
+    pub async fn incremental_alter_configs(
+        &self,
+        resource: &ConfigResource,
+        ops: &[AlterConfigOp],
+    ) -> Result<()> {
+        let configs = ops
+            .iter()
+            .map(|op| {
+                let (name, op_code, value) = match op {
+                    AlterConfigOp::Set(k, v) => (k, 0, Some(s(v))),
+                    AlterConfigOp::Delete(k) => (k, 1, None),
+                    AlterConfigOp::Append(k, v) => (k, 2, Some(s(v))),
+                    AlterConfigOp::Subtract(k, v) => (k, 3, Some(s(v))),
+                };
+                AlterableConfig::default()
+                    .with_name(s(name))
+                    .with_config_operation(op_code)
+                    .with_value(value)
+            })
+            .collect();
+        let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(resource.kind())
+                .with_resource_name(s(&resource.name()))
+                .with_configs(configs),
+        ]);
+        let resp = match resource {
+            ConfigResource::Broker(id) => self.client.send_to(*id, &req).await?,
+            ConfigResource::Topic(_) => self.client.send_any(&req).await?,
+        };
+        for r in resp.responses {
+            KafkaError::check(
+                r.error_code,
+                || format!("IncrementalAlterConfigs {resource:?}"),
+                r.error_message.as_deref(),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// ListOffsets for one partition, on its leader.
+    pub async fn list_offset(
+        &self,
+        topic: &str,
+        partition: i32,
+        spec: OffsetSpec,
+        isolation: IsolationLevel,
+    ) -> Result<ListedOffset> {
+        let ts = match spec {
+            OffsetSpec::Earliest => -2,
+            OffsetSpec::Latest => -1,
+            OffsetSpec::Timestamp(t) => t,
+        };
+        self.on_leader(topic, partition, |leader, epoch| async move {
+            let req = ListOffsetsRequest::default()
+                .with_replica_id((-1).into())
+                .with_isolation_level(matches!(isolation, IsolationLevel::ReadCommitted) as i8)
+                .with_timeout_ms(self.timeout_ms())
+                .with_topics(vec![ListOffsetsTopic::default()
+                    .with_name(topic_name(topic))
+                    .with_partitions(vec![ListOffsetsPartition::default()
+                        .with_partition_index(partition)
+                        .with_current_leader_epoch(epoch)
+                        .with_timestamp(ts)])]);
+            let resp = self.client.send_to(leader, &req).await?;
+            let p = resp
+                .topics
+                .into_iter()
+                .flat_map(|t| t.partitions)
+                .find(|p| p.partition_index == partition)
+                .ok_or_else(|| {
+                    KafkaError::Protocol("ListOffsets response without our partition".into())
+                })?;
+            KafkaError::check(
+                p.error_code,
+                || format!("ListOffsets {topic}-{partition}"),
+                None,
+            )?;
+            Ok(ListedOffset {
+                offset: p.offset,
+                timestamp: p.timestamp,
+                leader_epoch: p.leader_epoch,
+            })
+        })
+        .await
+    }
+
+    /// OffsetForLeaderEpoch: the end offset of `leader_epoch` on the current
+    /// leader, as `(epoch, end offset)` — the largest epoch ≤ the one asked
+    /// and where it ended. This is how divergence after a leader change is found.
+    pub async fn offset_for_leader_epoch(
+        &self,
+        topic: &str,
+        partition: i32,
+        leader_epoch: i32,
+    ) -> Result<(i32, i64)> {
+        self.on_leader(topic, partition, |leader, current| async move {
+            let req = OffsetForLeaderEpochRequest::default()
+                .with_replica_id((-1).into())
+                .with_topics(vec![OffsetForLeaderTopic::default()
+                    .with_topic(topic_name(topic))
+                    .with_partitions(vec![OffsetForLeaderPartition::default()
+                        .with_partition(partition)
+                        .with_current_leader_epoch(current)
+                        .with_leader_epoch(leader_epoch)])]);
+            let resp = self.client.send_to(leader, &req).await?;
+            let p = resp
+                .topics
+                .into_iter()
+                .flat_map(|t| t.partitions)
+                .find(|p| p.partition == partition)
+                .ok_or_else(|| {
+                    KafkaError::Protocol(
+                        "OffsetForLeaderEpoch response without our partition".into(),
+                    )
+                })?;
+            KafkaError::check(
+                p.error_code,
+                || format!("OffsetForLeaderEpoch {topic}-{partition}"),
+                None,
+            )?;
+            Ok((p.leader_epoch, p.end_offset))
+        })
+        .await
+    }
+
+    /// DescribeCluster.
+    pub async fn describe_cluster(&self) -> Result<ClusterDescription> {
+        let resp = self
+            .client
+            .send_any(&DescribeClusterRequest::default())
+            .await?;
+        KafkaError::check(
+            resp.error_code,
+            || "DescribeCluster".into(),
+            resp.error_message.as_deref(),
+        )?;
+        Ok(ClusterDescription {
+            cluster_id: resp.cluster_id.to_string(),
+            controller_id: resp.controller_id.0,
+            brokers: resp
+                .brokers
+                .iter()
+                .map(|b| BrokerInfo {
+                    node_id: b.broker_id.0,
+                    host: b.host.to_string(),
+                    port: b.port as u16,
+                    rack: opt_string(&b.rack),
+                })
+                .collect(),
+        })
+    }
+
+    /// DeleteRecords: moves the log start offset of a partition to
+    /// `before_offset` (-1: the high watermark). Returns the new low watermark.
+    pub async fn delete_records(
+        &self,
+        topic: &str,
+        partition: i32,
+        before_offset: i64,
+    ) -> Result<i64> {
+        self.on_leader(topic, partition, |leader, _| async move {
+            let req = DeleteRecordsRequest::default()
+                .with_topics(vec![DeleteRecordsTopic::default()
+                    .with_name(topic_name(topic))
+                    .with_partitions(vec![DeleteRecordsPartition::default()
+                        .with_partition_index(partition)
+                        .with_offset(before_offset)])])
+                .with_timeout_ms(self.timeout_ms());
+            let resp = self.client.send_to(leader, &req).await?;
+            let p = resp
+                .topics
+                .into_iter()
+                .flat_map(|t| t.partitions)
+                .find(|p| p.partition_index == partition)
+                .ok_or_else(|| {
+                    KafkaError::Protocol("DeleteRecords response without our partition".into())
+                })?;
+            KafkaError::check(
+                p.error_code,
+                || format!("DeleteRecords {topic}-{partition}"),
+                None,
+            )?;
+            Ok(p.low_watermark)
+        })
+        .await
+    }
+}
