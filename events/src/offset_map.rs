@@ -131,14 +131,17 @@ impl OffsetMap {
     /// recorded length is then final, and source offsets between it and the
     /// next run were never mirrored.
     fn closes_at(&self, destination_end: i64, next: &OffsetMapRun) -> bool {
-        let mut at = destination_end;
-        while at < next.destination_start {
-            match self.holes.get(&at) {
-                Some(h) => at = h.destination_end(),
-                None => return false,
-            }
+        self.past_holes(destination_end) == next.destination_start
+    }
+
+    /// The first destination offset at or after `at` that no chain of holes
+    /// starting at `at` covers: where the record after a run closed by holes
+    /// lands.
+    fn past_holes(&self, mut at: i64) -> i64 {
+        while let Some(h) = self.holes.get(&at) {
+            at = h.destination_end();
         }
-        at == next.destination_start
+        at
     }
 
     /// Translates `source_offset`, in O(log runs): group-offset sync calls
@@ -164,7 +167,9 @@ impl OffsetMap {
             (Some(r), Some(next)) if self.closes_at(r.destination_end(), next) => {
                 Translation::InGap(next.destination_start)
             }
-            (Some(r), _) => Translation::AtEnd(r.destination_end()),
+            // A run closed by a hole is final: what comes next lands after
+            // the hole, never on the records in it.
+            (Some(r), _) => Translation::AtEnd(self.past_holes(r.destination_end())),
         }
     }
 
@@ -381,6 +386,9 @@ mod tests {
         let m = map(&[run(0, 0, 8), run(10, 15, 3)], &[hole(8, 7)]);
         assert_eq!(m.translate(9), Translation::InGap(15));
         assert_eq!(m.recorded_destination_end(), 18);
+        // Before any record after the hole is mirrored, the next lands after it.
+        let m = map(&[run(0, 0, 8)], &[hole(8, 7)]);
+        assert_eq!(m.translate(8), Translation::AtEnd(15));
     }
 
     #[test]
