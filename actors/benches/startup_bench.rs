@@ -63,6 +63,7 @@ fn main() {
                     topic_id: id,
                     name: "orders".into(),
                     partition_count: partitions,
+                    destination_topic_id: None,
                 }],
                 include: vec![],
                 exclude: vec![],

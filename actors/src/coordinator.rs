@@ -277,6 +277,7 @@ mod tests {
                     topic_id: id,
                     name: "t".into(),
                     partition_count: 1,
+                    destination_topic_id: None,
                 }],
                 include: vec![],
                 exclude: vec![],

@@ -524,6 +524,38 @@ fn describe(
             p.producer_epoch
         ),
         Record::MirrorProducer(k, None) => format!("{} producer record removed", partition_label(names, k)),
+        Record::MirrorTopicDestination(k, Some(d)) => format!(
+            "topic {} is copied into destination topic id {}",
+            topic(&k.topic_id),
+            d.destination_topic_id
+        ),
+        Record::MirrorTopicDestination(k, None) => format!("topic {} destination record removed", topic(&k.topic_id)),
+        Record::FailbackPlan(k, Some(p)) => {
+            let mut s = format!(
+                "{} FAILBACK {} from mirror {}: source records [{}, {}) to copy",
+                partition_label(names, k),
+                p.mode.name(),
+                p.forward_mirror,
+                p.copy_start,
+                p.copy_end
+            );
+            if p.divergent_end > p.divergent_start {
+                s += &format!(
+                    ", destination records [{}, {}) {}",
+                    p.divergent_start,
+                    p.divergent_end,
+                    match &p.quarantine_topic {
+                        Some(q) => format!("quarantined in {q}"),
+                        None => "deleted with the topic".into(),
+                    }
+                );
+            }
+            if let Some(r) = &p.reason {
+                s += &format!(" ({r})");
+            }
+            s
+        }
+        Record::FailbackPlan(k, None) => format!("{} failback plan removed", partition_label(names, k)),
     }
 }
 

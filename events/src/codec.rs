@@ -158,6 +158,14 @@ pub fn encode_key(key: &RecordKey) -> Vec<u8> {
             out.push(RecordType::MirrorProducer as u8);
             enc(k, &mut out)
         }
+        RecordKey::MirrorTopicDestination(k) => {
+            out.push(RecordType::MirrorTopicDestination as u8);
+            enc(k, &mut out)
+        }
+        RecordKey::FailbackPlan(k) => {
+            out.push(RecordType::FailbackPlan as u8);
+            enc(k, &mut out)
+        }
     }
     out
 }
@@ -206,6 +214,8 @@ pub fn encode_record(
         Record::AclSync(k, v) => enc_kv(k, v, &mut out),
         Record::OffsetMapHole(k, v) => enc_kv(k, v, &mut out),
         Record::MirrorProducer(k, v) => enc_kv(k, v, &mut out),
+        Record::MirrorTopicDestination(k, v) => enc_kv(k, v, &mut out),
+        Record::FailbackPlan(k, v) => enc_kv(k, v, &mut out),
     }
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
@@ -322,6 +332,14 @@ pub fn decode_record(bytes: &[u8]) -> Result<Envelope, CodecError> {
         RecordType::MirrorProducer => {
             let (k, v) = dec_kv(body)?;
             Record::MirrorProducer(k, v)
+        }
+        RecordType::MirrorTopicDestination => {
+            let (k, v) = dec_kv(body)?;
+            Record::MirrorTopicDestination(k, v)
+        }
+        RecordType::FailbackPlan => {
+            let (k, v) = dec_kv(body)?;
+            Record::FailbackPlan(k, v)
         }
     };
     Ok(Envelope {

@@ -14,6 +14,10 @@ pub struct TopicRef {
     pub topic_id: TopicId,
     pub name: String,
     pub partition_count: i32,
+    /// The destination topic's id, when known: a failback finds the mirror
+    /// that copied a topic the other way by it (a topic re-created on the
+    /// destination since is another topic).
+    pub destination_topic_id: Option<TopicId>,
 }
 
 /// An operation on the mirror state.
@@ -105,6 +109,11 @@ pub enum Command {
         upsert: Vec<OffsetMapRun>,
         remove: Vec<i64>,
         holes: Vec<OffsetMapHole>,
+    },
+    /// What a failback decided for a partition, before any of it is done.
+    RecordFailbackPlan {
+        key: MirrorPartitionKey,
+        plan: FailbackPlan,
     },
     /// The producer a partition's copy opened, before its first produce.
     RecordProducer {

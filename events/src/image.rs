@@ -53,6 +53,8 @@ pub struct MirrorStateImage {
     offset_maps: HashMap<MirrorPartitionKey, OffsetMap>,
     gaps: HashMap<MirrorPartitionKey, OrdMap<i64, GapDetected>>,
     producers: OrdMap<MirrorPartitionKey, MirrorProducer>,
+    destination_topics: OrdMap<TopicId, MirrorTopicDestination>,
+    failback_plans: OrdMap<MirrorPartitionKey, FailbackPlan>,
     group_offsets: OrdMap<GroupOffsetSyncKey, GroupOffsetSync>,
     topic_configs: OrdMap<TopicConfigSyncKey, TopicConfigSync>,
     acls: OrdMap<AclSyncKey, AclSync>,
@@ -143,6 +145,10 @@ impl MirrorStateImage {
             }),
             Record::GapDetected(k, v) => put_run(&mut self.gaps, k, v),
             Record::MirrorProducer(k, v) => put(&mut self.producers, k, v),
+            Record::MirrorTopicDestination(k, v) => {
+                put(&mut self.destination_topics, k.topic_id, v)
+            }
+            Record::FailbackPlan(k, v) => put(&mut self.failback_plans, k, v),
             Record::GroupOffsetSync(k, v) => put(&mut self.group_offsets, k, v),
             Record::TopicConfigSync(k, v) => put(&mut self.topic_configs, k, v),
             Record::AclSync(k, v) => put(&mut self.acls, k, v),
@@ -264,6 +270,18 @@ impl MirrorStateImage {
         self.offset_map(key).translate(source_offset)
     }
 
+    /// The destination topic id a mirrored topic was started with, if known.
+    pub fn destination_topic(&self, topic_id: &TopicId) -> Option<TopicId> {
+        self.destination_topics
+            .get(topic_id)
+            .map(|d| d.destination_topic_id)
+    }
+
+    /// What a failback decided for a partition, if it was taken back by one.
+    pub fn failback_plan(&self, key: &MirrorPartitionKey) -> Option<&FailbackPlan> {
+        self.failback_plans.get(key)
+    }
+
     /// The producer the partition's copy last opened (see [`MirrorProducer`]).
     pub fn producer(&self, key: &MirrorPartitionKey) -> Option<&MirrorProducer> {
         self.producers.get(key)
@@ -337,6 +355,12 @@ impl MirrorStateImage {
                 .map(|k| RecordKey::MirrorProducer(k.clone())),
         );
         out.extend(
+            self.failback_plans
+                .keys()
+                .filter(|k| k.mirror_name == mirror)
+                .map(|k| RecordKey::FailbackPlan(k.clone())),
+        );
+        out.extend(
             self.group_offsets
                 .keys()
                 .filter(|k| k.mirror_name == mirror)
@@ -398,6 +422,8 @@ impl RecordKey {
             RecordKey::AclSync(k) => Record::AclSync(k, None),
             RecordKey::OffsetMapHole(k) => Record::OffsetMapHole(k, None),
             RecordKey::MirrorProducer(k) => Record::MirrorProducer(k, None),
+            RecordKey::MirrorTopicDestination(k) => Record::MirrorTopicDestination(k, None),
+            RecordKey::FailbackPlan(k) => Record::FailbackPlan(k, None),
         }
     }
 }

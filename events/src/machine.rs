@@ -417,6 +417,16 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
                     desired: S::Mirroring,
                 };
                 out.push(topic_change(&view, view.desired));
+                if let Some(destination_topic_id) = t.destination_topic_id {
+                    out.push(Record::MirrorTopicDestination(
+                        MirrorTopicStateKey {
+                            topic_id: t.topic_id,
+                        },
+                        Some(MirrorTopicDestination {
+                            destination_topic_id,
+                        }),
+                    ));
+                }
             }
             Ok(out)
         }
@@ -589,6 +599,10 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
                         .map(|h| Record::OffsetMapHole(hole_key(h.destination_start), Some(*h))),
                 )
                 .collect())
+        }
+        Command::RecordFailbackPlan { key, plan } => {
+            require_partition(image, key)?;
+            Ok(vec![Record::FailbackPlan(key.clone(), Some(plan.clone()))])
         }
         Command::RecordProducer { key, producer } => {
             require_partition(image, key)?;

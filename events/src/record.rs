@@ -194,6 +194,70 @@ pub struct MirrorProducer {
 /// Key of the producer record: one per mirror partition.
 pub type MirrorProducerKey = MirrorPartitionKey;
 
+/// The destination topic a mirrored topic is copied into, by id: a
+/// failback finds the mirror that copied a topic the other way by it, and
+/// refuses to fail back onto a topic re-created since.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct MirrorTopicDestination {
+    pub destination_topic_id: TopicId,
+}
+
+/// How a reverse mirror takes a topic back from the mirror that copied it
+/// the other way.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+pub enum FailbackMode {
+    /// Keep what both clusters agree on; quarantine what only this
+    /// destination has after the last mirrored position; copy only what the
+    /// source wrote after the failover.
+    Delta,
+    /// Delete and re-create the destination topic, then copy everything.
+    FromScratch,
+}
+
+impl FailbackMode {
+    /// The name operators type and read (`delta`, `from-scratch`).
+    pub fn name(self) -> &'static str {
+        match self {
+            FailbackMode::Delta => "delta",
+            FailbackMode::FromScratch => "from-scratch",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "delta" => Some(FailbackMode::Delta),
+            "from-scratch" => Some(FailbackMode::FromScratch),
+            _ => None,
+        }
+    }
+}
+
+/// What a failback decided for one partition, recorded before any of it is
+/// done (quarantine export, topic re-creation), so the audit tells why the
+/// map starts where it does.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct FailbackPlan {
+    /// The mirror that copied this topic the other way.
+    pub forward_mirror: String,
+    pub mode: FailbackMode,
+    /// Where the histories last agreed: the forward mirror's last mirrored
+    /// position, on this mirror's destination (its old source) and on this
+    /// mirror's source (its old destination). −1 for `from-scratch`.
+    pub destination_position: i64,
+    pub source_position: i64,
+    /// Destination records after the agreed position, which the source
+    /// never had: quarantined (`delta`) or deleted (`from-scratch`).
+    pub divergent_start: i64,
+    pub divergent_end: i64,
+    /// Source records to copy.
+    pub copy_start: i64,
+    pub copy_end: i64,
+    /// Where the divergent records were exported (`delta`, when any).
+    pub quarantine_topic: Option<String>,
+    /// Why `delta` was not possible, when it was not.
+    pub reason: Option<String>,
+}
+
 /// A source range that was lost before we could copy it (source retention
 /// overtook the fetch position). Recorded so audits can say exactly what a
 /// destination never received.
@@ -278,6 +342,8 @@ pub enum RecordType {
     AclSync = 9,
     OffsetMapHole = 10,
     MirrorProducer = 11,
+    MirrorTopicDestination = 13,
+    FailbackPlan = 16,
 }
 
 impl RecordType {
@@ -295,6 +361,8 @@ impl RecordType {
             9 => AclSync,
             10 => OffsetMapHole,
             11 => MirrorProducer,
+            13 => MirrorTopicDestination,
+            16 => FailbackPlan,
             _ => return None,
         })
     }
@@ -312,6 +380,8 @@ impl RecordType {
             AclSync => "AclSync",
             OffsetMapHole => "OffsetMapHole",
             MirrorProducer => "MirrorProducer",
+            MirrorTopicDestination => "MirrorTopicDestination",
+            FailbackPlan => "FailbackPlan",
         }
     }
 }
@@ -330,6 +400,8 @@ pub enum RecordKey {
     AclSync(AclSyncKey),
     OffsetMapHole(OffsetMapHoleKey),
     MirrorProducer(MirrorProducerKey),
+    MirrorTopicDestination(MirrorTopicStateKey),
+    FailbackPlan(MirrorPartitionKey),
 }
 
 /// One record: a typed key with its optional value (`None` = tombstone).
@@ -348,6 +420,8 @@ pub enum Record {
     AclSync(AclSyncKey, Option<AclSync>),
     OffsetMapHole(OffsetMapHoleKey, Option<OffsetMapHole>),
     MirrorProducer(MirrorProducerKey, Option<MirrorProducer>),
+    MirrorTopicDestination(MirrorTopicStateKey, Option<MirrorTopicDestination>),
+    FailbackPlan(MirrorPartitionKey, Option<FailbackPlan>),
 }
 
 impl Record {
@@ -364,6 +438,8 @@ impl Record {
             Record::AclSync(..) => RecordType::AclSync,
             Record::OffsetMapHole(..) => RecordType::OffsetMapHole,
             Record::MirrorProducer(..) => RecordType::MirrorProducer,
+            Record::MirrorTopicDestination(..) => RecordType::MirrorTopicDestination,
+            Record::FailbackPlan(..) => RecordType::FailbackPlan,
         }
     }
 
@@ -380,6 +456,8 @@ impl Record {
             Record::AclSync(k, _) => RecordKey::AclSync(k.clone()),
             Record::OffsetMapHole(k, _) => RecordKey::OffsetMapHole(k.clone()),
             Record::MirrorProducer(k, _) => RecordKey::MirrorProducer(k.clone()),
+            Record::MirrorTopicDestination(k, _) => RecordKey::MirrorTopicDestination(k.clone()),
+            Record::FailbackPlan(k, _) => RecordKey::FailbackPlan(k.clone()),
         }
     }
 
@@ -396,6 +474,8 @@ impl Record {
             Record::AclSync(_, v) => v.is_none(),
             Record::OffsetMapHole(_, v) => v.is_none(),
             Record::MirrorProducer(_, v) => v.is_none(),
+            Record::MirrorTopicDestination(_, v) => v.is_none(),
+            Record::FailbackPlan(_, v) => v.is_none(),
         }
     }
 
@@ -405,8 +485,11 @@ impl Record {
         match self {
             Record::LastMirrorEpochs(k, _)
             | Record::MirrorPartitionState(k, _)
-            | Record::MirrorProducer(k, _) => Some(&k.mirror_name),
+            | Record::MirrorProducer(k, _)
+            | Record::FailbackPlan(k, _) => Some(&k.mirror_name),
             Record::OffsetMapHole(k, _) => Some(&k.partition.mirror_name),
+            // Keyed by the topic alone, like the topic's state change.
+            Record::MirrorTopicDestination(..) => None,
             Record::MirrorTopicStateChange(_, v) => v.as_ref().map(|v| v.mirror_name.as_str()),
             Record::MirrorConfig(k, _) => Some(&k.mirror_name),
             Record::OffsetMapRun(k, _) | Record::GapDetected(k, _) => {
@@ -423,8 +506,10 @@ impl Record {
         match self {
             Record::LastMirrorEpochs(k, _)
             | Record::MirrorPartitionState(k, _)
-            | Record::MirrorProducer(k, _) => Some(k.topic_id),
+            | Record::MirrorProducer(k, _)
+            | Record::FailbackPlan(k, _) => Some(k.topic_id),
             Record::OffsetMapHole(k, _) => Some(k.partition.topic_id),
+            Record::MirrorTopicDestination(k, _) => Some(k.topic_id),
             Record::MirrorTopicStateChange(k, _) => Some(k.topic_id),
             Record::MirrorConfig(..) | Record::AclSync(..) => None,
             Record::OffsetMapRun(k, _) | Record::GapDetected(k, _) => Some(k.partition.topic_id),
@@ -438,7 +523,8 @@ impl Record {
         match self {
             Record::LastMirrorEpochs(k, _)
             | Record::MirrorPartitionState(k, _)
-            | Record::MirrorProducer(k, _) => Some(k.partition),
+            | Record::MirrorProducer(k, _)
+            | Record::FailbackPlan(k, _) => Some(k.partition),
             Record::OffsetMapHole(k, _) => Some(k.partition.partition),
             Record::OffsetMapRun(k, _) | Record::GapDetected(k, _) => Some(k.partition.partition),
             Record::GroupOffsetSync(k, _) => Some(k.partition),

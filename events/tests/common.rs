@@ -51,7 +51,7 @@ pub fn command() -> impl Strategy<Value = Command> {
         1 => mirror().prop_map(|name| Command::DeleteMirror { name }),
         3 => (mirror(), topic()).prop_map(|(mirror, (name, topic_id))| Command::StartTopics {
             mirror,
-            topics: vec![TopicRef { topic_id, name, partition_count: PARTITIONS }],
+            topics: vec![TopicRef { topic_id, name, partition_count: PARTITIONS, destination_topic_id: None }],
             include: vec![],
             exclude: vec![],
         }),
@@ -231,6 +231,41 @@ pub fn any_record() -> impl Strategy<Value = Record> {
                 }),
             )
         }),
+        (any::<[u8; 16]>(), prop::option::of(any::<[u8; 16]>())).prop_map(|(id, v)| {
+            Record::MirrorTopicDestination(
+                MirrorTopicStateKey {
+                    topic_id: TopicId(id),
+                },
+                v.map(|d| MirrorTopicDestination {
+                    destination_topic_id: TopicId(d),
+                }),
+            )
+        }),
+        (
+            key.clone(),
+            prop::option::of((".{0,6}", any::<bool>(), any::<(i64, i64, i64, i64)>()))
+        )
+            .prop_map(|(k, v)| {
+                Record::FailbackPlan(
+                    k,
+                    v.map(|(m, delta, (a, b, c, d))| FailbackPlan {
+                        forward_mirror: m,
+                        mode: if delta {
+                            FailbackMode::Delta
+                        } else {
+                            FailbackMode::FromScratch
+                        },
+                        destination_position: a,
+                        source_position: b,
+                        divergent_start: a,
+                        divergent_end: c,
+                        copy_start: b,
+                        copy_end: d,
+                        quarantine_topic: delta.then(|| "t.kmirror-divergent".into()),
+                        reason: (!delta).then(|| "no LastMirrorEpochs".into()),
+                    }),
+                )
+            }),
         (key.clone(), prop::option::of(any::<(i64, i16)>())).prop_map(|(k, v)| {
             Record::MirrorProducer(
                 k,

@@ -41,6 +41,7 @@ fn main() {
                 topic_id: orders,
                 name: "orders".into(),
                 partition_count: 3,
+                destination_topic_id: None,
             }],
             include: vec![],
             exclude: vec![],

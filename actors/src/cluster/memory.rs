@@ -944,6 +944,7 @@ impl Fixture {
                     topic_id: id,
                     name: topic.into(),
                     partition_count: partitions,
+                    destination_topic_id: None,
                 }],
                 include: vec![],
                 exclude: vec![],

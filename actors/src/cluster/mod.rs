@@ -314,12 +314,17 @@ pub async fn ensure_destination_topics(
             }
         }
     }
+    let now = destination
+        .topics()
+        .await
+        .doing(|| "list destination topics".into())?;
     Ok(topics
         .iter()
         .map(|t| TopicRef {
             topic_id: t.topic_id,
             name: t.name.clone(),
             partition_count: t.partitions,
+            destination_topic_id: now.iter().find(|d| d.name == t.name).map(|d| d.topic_id),
         })
         .collect())
 }
