@@ -8,6 +8,7 @@
 pub mod backoff;
 pub mod codec;
 pub mod command;
+pub mod failback;
 pub mod ids;
 pub mod image;
 pub mod machine;

@@ -99,14 +99,14 @@ impl OffsetMap {
         self.runs.values().next_back()
     }
 
-    pub(crate) fn put_run(&mut self, source_start: i64, run: Option<OffsetMapRun>) {
+    pub fn put_run(&mut self, source_start: i64, run: Option<OffsetMapRun>) {
         match run {
             Some(r) => self.runs.insert(source_start, r),
             None => self.runs.remove(&source_start),
         };
     }
 
-    pub(crate) fn put_hole(&mut self, destination_start: i64, hole: Option<OffsetMapHole>) {
+    pub fn put_hole(&mut self, destination_start: i64, hole: Option<OffsetMapHole>) {
         match hole {
             Some(h) => self.holes.insert(destination_start, h),
             None => self.holes.remove(&destination_start),
