@@ -91,6 +91,15 @@ impl Execute {
     }
 }
 
+/// The records an operation appended, once durable and folded: told to the
+/// node's subscriber (the state publisher). The coordinator declares it and
+/// never learns who listens.
+#[derive(Message, Clone)]
+#[rtype(result = "()")]
+pub struct Appended {
+    pub records: Arc<Vec<(Offset, Record)>>,
+}
+
 /// What a PartitionActor needs to (re)start: its stored state and map.
 #[derive(Debug, Clone, Default)]
 pub struct PartitionView {
@@ -121,6 +130,8 @@ pub const TOMBSTONE_RETENTION_MS: i64 = 86_400_000;
 pub struct CoordinatorActor {
     log: Arc<dyn EventLog>,
     image: Arc<MirrorStateImage>,
+    /// Told of every durable append.
+    subscriber: Option<Recipient<Appended>>,
     /// Records appended between snapshots.
     snapshot_every: u64,
     /// End offset of the last snapshot this actor wrote (0 at start).
@@ -136,10 +147,17 @@ impl CoordinatorActor {
         Ok(CoordinatorActor {
             log,
             image: Arc::new(image),
+            subscriber: None,
             snapshot_every: SNAPSHOT_EVERY_RECORDS,
             snapshot_at: 0,
             snapshotting: false,
         })
+    }
+
+    /// Tells `subscriber` of every durable append.
+    pub fn publish_to(mut self, subscriber: Recipient<Appended>) -> Self {
+        self.subscriber = Some(subscriber);
+        self
     }
 
     /// Snapshots and compacts after every `records` appended (tests and
@@ -218,6 +236,11 @@ impl Handler<Execute> for CoordinatorActor {
                 let image = Arc::make_mut(&mut act.image);
                 for (o, r) in (offset..).zip(records.iter()) {
                     image.apply(o, r);
+                }
+                if let (Some(s), false) = (&act.subscriber, records.is_empty()) {
+                    s.do_send(Appended {
+                        records: Arc::new((offset..).zip(records.iter().cloned()).collect()),
+                    });
                 }
                 act.maintain(ctx);
                 Ok(Applied { offset, records })

@@ -16,3 +16,5 @@ pub mod metadata_sync;
 pub mod mirror;
 pub mod node;
 pub mod partition;
+pub mod publisher;
+pub mod state_topic;

@@ -29,6 +29,7 @@ use crate::metadata_sync::{
 use crate::partition::{
     Desire, Fail, GetStatus, PartitionActor, PartitionSpec, PartitionStatus, Recover, Shutdown,
 };
+use crate::publisher::WaitPublished;
 
 /// Re-read the image and bring the partitions in line with it.
 #[derive(Message)]
@@ -82,6 +83,9 @@ pub struct MirrorSpec {
     pub coordinator: Addr<CoordinatorActor>,
     pub retry: RetryPolicy,
     pub refresh_interval: Duration,
+    /// Where a partition being stopped waits for its LastMirrorEpochs to
+    /// reach the state topic (None: nothing is published, as in tests).
+    pub published: Option<Recipient<WaitPublished>>,
 }
 
 pub struct MirrorActor {
@@ -127,6 +131,7 @@ impl MirrorActor {
                         desired: t.desired_state,
                         support_unclean_leader_election: support_ule,
                         final_sync: self.sync.clone().map(Addr::recipient),
+                        published: self.spec.published.clone(),
                     })
                     .start()
                 });
@@ -462,6 +467,7 @@ mod tests {
             coordinator: f.coordinator.clone(),
             retry: RetryPolicy::default(),
             refresh_interval: Duration::from_millis(50),
+            published: None,
         })
         .start();
         eventually("3 records", async || f.dest.records(&tp).len() == 3).await;

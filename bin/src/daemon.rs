@@ -187,6 +187,12 @@ async fn start_node(settings: &DaemonSettings, log: Arc<dyn EventLog>) -> Result
     if let Some(interval) = settings.metadata_refresh_interval {
         node_settings.refresh_interval = interval;
     }
+    if let Some(topic) = &settings.state_topic {
+        node_settings.state_topic = topic.clone();
+    }
+    if let Some(n) = settings.state_topic_partitions {
+        node_settings.state_topic_partitions = n;
+    }
     Node::start(
         log,
         Arc::new(KafkaCluster::new(client, FetchOptions::default())),

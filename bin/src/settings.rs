@@ -21,6 +21,8 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "admin_listen",
     "log_format",
     "metadata_refresh_interval_ms",
+    "state_topic",
+    "state_topic_num_partitions",
     "destination",
 ];
 
@@ -42,6 +44,10 @@ pub struct DaemonSettings {
     pub log_format: LogFormat,
     /// None: the node's own default.
     pub metadata_refresh_interval: Option<Duration>,
+    /// The state topic on the destination (None: `__kmirror_state`).
+    pub state_topic: Option<String>,
+    /// Its partitions when kmirror creates it (None: 50).
+    pub state_topic_partitions: Option<i32>,
 }
 
 /// What the `daemon` command line says; it wins over the file and the
@@ -201,6 +207,39 @@ fn from_table(table: config::Map<String, Value>) -> Result<DaemonSettings, Setti
         }
     };
 
+    let state_topic = match table.get("state_topic") {
+        None => None,
+        Some(v) => {
+            let name = v.clone().into_string().unwrap_or_default();
+            let legal = !name.is_empty()
+                && name.len() <= 249
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+            if !legal {
+                return Err(err(
+                    "state_topic",
+                    format!("`{v}` is not a Kafka topic name (letters, digits, '.', '_', '-')"),
+                ));
+            }
+            Some(name)
+        }
+    };
+    let state_topic_partitions = match table.get("state_topic_num_partitions") {
+        None => None,
+        Some(v) => {
+            let key = "state_topic_num_partitions";
+            let n = v
+                .clone()
+                .into_int()
+                .map_err(|_| err(key, format!("`{v}` is not a number")))?;
+            if !(1..=10_000).contains(&n) {
+                return Err(err(key, "must be from 1 to 10000"));
+            }
+            Some(n as i32)
+        }
+    };
+
     let destination = destination_properties(table.get("destination"))?;
 
     Ok(DaemonSettings {
@@ -209,6 +248,8 @@ fn from_table(table: config::Map<String, Value>) -> Result<DaemonSettings, Setti
         destination,
         log_format,
         metadata_refresh_interval,
+        state_topic,
+        state_topic_partitions,
     })
 }
 

@@ -170,6 +170,36 @@ pub fn encode_key(key: &RecordKey) -> Vec<u8> {
     out
 }
 
+/// Decodes a key written by [`encode_key`]: what a keyed store (a compacted
+/// Kafka topic) holds for a tombstone, which has no envelope.
+pub fn decode_key(bytes: &[u8]) -> Result<RecordKey, CodecError> {
+    let (&ty, key) = bytes
+        .split_first()
+        .ok_or(CodecError::Truncated { len: bytes.len() })?;
+    let ty = RecordType::from_u8(ty).ok_or(CodecError::UnknownRecordType(ty))?;
+    Ok(match ty {
+        RecordType::LastMirrorEpochs => RecordKey::LastMirrorEpochs(dec(key, "record key")?),
+        RecordType::MirrorPartitionState => {
+            RecordKey::MirrorPartitionState(dec(key, "record key")?)
+        }
+        RecordType::MirrorTopicStateChange => {
+            RecordKey::MirrorTopicStateChange(dec(key, "record key")?)
+        }
+        RecordType::MirrorConfig => RecordKey::MirrorConfig(dec(key, "record key")?),
+        RecordType::OffsetMapRun => RecordKey::OffsetMapRun(dec(key, "record key")?),
+        RecordType::GapDetected => RecordKey::GapDetected(dec(key, "record key")?),
+        RecordType::GroupOffsetSync => RecordKey::GroupOffsetSync(dec(key, "record key")?),
+        RecordType::TopicConfigSync => RecordKey::TopicConfigSync(dec(key, "record key")?),
+        RecordType::AclSync => RecordKey::AclSync(dec(key, "record key")?),
+        RecordType::OffsetMapHole => RecordKey::OffsetMapHole(dec(key, "record key")?),
+        RecordType::MirrorProducer => RecordKey::MirrorProducer(dec(key, "record key")?),
+        RecordType::MirrorTopicDestination => {
+            RecordKey::MirrorTopicDestination(dec(key, "record key")?)
+        }
+        RecordType::FailbackPlan => RecordKey::FailbackPlan(dec(key, "record key")?),
+    })
+}
+
 fn enc_kv<K: Serialize, V: Serialize>(k: &K, v: &Option<V>, out: &mut Vec<u8>) {
     let key_pos = out.len();
     out.extend_from_slice(&[0; 4]);

@@ -74,6 +74,7 @@ pub async fn node_with(
         connector,
         NodeSettings {
             refresh_interval: Duration::from_millis(500),
+            ..NodeSettings::default()
         },
     )
     .await

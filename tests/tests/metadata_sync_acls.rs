@@ -198,6 +198,7 @@ async fn acls_follow_the_source_and_the_operators_own_stay() {
         connector(),
         NodeSettings {
             refresh_interval: Duration::from_millis(500),
+            ..NodeSettings::default()
         },
     )
     .await

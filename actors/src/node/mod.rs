@@ -26,9 +26,12 @@ use kmirror_events::{Command, MirrorConfig, MirrorStateImage, RetryPolicy, State
 use kmirror_store::EventLog;
 
 use crate::cluster::{BoxFuture, DestinationCluster, SourceCluster};
-use crate::coordinator::{Applied, CoordinatorActor, CoordinatorError, Execute, ReadImage};
+use crate::coordinator::{
+    Appended, Applied, CoordinatorActor, CoordinatorError, Execute, ReadImage,
+};
 use crate::kafka::KafkaError;
 use crate::mirror::{MirrorActor, MirrorSpec, StopMirror};
+use crate::publisher::{PublisherSpec, StatePublisher};
 
 /// Builds a source cluster from a mirror's Kafka-style properties
 /// (`bootstrap.servers`, `security.protocol`, …). A function, so tests can
@@ -47,12 +50,19 @@ pub struct NodeSettings {
     /// How often each mirror rediscovers source topics and checks the
     /// source cluster id (`mirror.metadata.refresh.interval.ms` default).
     pub refresh_interval: std::time::Duration,
+    /// The state topic on the destination, where every record is also
+    /// published (and where a failback looks on its source).
+    pub state_topic: String,
+    /// Partitions the state topic is created with.
+    pub state_topic_partitions: i32,
 }
 
 impl Default for NodeSettings {
     fn default() -> Self {
         NodeSettings {
             refresh_interval: std::time::Duration::from_secs(5),
+            state_topic: crate::state_topic::DEFAULT_STATE_TOPIC.to_string(),
+            state_topic_partitions: crate::state_topic::DEFAULT_PARTITIONS,
         }
     }
 }
@@ -66,6 +76,7 @@ pub struct Node {
 struct Inner {
     log: Arc<dyn EventLog>,
     coordinator: Addr<CoordinatorActor>,
+    publisher: Addr<StatePublisher>,
     destination: Arc<dyn DestinationCluster>,
     connect_source: SourceConnector,
     settings: NodeSettings,
@@ -115,6 +126,42 @@ fn retry_policy(props: &BTreeMap<String, String>) -> Result<RetryPolicy, NodeErr
         .map_err(|e| NodeError::new("INVALID_CONFIG", e.to_string()))
 }
 
+/// Hands the whole (compacted) log to the publisher in the background, so
+/// the state topic holds everything after a restart, an upgrade, or a
+/// state topic deleted by hand. Records already there are written again;
+/// compaction keeps one.
+fn republish(log: Arc<dyn EventLog>, publisher: Addr<StatePublisher>) {
+    tokio::task::spawn_blocking(move || {
+        let entries = match log.read(0) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the event log to publish it failed");
+                return;
+            }
+        };
+        let mut chunk = Vec::with_capacity(4096);
+        for e in entries {
+            match e {
+                Ok(e) => chunk.push((e.offset, e.record)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the event log to publish it failed");
+                    return;
+                }
+            }
+            if chunk.len() == 4096 {
+                publisher.do_send(Appended {
+                    records: Arc::new(std::mem::take(&mut chunk)),
+                });
+            }
+        }
+        if !chunk.is_empty() {
+            publisher.do_send(Appended {
+                records: Arc::new(chunk),
+            });
+        }
+    });
+}
+
 impl Node {
     /// Loads the image from `log`, starts the CoordinatorActor and a
     /// MirrorActor for every mirror in it (which resume their partitions
@@ -125,6 +172,12 @@ impl Node {
         connect_source: SourceConnector,
         settings: NodeSettings,
     ) -> Result<Node, NodeError> {
+        let publisher = StatePublisher::new(PublisherSpec {
+            destination: destination.clone(),
+            topic: settings.state_topic.clone(),
+            partitions: settings.state_topic_partitions,
+        })
+        .start();
         let loading = log.clone();
         let coordinator = tokio::task::spawn_blocking(move || CoordinatorActor::load(loading))
             .await
@@ -132,11 +185,14 @@ impl Node {
             .map_err(|e| {
                 NodeError::new("KAFKA_STORAGE_ERROR", format!("loading the event log: {e}"))
             })?
+            .publish_to(publisher.clone().recipient())
             .start();
+        republish(log.clone(), publisher.clone());
         let node = Node {
             inner: Arc::new(Inner {
                 log,
                 coordinator,
+                publisher,
                 destination,
                 connect_source,
                 settings,
@@ -189,6 +245,7 @@ impl Node {
             coordinator: self.inner.coordinator.clone(),
             retry,
             refresh_interval: self.inner.settings.refresh_interval,
+            published: Some(self.inner.publisher.clone().recipient()),
         })
         .start();
         self.inner.mirrors.lock().await.insert(

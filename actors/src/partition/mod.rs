@@ -33,10 +33,14 @@ use crate::cluster::{DestinationCluster, SourceCluster};
 use crate::coordinator::{CoordinatorActor, CoordinatorError, Execute, ReadPartition};
 use crate::kafka::fetch::TopicPartition;
 use crate::metadata_sync::FinalSync;
+use crate::publisher::WaitPublished;
 
 /// How long STOPPING waits for the final group-offset pass: a failover must
 /// not wait on a source that is gone.
 const FINAL_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long STOPPING waits for its LastMirrorEpochs to reach the state
+/// topic on the destination.
+const PUBLISH_TIMEOUT: Duration = Duration::from_secs(30);
 /// How soon STOPPING tries again when its position could not be recorded.
 const STOPPING_RETRY: Duration = Duration::from_secs(1);
 
@@ -123,6 +127,9 @@ pub struct PartitionSpec {
     /// Where STOPPING asks for the last group-offset pass over this
     /// partition (None: no metadata sync runs, as in some tests).
     pub final_sync: Option<Recipient<FinalSync>>,
+    /// Where STOPPING waits for its LastMirrorEpochs to reach the state
+    /// topic, which a failback reads (None: nothing is published).
+    pub published: Option<Recipient<WaitPublished>>,
 }
 
 pub struct PartitionActor {
@@ -318,6 +325,7 @@ impl PartitionActor {
                 let (key, tp) = (spec.key.clone(), self.tp.clone());
                 let (source, destination) = (spec.source.clone(), spec.destination.clone());
                 let (coordinator, final_sync) = (spec.coordinator.clone(), spec.final_sync.clone());
+                let published = spec.published.clone();
                 // A pump that ran in this process knows the position it
                 // left; otherwise (PAUSED or FAILED since start-up) the map
                 // and the destination say where the copy stands.
@@ -354,9 +362,19 @@ impl PartitionActor {
                         destination_end_offset: p.destination_offset,
                         destination_leader_epoch: p.destination_leader_epoch,
                     };
-                    coordinator
+                    let applied = coordinator
                         .send(Execute::new(Command::RecordLastMirrorEpochs { key, value }))
                         .await??;
+                    if let Some(published) = published {
+                        let done = tokio::time::timeout(
+                            PUBLISH_TIMEOUT,
+                            published.send(WaitPublished(applied.offset)),
+                        )
+                        .await;
+                        if !matches!(done, Ok(Ok(true))) {
+                            tracing::warn!(partition = %tp, "LastMirrorEpochs did not reach the state topic in {PUBLISH_TIMEOUT:?}; a failback from another daemon will not find this position until it does");
+                        }
+                    }
                     Ok::<_, CoordinatorError>(())
                 };
                 ctx.wait(fut.into_actor(self).map(|res, act, ctx| match res {

@@ -68,6 +68,7 @@ impl Rig {
             desired,
             support_unclean_leader_election: self.ule,
             final_sync: None,
+            published: None,
         })
         .start()
     }
