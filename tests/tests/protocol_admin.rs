@@ -99,7 +99,17 @@ async fn admin_rpcs() {
         )
         .await
         .expect("IncrementalAlterConfigs");
-    let cfg = admin.describe_configs(&res).await.unwrap();
+    // The broker answers DescribeConfigs from its metadata image, which
+    // replays the change a moment after the controller accepted it.
+    let start = std::time::Instant::now();
+    let cfg = loop {
+        let cfg = admin.describe_configs(&res).await.unwrap();
+        let applied = get(&cfg, "retention.ms").unwrap().value.as_deref() == Some("123456789");
+        if applied || start.elapsed() > std::time::Duration::from_secs(10) {
+            break cfg;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
     assert_eq!(
         get(&cfg, "retention.ms").unwrap().value.as_deref(),
         Some("123456789")
