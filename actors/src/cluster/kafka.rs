@@ -20,7 +20,7 @@ use super::{
     LogBounds, PartitionFetch, PartitionSink, SourceCluster, TopicInfo,
 };
 use crate::kafka::admin::{AclFilter, Admin, AlterConfigOp, ConfigResource, NewTopic, OffsetSpec};
-use crate::kafka::batch::OutgoingBatch;
+use crate::kafka::batch::{OutgoingBatch, RecordBatch};
 use crate::kafka::fetch::{
     FetchError, FetchOptions, FetchSession, FetchedPartition, IsolationLevel, TopicPartition,
 };
@@ -320,9 +320,20 @@ impl ClusterView for KafkaCluster {
                 .collect())
         })
     }
-}
 
-impl SourceCluster for KafkaCluster {
+    fn end_offset_for_epoch(
+        &self,
+        tp: &TopicPartition,
+        epoch: i32,
+    ) -> BoxFuture<'_, Result<(i32, i64), KafkaError>> {
+        let tp = tp.clone();
+        Box::pin(async move {
+            self.admin
+                .offset_for_leader_epoch(&tp.topic, tp.partition, epoch)
+                .await
+        })
+    }
+
     fn topic_configs(
         &self,
         topic: &str,
@@ -342,7 +353,9 @@ impl SourceCluster for KafkaCluster {
                 .collect())
         })
     }
+}
 
+impl SourceCluster for KafkaCluster {
     fn open(
         &self,
         tp: TopicPartition,
@@ -444,12 +457,12 @@ impl DestinationCluster for KafkaCluster {
         })
     }
 
-    fn batch_producers(
+    fn read_batches(
         &self,
         tp: &TopicPartition,
         from: i64,
         to: i64,
-    ) -> BoxFuture<'_, Result<Vec<(i64, i64)>, KafkaError>> {
+    ) -> BoxFuture<'_, Result<Vec<RecordBatch>, KafkaError>> {
         let tp = tp.clone();
         Box::pin(async move {
             let (leader, epoch) = self.client.leader(&tp.topic, tp.partition).await?;
@@ -482,7 +495,7 @@ impl DestinationCluster for KafkaCluster {
                 for b in fetched.batches() {
                     let b = b?;
                     if b.base_offset() < to {
-                        out.push((b.base_offset(), b.producer_id()));
+                        out.push(b);
                     }
                 }
                 if fetched.next_offset <= at {
@@ -494,6 +507,11 @@ impl DestinationCluster for KafkaCluster {
             }
             Ok(out)
         })
+    }
+
+    fn delete_topic(&self, name: &str) -> BoxFuture<'_, Result<(), KafkaError>> {
+        let name = name.to_string();
+        Box::pin(async move { self.admin.delete_topic(&name).await })
     }
 
     fn max_message_bytes(&self, topic: &str) -> BoxFuture<'_, Result<usize, KafkaError>> {

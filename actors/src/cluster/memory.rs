@@ -23,7 +23,7 @@ use super::{
     GroupOffsets, LogBounds, PartitionFetch, PartitionSink, SourceCluster, TopicInfo,
 };
 use crate::kafka::batch::{
-    decode_records, BatchBuilder, Codec, OutgoingBatch, Record, RecordBatch,
+    decode_records, encode_batch, BatchBuilder, Codec, OutgoingBatch, Record, RecordBatch,
 };
 use crate::kafka::fetch::{FetchError, FetchedPartition, TopicPartition};
 use crate::kafka::produce::ProduceAck;
@@ -433,9 +433,17 @@ impl ClusterView for MemorySource {
             .unwrap_or_default();
         Box::pin(async move { Ok(c) })
     }
-}
 
-impl SourceCluster for MemorySource {
+    fn end_offset_for_epoch(
+        &self,
+        tp: &TopicPartition,
+        epoch: i32,
+    ) -> BoxFuture<'_, Result<(i32, i64), KafkaError>> {
+        // One epoch of history: it ends where the log ends.
+        let end = self.with(tp, |p| (epoch.min(p.leader_epoch), p.end));
+        Box::pin(async move { Ok(end) })
+    }
+
     fn topic_configs(
         &self,
         topic: &str,
@@ -457,7 +465,9 @@ impl SourceCluster for MemorySource {
             .unwrap_or_default();
         Box::pin(async move { Ok(configs) })
     }
+}
 
+impl SourceCluster for MemorySource {
     fn open(
         &self,
         tp: TopicPartition,
@@ -484,8 +494,8 @@ pub struct StoredRecord {
 #[derive(Default, Debug)]
 struct DestPartition {
     records: Vec<StoredRecord>,
-    /// `(base offset, producer id)` of every append.
-    producers: Vec<(i64, i64)>,
+    /// Every append as stored: the batch with its offsets assigned.
+    appended: Vec<RecordBatch>,
     /// Batches appended (what a broker pays for per append).
     batches: u64,
     log_start: i64,
@@ -617,7 +627,11 @@ impl MemoryDestination {
     pub fn foreign_write(&self, tp: &TopicPartition, r: Record) {
         self.with(tp, |p| {
             let offset = p.log_start + p.records.len() as i64;
-            p.producers.push((offset, -1));
+            let mut bytes = encode_batch(std::slice::from_ref(&r), Codec::None).expect("encode");
+            bytes[0..8].copy_from_slice(&offset.to_be_bytes());
+            crate::kafka::batch::stamp_producer(&mut bytes, -1, -1, -1);
+            p.appended
+                .push(RecordBatch::new(bytes.freeze()).expect("a batch just built"));
             p.records.push(StoredRecord { offset, record: r });
         });
     }
@@ -634,7 +648,10 @@ impl MemoryDestination {
             }
             let base = p.log_start + p.records.len() as i64;
             p.batches += 1;
-            p.producers.push((base, rb.producer_id()));
+            let mut stored = BytesMut::from(rb.as_bytes().as_ref());
+            stored[0..8].copy_from_slice(&base.to_be_bytes());
+            p.appended
+                .push(RecordBatch::new(stored.freeze()).expect("a batch it accepted"));
             for (i, r) in decoded.records.into_iter().enumerate() {
                 p.records.push(StoredRecord {
                     offset: base + i as i64,
@@ -741,6 +758,34 @@ impl ClusterView for MemoryDestination {
             .map(|(k, v)| (k, Some(v)))
             .collect();
         Box::pin(async move { Ok(c) })
+    }
+
+    fn end_offset_for_epoch(
+        &self,
+        tp: &TopicPartition,
+        epoch: i32,
+    ) -> BoxFuture<'_, Result<(i32, i64), KafkaError>> {
+        let end = self.with(tp, |p| {
+            (
+                epoch.min(p.leader_epoch),
+                p.log_start + p.records.len() as i64,
+            )
+        });
+        Box::pin(async move { Ok(end) })
+    }
+
+    fn topic_configs(
+        &self,
+        topic: &str,
+    ) -> BoxFuture<'_, Result<Vec<(String, String)>, KafkaError>> {
+        let configs = self
+            .topic_config(topic)
+            .into_iter()
+            .filter(|(k, _)| {
+                !kmirror_events::DEFAULT_TOPIC_PROPERTIES_EXCLUDE.contains(&k.as_str())
+            })
+            .collect();
+        Box::pin(async move { Ok(configs) })
     }
 }
 
@@ -866,20 +911,27 @@ impl DestinationCluster for MemoryDestination {
         Box::pin(async move { result })
     }
 
-    fn batch_producers(
+    fn read_batches(
         &self,
         tp: &TopicPartition,
         from: i64,
         to: i64,
-    ) -> BoxFuture<'_, Result<Vec<(i64, i64)>, KafkaError>> {
+    ) -> BoxFuture<'_, Result<Vec<RecordBatch>, KafkaError>> {
         let found = self.with(tp, |p| {
-            p.producers
+            p.appended
                 .iter()
-                .filter(|(base, _)| (from..to).contains(base))
-                .copied()
+                .filter(|b| b.next_offset() > from && b.base_offset() < to)
+                .cloned()
                 .collect()
         });
         Box::pin(async move { Ok(found) })
+    }
+
+    fn delete_topic(&self, name: &str) -> BoxFuture<'_, Result<(), KafkaError>> {
+        let mut s = self.state.lock().unwrap();
+        s.topics.remove(name);
+        s.configs.remove(name);
+        Box::pin(async move { Ok(()) })
     }
 
     fn max_message_bytes(&self, _topic: &str) -> BoxFuture<'_, Result<usize, KafkaError>> {

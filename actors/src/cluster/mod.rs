@@ -23,7 +23,7 @@ use std::pin::Pin;
 
 use kmirror_events::{TopicId, TopicRef};
 
-use crate::kafka::batch::OutgoingBatch;
+use crate::kafka::batch::{OutgoingBatch, RecordBatch};
 use crate::kafka::fetch::{FetchError, FetchedPartition, TopicPartition};
 use crate::kafka::produce::ProduceAck;
 use crate::kafka::KafkaError;
@@ -119,6 +119,20 @@ pub trait ClusterView: Send + Sync {
     ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>>;
     /// Every ACL (SECURITY_DISABLED when the cluster has no authorizer).
     fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>>;
+    /// The offset where `epoch` ends on the partition's leader
+    /// (OffsetForLeaderEpoch), with the epoch the leader answered for:
+    /// how a failback tells whether two histories agree up to a position.
+    fn end_offset_for_epoch(
+        &self,
+        tp: &TopicPartition,
+        epoch: i32,
+    ) -> BoxFuture<'_, Result<(i32, i64), KafkaError>>;
+    /// The topic's explicitly set configs, minus those a mirror never copies
+    /// (`kmirror_events::DEFAULT_TOPIC_PROPERTIES_EXCLUDE`).
+    fn topic_configs(
+        &self,
+        topic: &str,
+    ) -> BoxFuture<'_, Result<Vec<(String, String)>, KafkaError>>;
     /// A topic's effective config values, defaults included (sensitive
     /// ones as `None`).
     fn topic_config_values(
@@ -129,12 +143,6 @@ pub trait ClusterView: Send + Sync {
 
 /// The source cluster, read-only.
 pub trait SourceCluster: ClusterView {
-    /// The topic's explicitly set configs, minus those a mirror never copies
-    /// (`kmirror_events::DEFAULT_TOPIC_PROPERTIES_EXCLUDE`).
-    fn topic_configs(
-        &self,
-        topic: &str,
-    ) -> BoxFuture<'_, Result<Vec<(String, String)>, KafkaError>>;
     /// Starts reading `tp` at `offset`, sharing one fetch stream per source
     /// broker with every other open partition that broker leads. Every fetch
     /// names the topic by `topic_id`: a topic deleted and re-created under
@@ -164,15 +172,18 @@ pub trait DestinationCluster: ClusterView {
         partitions: i32,
         configs: Vec<(String, String)>,
     ) -> BoxFuture<'_, Result<(), KafkaError>>;
-    /// `(base offset, producer id)` of each batch in `[from, to)`, read
-    /// uncommitted: after a crash, alignment checks that the batches above
-    /// the recorded run lengths are kmirror's own.
-    fn batch_producers(
+    /// The batches holding offsets `[from, to)`, read uncommitted: after a
+    /// crash, alignment checks that the batches above the recorded run
+    /// lengths are kmirror's own; a failback exports the records only the
+    /// destination has.
+    fn read_batches(
         &self,
         tp: &TopicPartition,
         from: i64,
         to: i64,
-    ) -> BoxFuture<'_, Result<Vec<(i64, i64)>, KafkaError>>;
+    ) -> BoxFuture<'_, Result<Vec<RecordBatch>, KafkaError>>;
+    /// Deletes a topic (a failback `from-scratch` re-creates it).
+    fn delete_topic(&self, name: &str) -> BoxFuture<'_, Result<(), KafkaError>>;
     /// The largest batch the destination topic accepts (`max.message.bytes`).
     fn max_message_bytes(&self, topic: &str) -> BoxFuture<'_, Result<usize, KafkaError>>;
     /// A standalone commit (no member, generation −1): Kafka refuses it for

@@ -93,13 +93,15 @@ async fn check_unrecorded_tail(
     }
     let batches = cx
         .destination
-        .batch_producers(&cx.tp, from, alignment.next_destination)
+        .read_batches(&cx.tp, from, alignment.next_destination)
         .await
         .map_err(|e| kafka_failure("read the destination above the recorded map", e))?;
-    match batches.iter().find(|(_, pid)| *pid != ours.producer_id) {
+    match batches.iter().find(|b| b.producer_id() != ours.producer_id) {
         None => Ok(()),
-        Some((offset, pid)) => Err(PumpExit::fatal(format!(
-            "destination offset {offset} was written by producer id {pid}, not by kmirror's producer {}: another producer wrote to the mirror partition while kmirror was not copying",
+        Some(b) => Err(PumpExit::fatal(format!(
+            "destination offset {} was written by producer id {}, not by kmirror's producer {}: another producer wrote to the mirror partition while kmirror was not copying",
+            b.base_offset(),
+            b.producer_id(),
             ours.producer_id
         ))),
     }

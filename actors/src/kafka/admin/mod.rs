@@ -28,9 +28,9 @@ use kafka_protocol::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
 };
 use kafka_protocol::messages::{
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest, DescribeClusterRequest,
-    DescribeConfigsRequest, IncrementalAlterConfigsRequest, ListOffsetsRequest,
-    OffsetForLeaderEpochRequest, TopicName,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
+    DescribeClusterRequest, DescribeConfigsRequest, IncrementalAlterConfigsRequest,
+    ListOffsetsRequest, OffsetForLeaderEpochRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -298,6 +298,38 @@ impl Admin {
             .refresh_metadata(Some(&[topic.to_owned()]))
             .await?;
         Ok(())
+    }
+
+    /// Deletes a topic (DeleteTopics v6, by name) and waits until metadata
+    /// no longer lists it, so a topic of the same name can be created next.
+    pub async fn delete_topic(&self, topic: &str) -> Result<()> {
+        let req = DeleteTopicsRequest::default()
+            .with_topics(vec![
+                kafka_protocol::messages::delete_topics_request::DeleteTopicState::default()
+                    .with_name(Some(topic_name(topic))),
+            ])
+            .with_timeout_ms(self.timeout_ms());
+        let resp = self.client.send_any(&req).await?;
+        for r in resp.responses {
+            KafkaError::check(
+                r.error_code,
+                || format!("DeleteTopics {topic}"),
+                r.error_message.as_deref(),
+            )?;
+        }
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let md = self.client.refresh_metadata(None).await?;
+            if md.topic(topic).is_none() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(KafkaError::Unknown(format!(
+                    "{topic} is still listed 30 s after DeleteTopics"
+                )));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
     }
 
     /// DescribeConfigs for one resource (broker resources go to that broker).
