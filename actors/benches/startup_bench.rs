@@ -67,6 +67,7 @@ fn main() {
                 }],
                 include: vec![],
                 exclude: vec![],
+                seeds: vec![],
             },
         ] {
             coordinator

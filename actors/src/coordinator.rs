@@ -304,6 +304,7 @@ mod tests {
                 }],
                 include: vec![],
                 exclude: vec![],
+                seeds: vec![],
             },
         ] {
             coordinator

@@ -11,6 +11,7 @@
 
 pub mod cluster;
 pub mod coordinator;
+pub mod failback;
 pub mod kafka;
 pub mod metadata_sync;
 pub mod mirror;

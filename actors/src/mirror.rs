@@ -262,6 +262,7 @@ async fn discover(
                     topics: start,
                     include: vec![],
                     exclude: vec![],
+                    seeds: vec![],
                 },
                 state_validation: Some(StateValidation {
                     offset: image.end_offset(),

@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use actix_web::http::StatusCode;
 use actix_web::web::{self, Data, Json, Path, Query};
 use actix_web::{HttpRequest, HttpResponse, ResponseError};
+use kmirror_actors::failback::FailbackRequest;
 use kmirror_actors::node::{Node, NodeError, PartitionDescription, TopicChange};
+use kmirror_events::FailbackMode;
 use serde::{Deserialize, Serialize};
 
 /// Body of `POST /mirrors`.
@@ -37,6 +39,13 @@ pub struct OperationBody {
     /// event-log offset (see `GET /state-offset`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_validation_offset: Option<u64>,
+    /// Only for `start`: take topics back by `delta` or `from-scratch`
+    /// (absent: `delta` where a failback is possible).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failback: Option<String>,
+    /// Only for `start`: plan, change nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -288,7 +297,23 @@ async fn operate(
         topics,
         exclude,
         state_validation_offset: offset,
+        failback,
+        dry_run,
     } = body.into_inner();
+    if (failback.is_some() || dry_run) && operation != "start" {
+        return Err(ApiError::invalid(
+            "failback, dry_run: only start takes them",
+        ));
+    }
+    let failback = FailbackRequest {
+        mode: match failback.as_deref() {
+            None => None,
+            Some(m) => Some(FailbackMode::parse(m).ok_or_else(|| {
+                ApiError::invalid(format!("failback: `{m}` is neither delta nor from-scratch"))
+            })?),
+        },
+        dry_run,
+    };
     if !["start", "stop", "pause", "resume", "recover"].contains(&operation.as_str()) {
         return Err(ApiError(NodeError::new(
             "NOT_FOUND",
@@ -321,7 +346,7 @@ async fn operate(
         .run(move |n| async move {
             match (op.as_str(), change) {
                 (_, Some(change)) => n.change_topics(&m, change, &topics, offset).await,
-                ("start", _) => n.start_topics(&m, &topics, &exclude, offset).await,
+                ("start", _) => n.start_with(&m, &topics, &exclude, offset, failback).await,
                 _ => n.recover_topics(&m, &topics).await,
             }
         })

@@ -299,6 +299,8 @@ mod tests {
             offsets_identical: true,
             records_mirrored: 90,
             bytes_mirrored: 9000,
+            last_mirror_epochs: None,
+            failback: None,
         }
     }
 

@@ -20,6 +20,15 @@ pub struct TopicRef {
     pub destination_topic_id: Option<TopicId>,
 }
 
+/// A partition's offset map as a start sets it: runs and holes.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct MapSeed {
+    pub topic_id: TopicId,
+    pub partition: i32,
+    pub runs: Vec<OffsetMapRun>,
+    pub holes: Vec<OffsetMapHole>,
+}
+
 /// An operation on the mirror state.
 ///
 /// Epoch arguments follow KIP §4.1: `leader_epoch` is the writer's
@@ -49,6 +58,9 @@ pub enum Command {
         topics: Vec<TopicRef>,
         include: Vec<String>,
         exclude: Vec<String>,
+        /// Offset maps the started partitions begin with (a failback's
+        /// `delta`), in the same append, so no partition aligns without it.
+        seeds: Vec<MapSeed>,
     },
     StopTopics {
         mirror: String,

@@ -22,7 +22,7 @@ pub mod sync;
 
 pub use backoff::ExponentialBackoff;
 pub use codec::{CodecError, Envelope, FORMAT_VERSION};
-pub use command::{Command, DecideError, TopicRef};
+pub use command::{Command, DecideError, MapSeed, TopicRef};
 pub use ids::{Offset, TopicId};
 pub use image::{ImageSummary, MirrorStateImage, StateValidation, TopicEntry};
 pub use machine::{decide, decide_and_apply};

@@ -351,6 +351,7 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
             topics,
             include,
             exclude,
+            seeds,
         } => {
             let current = require_mirror(image, mirror)?;
             let config = MirrorConfig {
@@ -427,6 +428,64 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
                         }),
                     ));
                 }
+            }
+            for seed in seeds {
+                let Some(t) = topics.iter().find(|t| t.topic_id == seed.topic_id) else {
+                    return Err(DecideError::InvalidRequest(format!(
+                        "an offset map for topic {} that this start does not start",
+                        seed.topic_id
+                    )));
+                };
+                if !(0..t.partition_count).contains(&seed.partition) {
+                    return Err(DecideError::UnknownTopicOrPartition {
+                        topic: t.name.clone(),
+                        partition: seed.partition,
+                        count: t.partition_count,
+                    });
+                }
+                let key = MirrorPartitionKey::new(mirror.clone(), seed.topic_id, seed.partition);
+                // A start begins a partition's map afresh.
+                let map = image.offset_map(&key);
+                let stale: Vec<i64> = map.runs().map(|r| r.source_start).collect();
+                crate::OffsetMap::default()
+                    .check_change(&seed.runs, &[], &seed.holes)
+                    .map_err(|e| DecideError::InvalidRequest(e.to_string()))?;
+                out.extend(stale.into_iter().map(|s| {
+                    Record::OffsetMapRun(
+                        OffsetMapRunKey {
+                            partition: key.clone(),
+                            source_start: s,
+                        },
+                        None,
+                    )
+                }));
+                out.extend(map.holes().map(|h| {
+                    Record::OffsetMapHole(
+                        OffsetMapHoleKey {
+                            partition: key.clone(),
+                            destination_start: h.destination_start,
+                        },
+                        None,
+                    )
+                }));
+                out.extend(seed.runs.iter().map(|r| {
+                    Record::OffsetMapRun(
+                        OffsetMapRunKey {
+                            partition: key.clone(),
+                            source_start: r.source_start,
+                        },
+                        Some(*r),
+                    )
+                }));
+                out.extend(seed.holes.iter().map(|h| {
+                    Record::OffsetMapHole(
+                        OffsetMapHoleKey {
+                            partition: key.clone(),
+                            destination_start: h.destination_start,
+                        },
+                        Some(*h),
+                    )
+                }));
             }
             Ok(out)
         }

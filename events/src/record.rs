@@ -205,6 +205,7 @@ pub struct MirrorTopicDestination {
 /// How a reverse mirror takes a topic back from the mirror that copied it
 /// the other way.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum FailbackMode {
     /// Keep what both clusters agree on; quarantine what only this
     /// destination has after the last mirrored position; copy only what the

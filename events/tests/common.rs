@@ -54,6 +54,7 @@ pub fn command() -> impl Strategy<Value = Command> {
             topics: vec![TopicRef { topic_id, name, partition_count: PARTITIONS, destination_topic_id: None }],
             include: vec![],
             exclude: vec![],
+            seeds: vec![],
         }),
         2 => (mirror(), topic()).prop_map(|(mirror, (_, id))| Command::StopTopics { mirror, topics: vec![id] }),
         1 => (mirror(), topic()).prop_map(|(mirror, (_, id))| Command::PauseTopics { mirror, topics: vec![id] }),

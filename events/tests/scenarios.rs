@@ -27,6 +27,7 @@ fn setup() -> (MirrorStateImage, MirrorPartitionKey) {
             }],
             include: vec![],
             exclude: vec![],
+            seeds: vec![],
         },
     )
     .unwrap();
@@ -245,6 +246,7 @@ fn topic_commands_and_delete() {
         }],
         include: vec![],
         exclude: vec![],
+        seeds: vec![],
     };
     assert_eq!(
         cmd(start_m2.clone(), &mut img).unwrap_err().kip_name(),
@@ -396,6 +398,7 @@ fn create_validates_name_and_patterns() {
             }],
             include: vec![],
             exclude: vec![],
+            seeds: vec![],
         },
     )
     .unwrap_err();

@@ -45,6 +45,7 @@ fn main() {
             }],
             include: vec![],
             exclude: vec![],
+            seeds: vec![],
         },
     );
     for p in 0..3 {

@@ -1000,6 +1000,7 @@ impl Fixture {
                 }],
                 include: vec![],
                 exclude: vec![],
+                seeds: vec![],
             },
         ] {
             coordinator

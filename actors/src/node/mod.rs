@@ -15,7 +15,8 @@ mod views;
 
 pub use ops::TopicChange;
 pub use views::{
-    MirrorListing, NodeError, NodeMetrics, OffsetTranslation, OperationReport, PartitionDescription,
+    FailbackView, MirrorListing, NodeError, NodeMetrics, OffsetTranslation, OperationReport,
+    PartitionDescription,
 };
 
 use std::collections::BTreeMap;

@@ -6,16 +6,18 @@
 use std::collections::BTreeMap;
 
 use kmirror_events::{
-    join_lists, Command, MirrorConfig, MirrorStateImage, PatternList, StateValidation, TopicFilter,
-    TopicId,
+    join_lists, Command, FailbackMode, MapSeed, MirrorConfig, MirrorPartitionKey, MirrorStateImage,
+    PatternList, StateValidation, TopicFilter, TopicId,
 };
 
 use super::{
-    client_properties, kafka, retry_policy, unavailable, MirrorListing, Node, NodeError,
-    OperationReport,
+    client_properties, kafka, retry_policy, unavailable, FailbackView, MirrorListing, Node,
+    NodeError, OperationReport,
 };
-use crate::cluster::ensure_destination_topics;
+use crate::cluster::{ensure_destination_topics, SourceCluster, TopicInfo};
+use crate::failback::{self, FailbackError, FailbackRequest, FailbackSettings, TopicFailback};
 use crate::mirror::{Reconcile, RecoverTopics, StopMirror};
+use crate::state_topic;
 
 /// The operations that only move topics a mirror already has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +120,31 @@ impl Node {
         exclude: &[String],
         state_validation_offset: Option<u64>,
     ) -> Result<OperationReport, NodeError> {
+        self.start_with(
+            mirror,
+            topics,
+            exclude,
+            state_validation_offset,
+            FailbackRequest::default(),
+        )
+        .await
+    }
+
+    /// A start that may take topics back (failback): a matching topic that
+    /// the destination already holds, and that a mirror on the source
+    /// copied from this destination cluster, is planned per partition
+    /// (`delta` or `from-scratch`) from that mirror's history in the
+    /// source's state topic. The plans are recorded, then carried out
+    /// (quarantine export, or topic re-creation), then the topics start
+    /// with their maps seeded in the same append. `dry_run` only plans.
+    pub async fn start_with(
+        &self,
+        mirror: &str,
+        topics: &[String],
+        exclude: &[String],
+        state_validation_offset: Option<u64>,
+        failback: FailbackRequest,
+    ) -> Result<OperationReport, NodeError> {
         let (actor, source) = self.running(mirror).await?;
         let image = self.image().await?;
         let offset = state_validation_offset.unwrap_or(image.end_offset());
@@ -144,10 +171,53 @@ impl Node {
                     .is_some_and(|e| e.change.is_active())
             })
             .collect();
+        let failbacks = self
+            .plan_failbacks(&*source, &config, &matched, failback)
+            .await?;
+        let views = failback_views(&failbacks);
+        if failback.dry_run {
+            return Ok(OperationReport {
+                topics: matched.into_iter().map(|t| t.name).collect(),
+                state_validation_offset: offset,
+                note: Some("dry run: nothing was changed".into()),
+                failback: views,
+            });
+        }
+        // Decided first, then done: the plans are in the log before any
+        // record is exported or any topic re-created.
+        for fb in &failbacks {
+            for (p, plan) in &fb.partitions {
+                self.execute(
+                    Command::RecordFailbackPlan {
+                        key: MirrorPartitionKey::new(mirror, fb.topic.topic_id, *p),
+                        plan: plan.plan.clone(),
+                    },
+                    None,
+                )
+                .await?;
+            }
+            failback::carry_out(&*self.inner.destination, mirror, fb)
+                .await
+                .map_err(failback_error)?;
+        }
         let start = ensure_destination_topics(&*source, &*self.inner.destination, &matched)
             .await
             .map_err(|e| kafka(&e.doing, e.source))?;
         let ids: Vec<TopicId> = start.iter().map(|t| t.topic_id).collect();
+        let seeds = failbacks
+            .iter()
+            .flat_map(|fb| {
+                fb.partitions
+                    .iter()
+                    .filter(|(_, p)| p.plan.mode == FailbackMode::Delta)
+                    .map(|(partition, p)| MapSeed {
+                        topic_id: fb.topic.topic_id,
+                        partition: *partition,
+                        runs: p.runs.clone(),
+                        holes: p.holes.clone(),
+                    })
+            })
+            .collect();
         // The patterns are saved for auto-discovery in the same append as
         // the topics, under the same lock: a start refused as stale changes
         // nothing, and two starts never lose each other's patterns.
@@ -157,6 +227,7 @@ impl Node {
                 topics: start,
                 include: topics.to_vec(),
                 exclude: exclude.to_vec(),
+                seeds,
             },
             Some(StateValidation {
                 offset,
@@ -169,6 +240,7 @@ impl Node {
                 topics: Vec::new(),
                 state_validation_offset: offset,
                 note: Some("no source topic matches yet; patterns saved for auto-discovery".into()),
+                failback: Vec::new(),
             });
         }
         let _ = actor.send(Reconcile).await;
@@ -176,7 +248,58 @@ impl Node {
             topics: matched.into_iter().map(|t| t.name).collect(),
             state_validation_offset: offset,
             note: None,
+            failback: views,
         })
+    }
+
+    /// The failback of each matched topic the destination already holds.
+    async fn plan_failbacks(
+        &self,
+        source: &dyn SourceCluster,
+        config: &MirrorConfig,
+        matched: &[TopicInfo],
+        request: FailbackRequest,
+    ) -> Result<Vec<TopicFailback>, NodeError> {
+        let destination = &*self.inner.destination;
+        let dest_topics = destination
+            .topics()
+            .await
+            .map_err(|e| kafka("list destination topics", e))?;
+        let candidates: Vec<_> = matched
+            .iter()
+            .map(|t| (t, dest_topics.iter().find(|d| d.name == t.name)))
+            .filter(|(_, d)| d.is_some() || request.mode.is_some())
+            .collect();
+        if candidates.is_empty() {
+            return Ok(Vec::new());
+        }
+        let settings = FailbackSettings::from_config(config).map_err(failback_error)?;
+        let destination_cluster = destination
+            .cluster_id()
+            .await
+            .map_err(|e| kafka("describe the destination cluster", e))?;
+        let history = state_topic::read_image(source, &self.inner.settings.state_topic)
+            .await
+            .map_err(|e| kafka(&e.doing, e.source))?;
+        let mut out = Vec::new();
+        for (topic, dest) in candidates {
+            if let Some(fb) = failback::plan_topic(
+                source,
+                destination,
+                history.as_ref(),
+                &destination_cluster,
+                topic,
+                dest,
+                request,
+                &settings,
+            )
+            .await
+            .map_err(failback_error)?
+            {
+                out.push(fb);
+            }
+        }
+        Ok(out)
     }
 
     /// Resolves names or regexes against the mirror's own topics.
@@ -238,6 +361,7 @@ impl Node {
             topics: found.into_iter().map(|(_, n)| n).collect(),
             state_validation_offset: offset,
             note: None,
+            failback: Vec::new(),
         })
     }
 
@@ -261,6 +385,7 @@ impl Node {
                 .then(|| "no FAILED partition to recover".to_string()),
             topics: recovered,
             state_validation_offset: image.end_offset(),
+            failback: Vec::new(),
         })
     }
 
@@ -288,4 +413,30 @@ impl Node {
         self.inner.mirrors.lock().await.remove(mirror);
         Ok(())
     }
+}
+
+/// A failback refusal as the admin API reports it.
+fn failback_error(e: FailbackError) -> NodeError {
+    match e {
+        FailbackError::Cluster(e) => kafka(&e.doing, e.source),
+        FailbackError::MirrorLoop { .. } => {
+            NodeError::new("INVALID_CLUSTER_MIRROR_STATES", e.to_string())
+        }
+        FailbackError::Refused { .. } => NodeError::new("INVALID_REQUEST", e.to_string()),
+        FailbackError::Settings(_) => NodeError::new("INVALID_CONFIG", e.to_string()),
+    }
+}
+
+/// The plans as the start's answer shows them.
+fn failback_views(failbacks: &[TopicFailback]) -> Vec<FailbackView> {
+    failbacks
+        .iter()
+        .flat_map(|fb| {
+            fb.partitions.iter().map(|(p, plan)| FailbackView {
+                topic: fb.topic.name.clone(),
+                partition: *p,
+                plan: plan.plan.clone(),
+            })
+        })
+        .collect()
 }

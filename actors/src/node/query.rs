@@ -61,6 +61,7 @@ impl Node {
                 })
                 .collect()
         };
+        let image = self.image().await?;
         let mut out = Vec::new();
         for (name, actor, max_attempts) in running {
             for s in actor.send(Describe).await.map_err(unavailable)? {
@@ -86,6 +87,8 @@ impl Node {
                     offsets_identical: s.progress.offsets_identical,
                     records_mirrored: s.progress.records_mirrored,
                     bytes_mirrored: s.progress.bytes_mirrored,
+                    last_mirror_epochs: image.last_mirror_epochs(&s.key).cloned(),
+                    failback: image.failback_plan(&s.key).cloned(),
                 });
             }
         }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use kmirror_events::{FailbackPlan, LastMirrorEpochsValue};
 use serde::{Deserialize, Serialize};
 
 use crate::metadata_sync::SyncMetrics;
@@ -70,6 +71,12 @@ pub struct PartitionDescription {
     pub offsets_identical: bool,
     pub records_mirrored: u64,
     pub bytes_mirrored: u64,
+    /// Where the copy stopped (LastMirrorEpochs), once it has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_mirror_epochs: Option<LastMirrorEpochsValue>,
+    /// How a failback took the partition back, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failback: Option<FailbackPlan>,
 }
 
 /// What an operation did, per topic.
@@ -81,6 +88,19 @@ pub struct OperationReport {
     pub state_validation_offset: u64,
     /// A human note (e.g. "patterns saved for auto-discovery").
     pub note: Option<String>,
+    /// What a start that took topics back decided per partition (planned
+    /// only, with `dry_run`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failback: Vec<FailbackView>,
+}
+
+/// One partition's failback plan, as answers and describe show it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FailbackView {
+    pub topic: String,
+    pub partition: i32,
+    #[serde(flatten)]
+    pub plan: FailbackPlan,
 }
 
 /// The answer of `kmirror offsets translate`.

@@ -98,6 +98,15 @@ pub(super) enum MirrorCommand {
         /// Patterns never to mirror, comma-separated.
         #[arg(long, value_delimiter = ',', value_name = "PATTERNS")]
         exclude: Vec<String>,
+        /// Take topics back that a mirror on the source copied from this
+        /// destination: `delta` (keep what agrees, quarantine what only the
+        /// destination has, copy the rest; the default when possible) or
+        /// `from-scratch` (re-create the destination topics, copy all).
+        #[arg(long, value_parser = ["delta", "from-scratch"])]
+        failback: Option<String>,
+        /// Print the plan per partition and change nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Stop mirroring topics (failover: the destination topics become writable).
     Stop(Operation),

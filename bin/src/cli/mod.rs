@@ -155,10 +155,23 @@ fn mirror(args: MirrorArgs) -> Result<String, NodeError> {
                 render::describe_table(&p, failed)
             })
         }
-        MirrorCommand::Start { op, exclude } => operate(&client, "start", op, clean(&exclude)),
-        MirrorCommand::Stop(op) => operate(&client, "stop", op, Vec::new()),
-        MirrorCommand::Pause(op) => operate(&client, "pause", op, Vec::new()),
-        MirrorCommand::Resume(op) => operate(&client, "resume", op, Vec::new()),
+        MirrorCommand::Start {
+            op,
+            exclude,
+            failback,
+            dry_run,
+        } => {
+            let body = OperationBody {
+                exclude: clean(&exclude),
+                failback,
+                dry_run,
+                ..operation_body(&op)
+            };
+            operate(&client, "start", op, Some(body))
+        }
+        MirrorCommand::Stop(op) => operate(&client, "stop", op, None),
+        MirrorCommand::Pause(op) => operate(&client, "pause", op, None),
+        MirrorCommand::Resume(op) => operate(&client, "resume", op, None),
         MirrorCommand::Recover {
             mirror,
             topics,
@@ -174,7 +187,7 @@ fn mirror(args: MirrorArgs) -> Result<String, NodeError> {
                 },
                 output,
             },
-            Vec::new(),
+            None,
         ),
         MirrorCommand::Delete {
             mirror,
@@ -191,17 +204,22 @@ fn mirror(args: MirrorArgs) -> Result<String, NodeError> {
     }
 }
 
+fn operation_body(op: &Operation) -> OperationBody {
+    OperationBody {
+        topics: clean(&op.topics.topics),
+        state_validation_offset: op.lock.state_validation_offset,
+        ..OperationBody::default()
+    }
+}
+
+/// Sends one operation: `body` (None: just the topics and the lock).
 fn operate(
     client: &Client,
     verb: &str,
     op: Operation,
-    exclude: Vec<String>,
+    body: Option<OperationBody>,
 ) -> Result<String, NodeError> {
-    let body = to_json(&OperationBody {
-        topics: clean(&op.topics.topics),
-        exclude,
-        state_validation_offset: op.lock.state_validation_offset,
-    });
+    let body = to_json(&body.unwrap_or_else(|| operation_body(&op)));
     let path = format!("/mirrors/{}/{verb}", encode(&op.mirror));
     let answer = client.call("POST", &path, Some(body))?;
     show(answer, &op.output, |r| {

@@ -2,7 +2,7 @@
 //! sentences, or as pretty JSON with `--json`.
 
 use kmirror_actors::node::{
-    MirrorListing, OffsetTranslation, OperationReport, PartitionDescription,
+    FailbackView, MirrorListing, OffsetTranslation, OperationReport, PartitionDescription,
 };
 use serde_json::Value;
 
@@ -86,10 +86,15 @@ pub(super) fn describe_table(partitions: &[PartitionDescription], failed: bool) 
             .collect();
         return table(&["MIRROR", "TOPIC", "PARTITION", "RETRY", "ERROR"], rows);
     }
+    // Where copies stopped and how failbacks took partitions back: shown
+    // once any partition has either, so the plain table stays the KIP's.
+    let history = partitions
+        .iter()
+        .any(|p| p.last_mirror_epochs.is_some() || p.failback.is_some());
     let rows = partitions
         .iter()
         .map(|p| {
-            vec![
+            let mut row = vec![
                 p.mirror.clone(),
                 p.topic.clone(),
                 p.partition.to_string(),
@@ -98,13 +103,32 @@ pub(super) fn describe_table(partitions: &[PartitionDescription], failed: bool) 
                 p.lag.to_string(),
                 format!("{:.3}", p.lag_seconds),
                 p.state.clone(),
-            ]
+            ];
+            if history {
+                row.push(p.last_mirror_epochs.as_ref().map_or("-".into(), |l| {
+                    format!("{}/{}", l.source_offset, l.destination_end_offset)
+                }));
+                row.push(p.failback.as_ref().map_or("-".into(), |f| {
+                    if f.divergent_end > f.divergent_start {
+                        format!(
+                            "{} divergent {}..{}",
+                            f.mode.name(),
+                            f.divergent_start,
+                            f.divergent_end
+                        )
+                    } else {
+                        f.mode.name().to_string()
+                    }
+                }));
+            }
+            row
         })
         .collect();
-    table(
-        &[&OFFSET_COLUMNS[..], &["LAG", "LAG-SECONDS", "STATE"]].concat(),
-        rows,
-    )
+    let mut columns = [&OFFSET_COLUMNS[..], &["LAG", "LAG-SECONDS", "STATE"]].concat();
+    if history {
+        columns.extend(["LAST-MIRRORED (SOURCE/DEST)", "FAILBACK"]);
+    }
+    table(&columns, rows)
 }
 
 pub(super) fn report_text(verb: &str, mirror: &str, r: &OperationReport) -> String {
@@ -131,7 +155,53 @@ pub(super) fn report_text(verb: &str, mirror: &str, r: &OperationReport) -> Stri
         text.push_str(note);
         text.push('\n');
     }
+    if !r.failback.is_empty() {
+        text.push_str(&failback_table(&r.failback));
+    }
     text
+}
+
+/// A failback's plan per partition: the mode, where the histories last
+/// agreed, what only the destination had (quarantined or deleted) and what
+/// is copied.
+pub(super) fn failback_table(plans: &[FailbackView]) -> String {
+    let range = |a: i64, b: i64| {
+        if b > a {
+            format!("{a}..{b} ({})", b - a)
+        } else {
+            "-".to_string()
+        }
+    };
+    table(
+        &[
+            "TOPIC",
+            "PARTITION",
+            "MODE",
+            "AGREED-AT (DEST/SOURCE)",
+            "DIVERGENT",
+            "TO-COPY",
+            "QUARANTINE",
+        ],
+        plans
+            .iter()
+            .map(|v| {
+                let p = &v.plan;
+                vec![
+                    v.topic.clone(),
+                    v.partition.to_string(),
+                    p.mode.name().to_string(),
+                    if p.destination_position < 0 {
+                        "-".into()
+                    } else {
+                        format!("{}/{}", p.destination_position, p.source_position)
+                    },
+                    range(p.divergent_start, p.divergent_end),
+                    range(p.copy_start, p.copy_end),
+                    p.quarantine_topic.clone().unwrap_or_else(|| "-".into()),
+                ]
+            })
+            .collect(),
+    )
 }
 
 pub(super) fn translation_table(t: &OffsetTranslation) -> String {
@@ -198,6 +268,8 @@ mod tests {
             offsets_identical: false,
             records_mirrored: 0,
             bytes_mirrored: 0,
+            last_mirror_epochs: None,
+            failback: None,
         }
     }
 
@@ -279,6 +351,7 @@ mod tests {
             topics: vec!["a".into(), "b".into()],
             state_validation_offset: 7,
             note: None,
+            failback: vec![],
         };
         assert_eq!(
             report_text("pause", "m", &r),
@@ -288,6 +361,7 @@ mod tests {
             topics: vec![],
             state_validation_offset: 7,
             note: Some("Patterns saved for auto-discovery.".into()),
+            failback: vec![],
         };
         assert_eq!(
             report_text("start", "m", &r),

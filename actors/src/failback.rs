@@ -1,0 +1,535 @@
+//! Failback, against the clusters: find the history of the mirror that
+//! copied a topic the other way, gather what both clusters hold now, let
+//! `kmirror_events::failback` decide, and carry out what it decided.
+//!
+//! Here "source" and "destination" are the reverse mirror's: the source is
+//! the old destination (where producers went after the failover), the
+//! destination the old source. The history is read from the source's state
+//! topic, so a daemon with an empty data dir, on another machine, can fail
+//! back: the forward mirror published it there as it ran and stopped. It is
+//! found by cluster id, the KIP's rule: the mirror whose recorded source
+//! cluster id is this mirror's destination cluster.
+
+use bytes::Bytes;
+use kmirror_events::failback::{
+    plan_partition, FailbackRefusal, PartitionFacts, PartitionPlan, TailPolicy,
+};
+use kmirror_events::{
+    FailbackMode, MirrorConfig, MirrorPartitionKey, MirrorStateImage, PartitionState, TopicEntry,
+};
+
+use crate::cluster::{ClusterError, DestinationCluster, Doing, SourceCluster, TopicInfo};
+use crate::kafka::batch::{decode_records, encode_batch, Codec, OutgoingBatch, SourceOffsets};
+use crate::kafka::fetch::TopicPartition;
+use crate::kafka::KafkaError;
+
+/// `mirror.failback.divergent.tail`: `quarantine` (default) or `refuse`.
+pub const DIVERGENT_TAIL_KEY: &str = "mirror.failback.divergent.tail";
+/// `mirror.failback.quarantine.suffix`: the quarantine topic is the topic's
+/// name with this suffix (default `.kmirror-divergent`).
+pub const QUARANTINE_SUFFIX_KEY: &str = "mirror.failback.quarantine.suffix";
+const DEFAULT_QUARANTINE_SUFFIX: &str = ".kmirror-divergent";
+/// The header carrying a quarantined record's offset in its topic, and the
+/// key of the manifest record that closes an export.
+const OFFSET_HEADER: &str = "kmirror.offset";
+const MANIFEST_KEY: &str = "kmirror.manifest";
+
+/// Why a failback cannot go ahead; nothing was changed.
+#[derive(Debug, thiserror::Error)]
+pub enum FailbackError {
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    /// The KIP's mirror-loop rule: the mirror copying this topic the other
+    /// way is still active.
+    #[error("Detected mirror loop: mirror {forward:?} on the source still mirrors {topic} from this cluster ({state}); stop it there first")]
+    MirrorLoop {
+        forward: String,
+        topic: String,
+        state: String,
+    },
+    #[error("topic {topic}: {reason}")]
+    Refused { topic: String, reason: String },
+    #[error("{0}")]
+    Settings(String),
+}
+
+/// The operator's choice for a start that takes topics back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FailbackRequest {
+    /// `None`: `delta` where the histories allow it (else refused, saying
+    /// why only `from-scratch` is possible).
+    pub mode: Option<FailbackMode>,
+    /// Plan only: record nothing, change nothing.
+    pub dry_run: bool,
+}
+
+/// A topic's failback, planned per partition.
+#[derive(Clone, Debug)]
+pub struct TopicFailback {
+    /// The reverse mirror's source topic (the old destination's).
+    pub topic: TopicInfo,
+    pub forward_mirror: String,
+    pub partitions: Vec<(i32, PartitionPlan)>,
+}
+
+/// The mirror properties that shape a failback.
+pub struct FailbackSettings {
+    pub tail: TailPolicy,
+    pub quarantine_suffix: String,
+}
+
+impl FailbackSettings {
+    pub fn from_config(config: &MirrorConfig) -> Result<Self, FailbackError> {
+        let tail = match config
+            .source_properties
+            .get(DIVERGENT_TAIL_KEY)
+            .map(String::as_str)
+        {
+            None | Some("quarantine") => TailPolicy::Quarantine,
+            Some("refuse") => TailPolicy::Refuse,
+            Some(other) => {
+                return Err(FailbackError::Settings(format!(
+                    "{DIVERGENT_TAIL_KEY}: `{other}` is neither quarantine nor refuse"
+                )))
+            }
+        };
+        let quarantine_suffix = config
+            .source_properties
+            .get(QUARANTINE_SUFFIX_KEY)
+            .cloned()
+            .unwrap_or_else(|| DEFAULT_QUARANTINE_SUFFIX.to_string());
+        Ok(FailbackSettings {
+            tail,
+            quarantine_suffix,
+        })
+    }
+}
+
+/// The mirror on the source that copied topic `name` from `destination_cluster`,
+/// with the topic's entry there: the KIP finds it by source cluster id.
+pub fn forward_mirror<'a>(
+    history: &'a MirrorStateImage,
+    destination_cluster: &str,
+    name: &str,
+) -> Option<(&'a str, &'a TopicEntry)> {
+    history
+        .mirrors()
+        .filter(|(_, c)| c.source_cluster_id == destination_cluster)
+        .find_map(|(m, _)| {
+            history
+                .topics_of(m)
+                .find(|t| t.change.topic_name == name)
+                .map(|t| (m.as_str(), t))
+        })
+}
+
+/// Refuses when the forward mirror still copies the topic into the source:
+/// both directions at once would loop.
+pub fn check_loop(
+    history: &MirrorStateImage,
+    forward: &str,
+    entry: &TopicEntry,
+) -> Result<(), FailbackError> {
+    let loop_in = |state: String| FailbackError::MirrorLoop {
+        forward: forward.to_string(),
+        topic: entry.change.topic_name.clone(),
+        state,
+    };
+    if entry.change.is_active() {
+        return Err(loop_in(format!("desired {}", entry.change.desired_state)));
+    }
+    for p in 0..entry.change.partition_count {
+        let key = MirrorPartitionKey::new(forward, entry.change.topic_id, p);
+        match history.partition_state_or_unknown(&key) {
+            PartitionState::Stopped | PartitionState::Unknown => {}
+            other => return Err(loop_in(format!("partition {p} is {other}"))),
+        }
+    }
+    Ok(())
+}
+
+/// Plans the failback of `topic` (the source's) onto the destination topic
+/// of the same name. `None`: nothing to take back (the destination topic is
+/// missing or empty, and no mode was asked for).
+#[allow(clippy::too_many_arguments)]
+pub async fn plan_topic(
+    source: &dyn SourceCluster,
+    destination: &dyn DestinationCluster,
+    history: Option<&MirrorStateImage>,
+    destination_cluster: &str,
+    topic: &TopicInfo,
+    destination_topic: Option<&TopicInfo>,
+    request: FailbackRequest,
+    settings: &FailbackSettings,
+) -> Result<Option<TopicFailback>, FailbackError> {
+    let refused = |reason: String| FailbackError::Refused {
+        topic: topic.name.clone(),
+        reason,
+    };
+    let Some(dest) = destination_topic else {
+        return match request.mode {
+            Some(_) => Err(refused(
+                "the destination has no such topic to fail back onto".into(),
+            )),
+            None => Ok(None),
+        };
+    };
+    let mut bounds = Vec::new();
+    for p in 0..dest.partitions {
+        let tp = TopicPartition::new(&dest.name, p);
+        bounds.push(
+            destination
+                .bounds(&tp)
+                .await
+                .doing(|| format!("destination offsets of {tp}"))?,
+        );
+    }
+    let empty = bounds.iter().all(|b| b.end <= b.log_start);
+    if empty && request.mode.is_none() {
+        return Ok(None);
+    }
+    let found = history.and_then(|h| forward_mirror(h, destination_cluster, &topic.name));
+    let Some((forward, entry)) = found else {
+        if request.mode == Some(FailbackMode::FromScratch) {
+            return plan_without_history(source, topic, &bounds).await.map(Some);
+        }
+        return match request.mode {
+            None if !empty => Ok(None),
+            _ => Err(refused(format!(
+                "no mirror on the source copied it from this cluster ({destination_cluster}): no history to fail back by; ask for from-scratch to copy it again"
+            ))),
+        };
+    };
+    let history = history.expect("found in it");
+    check_loop(history, forward, entry)?;
+    // Identity is the topic id, on both sides.
+    let mut identity = None;
+    if entry.change.topic_id != dest.topic_id {
+        identity = Some(format!(
+            "the destination topic was re-created since the forward mirror copied it (id {} then, {} now)",
+            entry.change.topic_id, dest.topic_id
+        ));
+    }
+    if let Some(then) = history.destination_topic(&entry.change.topic_id) {
+        if then != topic.topic_id {
+            identity = Some(format!(
+                "the source topic was re-created since the forward mirror copied into it (id {then} then, {} now)",
+                topic.topic_id
+            ));
+        }
+    }
+    let mut partitions = Vec::new();
+    for p in 0..topic.partitions {
+        let key = MirrorPartitionKey::new(forward, entry.change.topic_id, p);
+        let lme = history.last_mirror_epochs(&key);
+        let dest_bounds = bounds.get(p as usize).copied();
+        let src_tp = TopicPartition::new(&topic.name, p);
+        let src = source
+            .bounds(&src_tp)
+            .await
+            .doing(|| format!("source offsets of {src_tp}"))?;
+        let dest_tp = TopicPartition::new(&dest.name, p);
+        let destination_end_of_epoch = match lme.filter(|l| l.source_leader_epoch >= 0) {
+            Some(l) if dest_bounds.is_some() => Some(
+                destination
+                    .end_offset_for_epoch(&dest_tp, l.source_leader_epoch)
+                    .await
+                    .doing(|| format!("OffsetForLeaderEpoch on {dest_tp}"))?
+                    .1,
+            ),
+            _ => None,
+        };
+        let source_end_of_epoch = match lme.filter(|l| l.destination_leader_epoch >= 0) {
+            Some(l) => Some(
+                source
+                    .end_offset_for_epoch(&src_tp, l.destination_leader_epoch)
+                    .await
+                    .doing(|| format!("OffsetForLeaderEpoch on {src_tp}"))?
+                    .1,
+            ),
+            None => None,
+        };
+        let facts = PartitionFacts {
+            destination_log_start: dest_bounds.map_or(0, |b| b.log_start),
+            destination_end: dest_bounds.map_or(0, |b| b.end),
+            destination_end_of_epoch,
+            source_log_start: src.log_start,
+            source_end: src.end,
+            source_end_of_epoch,
+        };
+        // A re-created topic on either side: the map means nothing there.
+        let (lme, map) = match &identity {
+            Some(_) => (None, kmirror_events::OffsetMap::default()),
+            None => (lme, history.offset_map(&key).clone()),
+        };
+        let quarantine = format!("{}{}", topic.name, settings.quarantine_suffix);
+        let plan = plan_partition(
+            forward,
+            lme,
+            &map,
+            &facts,
+            request.mode,
+            settings.tail,
+            &quarantine,
+        )
+        .map_err(|e| match (&identity, e) {
+            (Some(why), FailbackRefusal::OnlyFromScratch(_)) => refused(format!(
+                "partition {p}: only from-scratch is possible: {why}"
+            )),
+            (_, e) => refused(format!("partition {p}: {e}")),
+        })?;
+        partitions.push((p, plan));
+    }
+    Ok(Some(TopicFailback {
+        topic: topic.clone(),
+        forward_mirror: forward.to_string(),
+        partitions,
+    }))
+}
+
+/// `from-scratch` asked for with no history: the destination topic is
+/// re-created and everything copied.
+async fn plan_without_history(
+    source: &dyn SourceCluster,
+    topic: &TopicInfo,
+    bounds: &[crate::cluster::LogBounds],
+) -> Result<TopicFailback, FailbackError> {
+    let mut partitions = Vec::new();
+    for p in 0..topic.partitions {
+        let tp = TopicPartition::new(&topic.name, p);
+        let src = source
+            .bounds(&tp)
+            .await
+            .doing(|| format!("source offsets of {tp}"))?;
+        let dest = bounds.get(p as usize).copied();
+        let facts = PartitionFacts {
+            destination_log_start: dest.map_or(0, |b| b.log_start),
+            destination_end: dest.map_or(0, |b| b.end),
+            destination_end_of_epoch: None,
+            source_log_start: src.log_start,
+            source_end: src.end,
+            source_end_of_epoch: None,
+        };
+        let plan = plan_partition(
+            "",
+            None,
+            &kmirror_events::OffsetMap::default(),
+            &facts,
+            Some(FailbackMode::FromScratch),
+            TailPolicy::Quarantine,
+            "",
+        )
+        .expect("from-scratch is always possible");
+        partitions.push((p, plan));
+    }
+    Ok(TopicFailback {
+        topic: topic.clone(),
+        forward_mirror: String::new(),
+        partitions,
+    })
+}
+
+/// Carries out a recorded failback: `from-scratch` re-creates the
+/// destination topic (same partitions, its own explicit configs), `delta`
+/// exports each partition's divergent records to the quarantine topic with
+/// a manifest. Safe to run again after a crash: an export whose manifest is
+/// already there is not repeated, and a topic already re-created is empty.
+pub async fn carry_out(
+    destination: &dyn DestinationCluster,
+    mirror: &str,
+    failback: &TopicFailback,
+) -> Result<(), FailbackError> {
+    let name = &failback.topic.name;
+    let scratch = failback
+        .partitions
+        .iter()
+        .any(|(_, p)| p.plan.mode == FailbackMode::FromScratch);
+    if scratch {
+        let configs = destination
+            .topic_configs(name)
+            .await
+            .doing(|| format!("describe destination topic {name} configs"))?;
+        destination
+            .delete_topic(name)
+            .await
+            .doing(|| format!("delete destination topic {name}"))?;
+        destination
+            .create_topic(name, failback.topic.partitions, configs)
+            .await
+            .doing(|| format!("re-create destination topic {name}"))?;
+        return Ok(());
+    }
+    for (p, plan) in &failback.partitions {
+        let Some(quarantine) = &plan.plan.quarantine_topic else {
+            continue;
+        };
+        export(
+            destination,
+            mirror,
+            &failback.forward_mirror,
+            name,
+            *p,
+            quarantine,
+            &plan.plan,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Copies the destination records `[divergent_start, divergent_end)` of
+/// partition `p` into the same partition of `quarantine` (each with its
+/// original offset in a header), then a manifest record describing them.
+async fn export(
+    destination: &dyn DestinationCluster,
+    mirror: &str,
+    forward: &str,
+    topic: &str,
+    p: i32,
+    quarantine: &str,
+    plan: &kmirror_events::FailbackPlan,
+) -> Result<(), FailbackError> {
+    let (start, end) = (plan.divergent_start, plan.divergent_end);
+    let manifest_id = format!("{topic}/{p}/{start}-{end}");
+    let existing = destination
+        .topics()
+        .await
+        .doing(|| "list destination topics".into())?;
+    let partitions = existing
+        .iter()
+        .find(|t| t.name == topic)
+        .map_or(p + 1, |t| t.partitions);
+    if !existing.iter().any(|t| t.name == quarantine) {
+        if let Err(e) = destination
+            .create_topic(quarantine, partitions, Vec::new())
+            .await
+        {
+            let now = destination
+                .topics()
+                .await
+                .doing(|| "list destination topics".into())?;
+            if !now.iter().any(|t| t.name == quarantine) {
+                return Err(
+                    ClusterError::new(format!("create quarantine topic {quarantine}"), e).into(),
+                );
+            }
+        }
+    }
+    let qtp = TopicPartition::new(quarantine, p);
+    if has_manifest(destination, &qtp, &manifest_id).await? {
+        return Ok(());
+    }
+    let tp = TopicPartition::new(topic, p);
+    let batches = destination
+        .read_batches(&tp, start, end)
+        .await
+        .doing(|| format!("read divergent records of {tp}"))?;
+    let mut records = Vec::new();
+    let mut producers = std::collections::BTreeSet::new();
+    let (mut min_ts, mut max_ts) = (i64::MAX, i64::MIN);
+    for b in batches.iter().filter(|b| !b.is_control()) {
+        let decoded = decode_records(b).doing(|| format!("decode divergent records of {tp}"))?;
+        for mut r in decoded.records {
+            let offset = b.base_offset() + r.offset_delta as i64;
+            if !(start..end).contains(&offset) {
+                continue;
+            }
+            producers.insert(b.producer_id());
+            min_ts = min_ts.min(r.timestamp);
+            max_ts = max_ts.max(r.timestamp);
+            r.headers.push((
+                Bytes::from_static(OFFSET_HEADER.as_bytes()),
+                Some(Bytes::from(offset.to_string())),
+            ));
+            records.push(r);
+        }
+    }
+    let count = records.len();
+    let manifest = format!(
+        "{{\"manifest\":\"{manifest_id}\",\"mirror\":\"{mirror}\",\"forward_mirror\":\"{forward}\",\"topic\":\"{topic}\",\"partition\":{p},\"start_offset\":{start},\"end_offset\":{end},\"count\":{count},\"producer_ids\":{producers:?},\"min_timestamp\":{},\"max_timestamp\":{}}}",
+        if count > 0 { min_ts } else { -1 },
+        if count > 0 { max_ts } else { -1 },
+    );
+    records.push(manifest_record(
+        Bytes::from_static(MANIFEST_KEY.as_bytes()),
+        Bytes::from(manifest),
+    ));
+    let mut sink = destination
+        .open_sink(qtp.clone())
+        .await
+        .doing(|| format!("open a producer for {qtp}"))?;
+    let result: Result<(), KafkaError> = async {
+        let mut acks = Vec::new();
+        for chunk in records.chunks(500) {
+            let chunk: Vec<_> = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, r)| crate::kafka::batch::Record {
+                    offset_delta: i as i32,
+                    ..r.clone()
+                })
+                .collect();
+            let batch = OutgoingBatch {
+                bytes: encode_batch(&chunk, Codec::Lz4)?,
+                record_count: chunk.len() as i32,
+                source_offsets: SourceOffsets::Range {
+                    first: 0,
+                    last: chunk.len() as i64 - 1,
+                },
+            };
+            acks.push(sink.send(batch).await?);
+        }
+        for a in acks {
+            a.await?;
+        }
+        Ok(())
+    }
+    .await;
+    sink.close().await;
+    result.doing(|| format!("export divergent records to {qtp}"))?;
+    Ok(())
+}
+
+/// The manifest record that closes an export (stamped now).
+fn manifest_record(key: Bytes, value: Bytes) -> crate::kafka::batch::Record {
+    crate::kafka::batch::Record {
+        offset_delta: 0,
+        timestamp: crate::coordinator::now_ms(),
+        key: Some(key),
+        value: Some(value),
+        headers: Vec::new(),
+    }
+}
+
+/// Whether the last record of the quarantine partition is the manifest
+/// `id`: the export already happened.
+async fn has_manifest(
+    destination: &dyn DestinationCluster,
+    tp: &TopicPartition,
+    id: &str,
+) -> Result<bool, FailbackError> {
+    let b = destination
+        .bounds(tp)
+        .await
+        .doing(|| format!("offsets of {tp}"))?;
+    if b.end <= b.log_start {
+        return Ok(false);
+    }
+    let batches = destination
+        .read_batches(tp, b.end - 1, b.end)
+        .await
+        .doing(|| format!("read {tp}"))?;
+    let needle = format!("\"manifest\":\"{id}\"");
+    for batch in batches {
+        let decoded = decode_records(&batch).doing(|| format!("decode {tp}"))?;
+        if decoded.records.iter().any(|r| {
+            r.key.as_deref() == Some(MANIFEST_KEY.as_bytes())
+                && r.value
+                    .as_deref()
+                    .is_some_and(|v| String::from_utf8_lossy(v).contains(&needle))
+        }) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
