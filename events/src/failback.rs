@@ -71,13 +71,9 @@ fn delta_obstacle(
     let Some(lme) = lme else {
         return Some("the forward mirror recorded no LastMirrorEpochs for it".into());
     };
-    if forward.hole_count() > 0 {
-        return Some(
-            "the forward mirror repaired an unclean election on it; the histories are not one"
-                .into(),
-        );
-    }
-    let mirrored_to = forward.last_run().map_or(0, OffsetMapRun::destination_end);
+    // The forward map covers its destination up to where it stopped:
+    // runs, and holes (records it kept there that map to nothing).
+    let mirrored_to = forward.recorded_destination_end();
     if mirrored_to != lme.destination_end_offset {
         return Some(format!(
             "the forward mirror's map ends at {mirrored_to} on the old destination, its LastMirrorEpochs at {}",
@@ -300,6 +296,29 @@ mod tests {
         assert_eq!(reverse.translate(70), crate::Translation::Exact(71));
         assert_eq!(reverse.translate(99), crate::Translation::AtEnd(105));
         assert_eq!(translate(&p.runs, 59), crate::Translation::Exact(59));
+    }
+
+    #[test]
+    fn a_map_seeded_by_an_earlier_failback_fails_back_again() {
+        // B→A after a delta: B 0..300 → A 0..300, A 300..350 quarantined (a
+        // hole), B 300..340 → A 350..390; stopped at B 340 / A 390. A got
+        // 10 more; B nothing.
+        let mut map = forward(&[run(0, 0, 300), run(300, 350, 40)]);
+        map.put_hole(
+            300,
+            Some(OffsetMapHole {
+                destination_start: 300,
+                length: 50,
+            }),
+        );
+        let l = lme(340, 390);
+        let p = plan(Some(&l), &map, &facts(340, 400), None).unwrap();
+        assert_eq!(p.plan.mode, FailbackMode::Delta);
+        assert_eq!((p.plan.divergent_start, p.plan.divergent_end), (340, 340));
+        assert_eq!((p.plan.copy_start, p.plan.copy_end), (390, 400));
+        // A 300..350 never goes to B: no run maps it.
+        assert_eq!(p.runs, vec![run(0, 0, 300), run(350, 300, 40)]);
+        assert!(p.holes.is_empty());
     }
 
     #[test]

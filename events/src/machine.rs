@@ -660,7 +660,9 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
                 .collect())
         }
         Command::RecordFailbackPlan { key, plan } => {
-            require_partition(image, key)?;
+            // Recorded before the topic starts (what it decides is done
+            // first), so only the mirror must exist.
+            require_mirror(image, &key.mirror_name)?;
             Ok(vec![Record::FailbackPlan(key.clone(), Some(plan.clone()))])
         }
         Command::RecordProducer { key, producer } => {

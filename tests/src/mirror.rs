@@ -244,3 +244,82 @@ pub fn without_offsets(lines: &[String]) -> Vec<String> {
         })
         .collect()
 }
+
+/// `(partition, offset, value)` of every record, read by the console consumer.
+pub fn records(bootstrap: &str, topic: &str, n: usize) -> Vec<(i32, i64, String)> {
+    consume_sorted(bootstrap, topic, n, 30_000)
+        .iter()
+        .map(|l| {
+            let field = |name: &str| {
+                l.split('\t')
+                    .find_map(|f| f.strip_prefix(name))
+                    .unwrap_or_else(|| panic!("no {name} in {l}"))
+                    .to_string()
+            };
+            (
+                field("Partition:").parse().unwrap(),
+                field("Offset:").parse().unwrap(),
+                l.rsplit('\t').next().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// A console consumer in `group` reads `max` records and commits on close
+/// (auto-commit). `max.poll.records` keeps its position near what it read.
+/// Returns the values it printed.
+pub fn group_read(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    max: usize,
+    timeout_ms: u32,
+) -> Vec<String> {
+    let max_s = max.to_string();
+    let timeout = timeout_ms.to_string();
+    let poll = format!("max.poll.records={}", max.clamp(1, 500));
+    let out = kafka_tool_ok(
+        "kafka-console-consumer",
+        &[
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--from-beginning",
+            "--max-messages",
+            &max_s,
+            "--timeout-ms",
+            &timeout,
+            "--consumer-property",
+            &poll,
+        ],
+    );
+    out.lines().map(str::to_string).collect()
+}
+
+/// `kafka-consumer-groups --describe`: the group's committed offset per
+/// partition of `topic` (partitions without one are left out).
+pub fn describe_group(bootstrap: &str, group: &str, topic: &str) -> BTreeMap<i32, i64> {
+    let out = kafka_tool_ok(
+        "kafka-consumer-groups",
+        &[
+            "--bootstrap-server",
+            bootstrap,
+            "--describe",
+            "--group",
+            group,
+        ],
+    );
+    out.lines()
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            if cols.len() >= 4 && cols[0] == group && cols[1] == topic {
+                Some((cols[2].parse().ok()?, cols[3].parse().ok()?))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
