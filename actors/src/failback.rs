@@ -10,6 +10,8 @@
 //! found by cluster id, the KIP's rule: the mirror whose recorded source
 //! cluster id is this mirror's destination cluster.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use kmirror_events::failback::{
     plan_partition, FailbackRefusal, PartitionFacts, PartitionPlan, TailPolicy,
@@ -51,6 +53,44 @@ pub enum FailbackError {
     Refused { topic: String, reason: String },
     #[error("{0}")]
     Settings(String),
+}
+
+/// The history on a mirror's source, read from its state topic and kept for
+/// a few seconds: every partition checks it at alignment (the mirror-loop
+/// rule), and one read serves them all.
+pub struct SourceHistory {
+    topic: String,
+    cached: tokio::sync::Mutex<Option<(tokio::time::Instant, Option<Arc<MirrorStateImage>>)>>,
+}
+
+/// How long a read of the source's history is reused.
+const HISTORY_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl SourceHistory {
+    pub fn new(state_topic: &str) -> Self {
+        SourceHistory {
+            topic: state_topic.to_string(),
+            cached: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The source's history (None: it has no state topic).
+    pub async fn get(
+        &self,
+        source: &dyn SourceCluster,
+    ) -> Result<Option<Arc<MirrorStateImage>>, ClusterError> {
+        let mut cached = self.cached.lock().await;
+        if let Some((at, image)) = cached.as_ref() {
+            if at.elapsed() < HISTORY_TTL {
+                return Ok(image.clone());
+            }
+        }
+        let image = crate::state_topic::read_image(source, &self.topic)
+            .await?
+            .map(Arc::new);
+        *cached = Some((tokio::time::Instant::now(), image.clone()));
+        Ok(image)
+    }
 }
 
 /// The operator's choice for a start that takes topics back.

@@ -23,6 +23,7 @@ use crate::cluster::{
     ensure_destination_topics, ClusterError, DestinationCluster, Doing, SourceCluster,
 };
 use crate::coordinator::{CoordinatorActor, CoordinatorError, Execute, ReadImage};
+use crate::failback::SourceHistory;
 use crate::metadata_sync::{
     GetSyncMetrics, MetadataSyncActor, PartitionsGrew, StopSync, SyncMetrics, SyncSpec,
 };
@@ -86,6 +87,8 @@ pub struct MirrorSpec {
     /// Where a partition being stopped waits for its LastMirrorEpochs to
     /// reach the state topic (None: nothing is published, as in tests).
     pub published: Option<Recipient<WaitPublished>>,
+    /// The source's history, shared by the partitions (mirror-loop rule).
+    pub history: Option<Arc<SourceHistory>>,
 }
 
 pub struct MirrorActor {
@@ -132,6 +135,7 @@ impl MirrorActor {
                         support_unclean_leader_election: support_ule,
                         final_sync: self.sync.clone().map(Addr::recipient),
                         published: self.spec.published.clone(),
+                        history: self.spec.history.clone(),
                     })
                     .start()
                 });
@@ -469,6 +473,7 @@ mod tests {
             retry: RetryPolicy::default(),
             refresh_interval: Duration::from_millis(50),
             published: None,
+            history: None,
         })
         .start();
         eventually("3 records", async || f.dest.records(&tp).len() == 3).await;

@@ -30,6 +30,7 @@ use crate::cluster::{BoxFuture, DestinationCluster, SourceCluster};
 use crate::coordinator::{
     Appended, Applied, CoordinatorActor, CoordinatorError, Execute, ReadImage,
 };
+use crate::failback::SourceHistory;
 use crate::kafka::KafkaError;
 use crate::mirror::{MirrorActor, MirrorSpec, StopMirror};
 use crate::publisher::{PublisherSpec, StatePublisher};
@@ -247,6 +248,9 @@ impl Node {
             retry,
             refresh_interval: self.inner.settings.refresh_interval,
             published: Some(self.inner.publisher.clone().recipient()),
+            history: Some(Arc::new(SourceHistory::new(
+                &self.inner.settings.state_topic,
+            ))),
         })
         .start();
         self.inner.mirrors.lock().await.insert(

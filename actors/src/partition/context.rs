@@ -10,6 +10,7 @@ use tokio::sync::watch;
 
 use crate::cluster::{DestinationCluster, SourceCluster};
 use crate::coordinator::{CoordinatorActor, Execute};
+use crate::failback::SourceHistory;
 use crate::kafka::fetch::TopicPartition;
 use crate::kafka::KafkaError;
 
@@ -107,6 +108,9 @@ pub struct PumpContext {
     /// Called once the first record is copied (or a fetch finds nothing to
     /// copy), so the actor clears a stored failure.
     pub on_healthy: Option<Box<dyn FnOnce() + Send + Sync>>,
+    /// The source's history, for the mirror-loop rule at alignment (None:
+    /// not checked, as in unit tests without one).
+    pub history: Option<Arc<SourceHistory>>,
 }
 
 impl PumpContext {

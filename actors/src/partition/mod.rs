@@ -31,6 +31,7 @@ use tokio::sync::watch;
 use self::context::PumpContext;
 use crate::cluster::{DestinationCluster, SourceCluster};
 use crate::coordinator::{CoordinatorActor, CoordinatorError, Execute, ReadPartition};
+use crate::failback::SourceHistory;
 use crate::kafka::fetch::TopicPartition;
 use crate::metadata_sync::FinalSync;
 use crate::publisher::WaitPublished;
@@ -130,6 +131,8 @@ pub struct PartitionSpec {
     /// Where STOPPING waits for its LastMirrorEpochs to reach the state
     /// topic, which a failback reads (None: nothing is published).
     pub published: Option<Recipient<WaitPublished>>,
+    /// The source's history, for the mirror-loop rule at alignment.
+    pub history: Option<Arc<SourceHistory>>,
 }
 
 pub struct PartitionActor {
@@ -295,6 +298,7 @@ impl PartitionActor {
             on_healthy: Some(Box::new(move || {
                 healthy_addr.do_send(Healthy { generation })
             })),
+            history: self.spec.history.clone(),
         };
         tokio::spawn(async move {
             let exit = pump::run(cx).await;

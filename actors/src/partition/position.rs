@@ -16,6 +16,7 @@ use super::context::{kafka_failure, Progress, PumpContext, PumpExit};
 use super::cursor::{align as align_map, cut_divergent, Alignment, Cursor};
 use crate::cluster::{DestinationCluster, SourceCluster};
 use crate::coordinator::{CoordinatorActor, ReadPartition};
+use crate::failback;
 use crate::kafka::fetch::TopicPartition;
 
 /// Aligns the map with the destination and the source, records what
@@ -28,6 +29,7 @@ pub(super) async fn align(cx: &PumpContext) -> Result<(Cursor, i32), PumpExit> {
         .await
         .map_err(|e| PumpExit::retryable(format!("coordinator unavailable: {e}")))?;
     check_source_topic(cx).await?;
+    check_mirror_loop(cx).await?;
     let dest = cx
         .destination
         .settled_bounds(&cx.tp)
@@ -75,6 +77,34 @@ pub(super) async fn align(cx: &PumpContext) -> Result<(Cursor, i32), PumpExit> {
         p.offsets_identical = cursor.identical();
     }
     Ok((cursor, dest.leader_epoch))
+}
+
+/// The KIP's mirror-loop rule: a mirror on the source that copies this very
+/// topic from this destination, and is not STOPPED, would make the two
+/// copy each other's writes forever. FAILED, not retryable.
+async fn check_mirror_loop(cx: &PumpContext) -> Result<(), PumpExit> {
+    let Some(history) = &cx.history else {
+        return Ok(());
+    };
+    let image = match history.get(&*cx.source).await {
+        Ok(Some(image)) => image,
+        Ok(None) => return Ok(()),
+        Err(e) => {
+            // Not being able to read it must not stop the copy: the start
+            // already checked, this is the second line.
+            tracing::warn!(partition = %cx.tp, error = %e, "cannot read the source's state topic; mirror-loop check skipped");
+            return Ok(());
+        }
+    };
+    let here = cx
+        .destination
+        .cluster_id()
+        .await
+        .map_err(|e| kafka_failure("describe the destination cluster", e))?;
+    if let Some((forward, entry)) = failback::forward_mirror(&image, &here, &cx.tp.topic) {
+        failback::check_loop(&image, forward, entry).map_err(|e| PumpExit::fatal(e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// After a crash the destination may hold appends above what the map

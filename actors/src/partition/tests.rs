@@ -29,6 +29,7 @@ struct Rig {
     tp: TopicPartition,
     key: MirrorPartitionKey,
     ule: bool,
+    history: Option<Arc<crate::failback::SourceHistory>>,
 }
 
 async fn rig() -> Rig {
@@ -48,6 +49,7 @@ async fn rig() -> Rig {
         tp: TopicPartition::new(TOPIC, 0),
         key: MirrorPartitionKey::new("m", ID, 0),
         ule: false,
+        history: None,
     }
 }
 
@@ -69,6 +71,7 @@ impl Rig {
             support_unclean_leader_election: self.ule,
             final_sync: None,
             published: None,
+            history: self.history.clone(),
         })
         .start()
     }
@@ -787,4 +790,67 @@ async fn a_pending_retry_is_not_postponed_by_each_refresh() {
     }
     assert_eq!(rig.dest.records(&rig.tp).len(), 4, "retried within 2 s");
     assert_eq!(state(&actor).await.state, PartitionState::Mirroring);
+}
+
+#[actix::test]
+async fn a_mirror_copying_this_topic_back_from_the_destination_is_a_loop() {
+    use kmirror_events::{MirrorConfigKey, MirrorTopicStateChange, MirrorTopicStateKey, Record};
+    let mut rig = rig().await;
+    // The source's state topic says: mirror "back" copies `orders` from
+    // this destination ("dst") into the source, and is MIRRORING.
+    let history = [
+        Record::MirrorConfig(
+            MirrorConfigKey {
+                mirror_name: "back".into(),
+            },
+            Some(MirrorConfig {
+                source_bootstrap: "dst:9092".into(),
+                source_cluster_id: "dst".into(),
+                ..Default::default()
+            }),
+        ),
+        Record::MirrorTopicStateChange(
+            MirrorTopicStateKey {
+                topic_id: TopicId([2; 16]),
+            },
+            Some(MirrorTopicStateChange {
+                topic_id: TopicId([2; 16]),
+                mirror_name: "back".into(),
+                desired_state: PartitionState::Mirroring,
+                topic_name: TOPIC.into(),
+                partition_count: 1,
+            }),
+        ),
+    ];
+    let state_tp = TopicPartition::new("__kmirror_state", 0);
+    rig.source
+        .create_topic("__kmirror_state", TopicId([3; 16]), 1);
+    let published: Vec<_> = history
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let (key, value) = crate::state_topic::encode(r, i as u64, 0);
+            crate::kafka::batch::Record {
+                offset_delta: 0,
+                timestamp: 0,
+                key: Some(key),
+                value,
+                headers: vec![],
+            }
+        })
+        .collect();
+    rig.source.append(&state_tp, &published, Codec::None);
+    rig.history = Some(Arc::new(crate::failback::SourceHistory::new(
+        "__kmirror_state",
+    )));
+    rig.append(3, 0);
+    let actor = rig.start(fast_retry());
+    eventually("FAILED", async || {
+        state(&actor).await.state == PartitionState::Failed
+    })
+    .await;
+    let s = state(&actor).await;
+    assert_eq!(s.retry_attempt, -1);
+    assert!(s.error.unwrap().contains("Detected mirror loop"));
+    assert!(rig.dest.records(&rig.tp).is_empty());
 }
