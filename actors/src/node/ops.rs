@@ -179,8 +179,9 @@ impl Node {
             return Ok(OperationReport {
                 topics: matched.into_iter().map(|t| t.name).collect(),
                 state_validation_offset: offset,
-                note: Some("dry run: nothing was changed".into()),
+                note: None,
                 failback: views,
+                dry_run: true,
             });
         }
         // Decided first, then done: the plans are in the log before any
@@ -240,7 +241,7 @@ impl Node {
                 topics: Vec::new(),
                 state_validation_offset: offset,
                 note: Some("no source topic matches yet; patterns saved for auto-discovery".into()),
-                failback: Vec::new(),
+                ..OperationReport::default()
             });
         }
         let _ = actor.send(Reconcile).await;
@@ -249,6 +250,7 @@ impl Node {
             state_validation_offset: offset,
             note: None,
             failback: views,
+            dry_run: false,
         })
     }
 
@@ -361,7 +363,7 @@ impl Node {
             topics: found.into_iter().map(|(_, n)| n).collect(),
             state_validation_offset: offset,
             note: None,
-            failback: Vec::new(),
+            ..OperationReport::default()
         })
     }
 
@@ -385,7 +387,7 @@ impl Node {
                 .then(|| "no FAILED partition to recover".to_string()),
             topics: recovered,
             state_validation_offset: image.end_offset(),
-            failback: Vec::new(),
+            ..OperationReport::default()
         })
     }
 

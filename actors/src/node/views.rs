@@ -80,7 +80,7 @@ pub struct PartitionDescription {
 }
 
 /// What an operation did, per topic.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct OperationReport {
     /// Topics the operation applied to.
     pub topics: Vec<String>,
@@ -92,6 +92,9 @@ pub struct OperationReport {
     /// only, with `dry_run`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failback: Vec<FailbackView>,
+    /// Nothing was changed: the report says what the operation would do.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 /// One partition's failback plan, as answers and describe show it.

@@ -139,7 +139,13 @@ pub(super) fn report_text(verb: &str, mirror: &str, r: &OperationReport) -> Stri
         "resume" => "Resumed",
         _ => "Recovered",
     };
-    let mut text = if r.topics.is_empty() {
+    let mut text = if r.dry_run {
+        format!(
+            "Dry run: nothing was changed. {verb} would apply to topics {} of mirror {mirror} (state validation offset {}).\n",
+            r.topics.join(", "),
+            r.state_validation_offset
+        )
+    } else if r.topics.is_empty() {
         format!(
             "{done} no topics of mirror {mirror} (state validation offset {}).\n",
             r.state_validation_offset
@@ -351,7 +357,7 @@ mod tests {
             topics: vec!["a".into(), "b".into()],
             state_validation_offset: 7,
             note: None,
-            failback: vec![],
+            ..OperationReport::default()
         };
         assert_eq!(
             report_text("pause", "m", &r),
@@ -361,11 +367,21 @@ mod tests {
             topics: vec![],
             state_validation_offset: 7,
             note: Some("Patterns saved for auto-discovery.".into()),
-            failback: vec![],
+            ..OperationReport::default()
         };
         assert_eq!(
             report_text("start", "m", &r),
             "Started no topics of mirror m (state validation offset 7).\nPatterns saved for auto-discovery.\n"
+        );
+        let r = OperationReport {
+            topics: vec!["a".into()],
+            state_validation_offset: 7,
+            dry_run: true,
+            ..OperationReport::default()
+        };
+        assert_eq!(
+            report_text("start", "m", &r),
+            "Dry run: nothing was changed. start would apply to topics a of mirror m (state validation offset 7).\n"
         );
     }
 }
