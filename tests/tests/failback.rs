@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use kmirror_actors::failback::FailbackRequest;
 use kmirror_actors::kafka::ClientConfig;
-use kmirror_actors::node::{Node, OperationReport, TopicChange};
+use kmirror_actors::node::{Node, NodeError, OperationReport, TopicChange};
 use kmirror_events::FailbackMode;
 use kmirror_tests::mirror::{
     connector_through, describe_group, group_read, node_with, produce_to, records,
@@ -182,10 +182,19 @@ async fn reverse(f: &AfterFailover) -> (Node, tempfile::TempDir) {
     (node, dir)
 }
 
-async fn fail_back(node: &Node, topic: &str, request: FailbackRequest) -> OperationReport {
-    node.start_with("ba", &[topic.to_string()], &[], None, request)
+/// Starts `topic` in `mirror` as a failback would.
+async fn start_back(
+    node: &Node,
+    mirror: &str,
+    topic: &str,
+    request: FailbackRequest,
+) -> Result<OperationReport, NodeError> {
+    node.start_with(mirror, &[topic.to_string()], &[], None, request)
         .await
-        .unwrap()
+}
+
+async fn fail_back(node: &Node, topic: &str, request: FailbackRequest) -> OperationReport {
+    start_back(node, "ba", topic, request).await.unwrap()
 }
 
 #[actix::test]
@@ -260,15 +269,7 @@ async fn failover_then_delta_failback_by_a_fresh_daemon_then_once_more_a_to_b() 
     // The old mirror cannot start again while B→A runs: both directions
     // at once would loop.
     f.source_proxy.release();
-    let refused = f
-        .forward
-        .start_with(
-            "ab",
-            std::slice::from_ref(&f.topic),
-            &[],
-            None,
-            FailbackRequest::default(),
-        )
+    let refused = start_back(&f.forward, "ab", &f.topic, FailbackRequest::default())
         .await
         .unwrap_err();
     assert_eq!(refused.code, "INVALID_CLUSTER_MIRROR_STATES", "{refused:?}");
@@ -292,15 +293,7 @@ async fn failover_then_delta_failback_by_a_fresh_daemon_then_once_more_a_to_b() 
     })
     .await;
     produce_values(&f.bed.source, &f.topic, 10, "a2");
-    let again = f
-        .forward
-        .start_with(
-            "ab",
-            std::slice::from_ref(&f.topic),
-            &[],
-            None,
-            FailbackRequest::default(),
-        )
+    let again = start_back(&f.forward, "ab", &f.topic, FailbackRequest::default())
         .await
         .unwrap();
     let plan = &again.failback[0].plan;
