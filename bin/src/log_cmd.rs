@@ -524,6 +524,21 @@ fn describe(
             p.producer_epoch
         ),
         Record::MirrorProducer(k, None) => format!("{} producer record removed", partition_label(names, k)),
+        Record::FailoverReport(k, Some(r)) => format!(
+            "{} failover: stopped at source offset {} (leader epoch {}), destination end {} (leader epoch {}); {}",
+            partition_label(names, k),
+            r.source_offset,
+            r.source_leader_epoch,
+            r.destination_end_offset,
+            r.destination_leader_epoch,
+            r.unmirrored_text()
+        ),
+        Record::FailoverReport(k, None) => format!("{} failover report removed", partition_label(names, k)),
+        Record::SourceFence(k, Some(f)) => format!(
+            "{}: source write fence on topic {} ({}): ACL {}",
+            k.mirror_name, f.topic_name, f.topic_id, k.binding
+        ),
+        Record::SourceFence(k, None) => format!("{}: source write fence removed: ACL {}", k.mirror_name, k.binding),
     }
 }
 
