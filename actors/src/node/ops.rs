@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use kmirror_events::{
-    join_lists, Command, MirrorConfig, MirrorStateImage, PatternList, StateValidation, TopicFilter,
-    TopicId,
+    decide, join_lists, Command, MirrorConfig, MirrorStateImage, PatternList, StateValidation,
+    TopicFilter, TopicId,
 };
 
 use super::{
@@ -160,7 +160,7 @@ impl Node {
             },
             Some(StateValidation {
                 offset,
-                topics: ids,
+                topics: ids.clone(),
             }),
         )
         .await?;
@@ -172,15 +172,27 @@ impl Node {
             });
         }
         let _ = actor.send(Reconcile).await;
+        // Mirroring again: a planned switchover's write fence on these
+        // topics has served its purpose.
+        let note = match self.unfence_topics(mirror, &*source, Some(&ids)).await {
+            Ok(removed) if removed.is_empty() => None,
+            Ok(removed) => Some(format!(
+                "removed kmirror's write fence from the source: {}",
+                removed.join(", ")
+            )),
+            Err(e) => Some(format!(
+                "could not remove kmirror's write fence from the source ({e}); run kmirror mirror unfence"
+            )),
+        };
         Ok(OperationReport {
             topics: matched.into_iter().map(|t| t.name).collect(),
             state_validation_offset: offset,
-            note: None,
+            note,
         })
     }
 
     /// Resolves names or regexes against the mirror's own topics.
-    fn resolve(
+    pub(super) fn resolve(
         image: &MirrorStateImage,
         mirror: &str,
         topics: &[String],
@@ -270,14 +282,30 @@ impl Node {
         mirror: &str,
         state_validation_offset: Option<u64>,
     ) -> Result<(), NodeError> {
-        let (actor, _) = self.running(mirror).await?;
+        let (actor, source) = self.running(mirror).await?;
         let image = self.image().await?;
         let offset = state_validation_offset.unwrap_or(image.end_offset());
         let ids: Vec<TopicId> = image.topics_of(mirror).map(|e| e.change.topic_id).collect();
+        let command = Command::DeleteMirror {
+            name: mirror.to_string(),
+        };
+        // A delete that would be refused touches nothing; one that goes
+        // ahead first removes kmirror's write fences from the source, or
+        // they would outlive the only record of them.
+        decide(&image, &command).map_err(|e| NodeError::new(e.kip_name(), e.to_string()))?;
+        self.unfence_topics(mirror, &*source, None)
+            .await
+            .map_err(|e| {
+                NodeError::new(
+                    &e.code,
+                    format!(
+                        "{}; the mirror is not deleted: its write fence on the source would be left with no record of it",
+                        e.message
+                    ),
+                )
+            })?;
         self.execute(
-            Command::DeleteMirror {
-                name: mirror.to_string(),
-            },
+            command,
             Some(StateValidation {
                 offset,
                 topics: ids,

@@ -13,6 +13,7 @@
 
 mod context;
 pub mod cursor;
+pub mod failover;
 mod position;
 pub mod pump;
 
@@ -23,8 +24,8 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use kmirror_events::{
-    next_state, Command, LastMirrorEpochsValue, MirrorPartitionKey, MirrorPartitionStateValue,
-    PartitionState, RetryDecision, RetryPolicy,
+    next_state, Command, FailoverReport, LastMirrorEpochsValue, MirrorPartitionKey,
+    MirrorPartitionStateValue, PartitionState, RetryDecision, RetryPolicy,
 };
 use tokio::sync::watch;
 
@@ -70,6 +71,12 @@ pub struct Shutdown;
 #[derive(Message)]
 #[rtype(result = "PartitionStatus")]
 pub struct GetStatus;
+
+/// The failover report as a stop would record it now, without changing
+/// anything (`stop --dry-run`).
+#[derive(Message)]
+#[rtype(result = "(PartitionStatus, Result<FailoverReport, String>)")]
+pub struct PreviewFailover;
 
 #[derive(Clone, Debug)]
 pub struct PartitionStatus {
@@ -307,7 +314,7 @@ impl PartitionActor {
     }
 
     /// PAUSING → PAUSED; STOPPING → the final group-offset pass, then
-    /// LastMirrorEpochs, then STOPPED. The pump has stopped, so the map is
+    /// LastMirrorEpochs and the failover report, then STOPPED. The pump has stopped, so the map is
     /// durable and nothing more can land: the last sync and the recorded
     /// position see the copy as it will stay.
     fn after_pump_stopped(&mut self, ctx: &mut Context<Self>) {
@@ -355,7 +362,16 @@ impl PartitionActor {
                         destination_leader_epoch: p.destination_leader_epoch,
                     };
                     coordinator
-                        .send(Execute::new(Command::RecordLastMirrorEpochs { key, value }))
+                        .send(Execute::new(Command::RecordLastMirrorEpochs {
+                            key: key.clone(),
+                            value,
+                        }))
+                        .await??;
+                    // What the source held beyond that position, or why it
+                    // could not be read: bounded, never a reason to wait.
+                    let value = failover::report(&key, &tp, &*source, &*destination, &p).await;
+                    coordinator
+                        .send(Execute::new(Command::RecordFailoverReport { key, value }))
                         .await??;
                     Ok::<_, CoordinatorError>(())
                 };
@@ -555,16 +571,50 @@ impl Handler<Recover> for PartitionActor {
     }
 }
 
-impl Handler<GetStatus> for PartitionActor {
-    type Result = MessageResult<GetStatus>;
-    fn handle(&mut self, _msg: GetStatus, _ctx: &mut Context<Self>) -> Self::Result {
-        MessageResult(PartitionStatus {
+impl PartitionActor {
+    fn status(&self) -> PartitionStatus {
+        PartitionStatus {
             key: self.spec.key.clone(),
             topic: self.spec.topic.clone(),
             state: self.state.state,
             retry_attempt: self.state.retry_attempt,
             error: self.state.error_message.clone(),
             progress: self.progress.lock().unwrap().clone(),
+        }
+    }
+}
+
+impl Handler<GetStatus> for PartitionActor {
+    type Result = MessageResult<GetStatus>;
+    fn handle(&mut self, _msg: GetStatus, _ctx: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.status())
+    }
+}
+
+impl Handler<PreviewFailover> for PartitionActor {
+    type Result = ResponseFuture<(PartitionStatus, Result<FailoverReport, String>)>;
+    fn handle(&mut self, _msg: PreviewFailover, _ctx: &mut Context<Self>) -> Self::Result {
+        let status = self.status();
+        let spec = &self.spec;
+        let (key, tp) = (spec.key.clone(), self.tp.clone());
+        let (source, destination) = (spec.source.clone(), spec.destination.clone());
+        let coordinator = spec.coordinator.clone();
+        // As STOPPING would read it: a copy that ran here knows its
+        // position; otherwise the map and the destination say.
+        let ran = (self.generation > 0).then(|| status.progress.clone());
+        Box::pin(async move {
+            let position = match ran {
+                Some(p) => Ok(p),
+                None => {
+                    position::stopped_position(&key, &tp, &*source, &*destination, &coordinator)
+                        .await
+                }
+            };
+            let report = match position {
+                Ok(p) => Ok(failover::report(&key, &tp, &*source, &*destination, &p).await),
+                Err(e) => Err(e),
+            };
+            (status, report)
         })
     }
 }
