@@ -5,6 +5,7 @@
 //! or fails because of, a source that is gone — the report then says the
 //! source could not be read, and why.
 
+use std::future::Future;
 use std::time::Duration;
 
 use kmirror_events::{FailoverReport, MirrorPartitionKey, Unmirrored};
@@ -52,6 +53,31 @@ pub async fn report(
         destination_leader_epoch: position.destination_leader_epoch,
         unmirrored,
         source_error,
+    }
+}
+
+/// Runs a partition's final group-offset pass (`sync`) beside its report.
+/// Both need the source: a report that could not read it ends the wait for
+/// the pass too, so a source that is gone holds a failover up only for
+/// [`SOURCE_READ_TIMEOUT`].
+pub async fn beside_final_sync(
+    report: impl Future<Output = FailoverReport>,
+    sync: impl Future<Output = ()>,
+) -> FailoverReport {
+    tokio::pin!(report, sync);
+    let mut synced = false;
+    loop {
+        tokio::select! {
+            () = &mut sync, if !synced => synced = true,
+            r = &mut report => {
+                if !synced && r.unmirrored.is_some() {
+                    sync.await;
+                } else if !synced {
+                    tracing::warn!("the source cannot be read; stopping without waiting for the final group-offset sync");
+                }
+                return r;
+            }
+        }
     }
 }
 
@@ -145,4 +171,45 @@ async fn unmirrored(
         bytes_at_least: scanned.capped,
         behind_ms,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+
+    fn report(reachable: bool) -> FailoverReport {
+        FailoverReport {
+            source_offset: 5,
+            source_leader_epoch: 0,
+            destination_end_offset: 5,
+            destination_leader_epoch: 0,
+            unmirrored: reachable.then_some(Unmirrored {
+                source_high_watermark: 5,
+                records: 0,
+                bytes: 0,
+                bytes_at_least: false,
+                behind_ms: 0,
+            }),
+            source_error: (!reachable).then(|| "unreachable".into()),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_final_sync_is_awaited_unless_the_source_cannot_be_read() {
+        let synced = AtomicBool::new(false);
+        let slow_sync = || async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            synced.store(true, Ordering::SeqCst);
+        };
+        let r = beside_final_sync(async { report(true) }, slow_sync()).await;
+        assert!(r.unmirrored.is_some() && synced.load(Ordering::SeqCst));
+
+        let r = beside_final_sync(async { report(false) }, std::future::pending()).await;
+        assert!(
+            r.unmirrored.is_none(),
+            "a source that is gone holds nothing up"
+        );
+    }
 }

@@ -313,10 +313,11 @@ impl PartitionActor {
         }
     }
 
-    /// PAUSING → PAUSED; STOPPING → the final group-offset pass, then
-    /// LastMirrorEpochs and the failover report, then STOPPED. The pump has stopped, so the map is
-    /// durable and nothing more can land: the last sync and the recorded
-    /// position see the copy as it will stay.
+    /// PAUSING → PAUSED; STOPPING → the final group-offset pass beside the
+    /// failover report, then LastMirrorEpochs and the report, then STOPPED.
+    /// The pump has stopped, so the map is durable and nothing more can
+    /// land: the last sync and the recorded position see the copy as it
+    /// will stay.
     fn after_pump_stopped(&mut self, ctx: &mut Context<Self>) {
         match self.state.state {
             PartitionState::Pausing => self.transition(PartitionState::Paused, ctx),
@@ -330,17 +331,6 @@ impl PartitionActor {
                 // and the destination say where the copy stands.
                 let ran = (self.generation > 0).then(|| self.progress.lock().unwrap().clone());
                 let fut = async move {
-                    if let Some(sync) = final_sync {
-                        if tokio::time::timeout(
-                            FINAL_SYNC_TIMEOUT,
-                            sync.send(FinalSync(key.clone())),
-                        )
-                        .await
-                        .is_err()
-                        {
-                            tracing::warn!(partition = %tp, "the final group-offset sync did not finish in {FINAL_SYNC_TIMEOUT:?}; stopping without it");
-                        }
-                    }
                     let p = match ran {
                         Some(p) => p,
                         None => position::stopped_position(
@@ -353,6 +343,20 @@ impl PartitionActor {
                         .await
                         .map_err(CoordinatorError::Unavailable)?,
                     };
+                    let sync = async {
+                        let Some(sync) = final_sync else { return };
+                        let pass = sync.send(FinalSync(key.clone()));
+                        if tokio::time::timeout(FINAL_SYNC_TIMEOUT, pass)
+                            .await
+                            .is_err()
+                        {
+                            tracing::warn!(partition = %tp, "the final group-offset sync did not finish in {FINAL_SYNC_TIMEOUT:?}; stopping without it");
+                        }
+                    };
+                    // What the source held beyond the position, or why it
+                    // could not be read: bounded, never a reason to wait.
+                    let report = failover::report(&key, &tp, &*source, &*destination, &p);
+                    let report = failover::beside_final_sync(report, sync).await;
                     let value = LastMirrorEpochsValue {
                         last_mirror_epoch: p.destination_leader_epoch,
                         last_mirror_offset: p.destination_offset,
@@ -367,11 +371,11 @@ impl PartitionActor {
                             value,
                         }))
                         .await??;
-                    // What the source held beyond that position, or why it
-                    // could not be read: bounded, never a reason to wait.
-                    let value = failover::report(&key, &tp, &*source, &*destination, &p).await;
                     coordinator
-                        .send(Execute::new(Command::RecordFailoverReport { key, value }))
+                        .send(Execute::new(Command::RecordFailoverReport {
+                            key,
+                            value: report,
+                        }))
                         .await??;
                     Ok::<_, CoordinatorError>(())
                 };
