@@ -78,6 +78,31 @@ pub(super) fn partition_keys(
         .collect()
 }
 
+/// The StateValidationOffset lock, checked before a side effect the
+/// coordinator's own check would come too late to prevent (a fence, an
+/// unfence): refused if one of `topics` changed state at or after `offset`.
+pub(super) fn check_lock(
+    image: &MirrorStateImage,
+    topics: &[TopicId],
+    offset: u64,
+) -> Result<(), NodeError> {
+    match topics
+        .iter()
+        .find(|id| image.topic_last_change(id).is_some_and(|at| at >= offset))
+    {
+        None => Ok(()),
+        Some(id) => Err(NodeError::new(
+            "INVALID_CLUSTER_MIRROR_STATES",
+            format!(
+                "topic {} changed state at or after the state validation offset {offset}",
+                image
+                    .topic(id)
+                    .map_or_else(|| id.to_string(), |t| t.change.topic_name.clone())
+            ),
+        )),
+    }
+}
+
 fn topic_partitions(keys: &[(MirrorPartitionKey, String)]) -> Vec<TopicPartition> {
     keys.iter()
         .map(|(k, name)| TopicPartition::new(name, k.partition))
@@ -102,18 +127,8 @@ impl Node {
         (timeout, quiet): (Duration, Duration),
     ) -> Result<FenceReport, NodeError> {
         // Refusals first: nothing changes.
-        if let Some(moved) = found
-            .iter()
-            .find(|(id, _)| image.topic_last_change(id).is_some_and(|at| at >= offset))
-        {
-            return Err(NodeError::new(
-                "INVALID_CLUSTER_MIRROR_STATES",
-                format!(
-                    "topic {} changed state at or after the state validation offset {offset}",
-                    moved.1
-                ),
-            ));
-        }
+        let ids: Vec<TopicId> = found.iter().map(|(id, _)| *id).collect();
+        check_lock(image, &ids, offset)?;
         let keys = partition_keys(image, mirror, found);
         let not_mirroring: Vec<String> = keys
             .iter()

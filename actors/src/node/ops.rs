@@ -10,6 +10,7 @@ use kmirror_events::{
     TopicFilter, TopicId,
 };
 
+use super::fence::check_lock;
 use super::{
     client_properties, kafka, retry_policy, unavailable, MirrorListing, Node, NodeError,
     OperationReport,
@@ -20,7 +21,8 @@ use crate::mirror::{Reconcile, RecoverTopics, StopMirror};
 /// The operations that only move topics a mirror already has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TopicChange {
-    /// Failover: the destination topics become writable.
+    /// Records desired STOPPED and returns at once; the failover an
+    /// operator runs is [`Node::stop_topics`], which waits and reports.
     Stop,
     Pause,
     Resume,
@@ -293,6 +295,7 @@ impl Node {
         // ahead first removes kmirror's write fences from the source, or
         // they would outlive the only record of them.
         decide(&image, &command).map_err(|e| NodeError::new(e.kip_name(), e.to_string()))?;
+        check_lock(&image, &ids, offset)?;
         self.unfence_topics(mirror, &*source, None)
             .await
             .map_err(|e| {
