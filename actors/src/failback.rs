@@ -188,6 +188,33 @@ pub fn check_loop(
     Ok(())
 }
 
+/// Refuses while the forward mirror's planned switchover still denies
+/// writes to the topic here: the failback's own produce would be refused
+/// with it (unless kmirror is a super user), and so would the producers
+/// that come back afterwards.
+pub fn check_fence(
+    history: &MirrorStateImage,
+    forward: &str,
+    entry: &TopicEntry,
+) -> Result<(), FailbackError> {
+    let acls: Vec<&str> = history
+        .source_fences_of(forward)
+        .filter(|(_, f)| f.topic_id == entry.change.topic_id)
+        .map(|(k, _)| k.binding.as_str())
+        .collect();
+    if acls.is_empty() {
+        return Ok(());
+    }
+    Err(FailbackError::Refused {
+        topic: entry.change.topic_name.clone(),
+        reason: format!(
+            "mirror {forward} still fences writes to it on this destination since its planned switchover (ACL {}); remove the fence first: `kmirror mirror unfence --mirror {forward} --topics {}` on that mirror's daemon, or delete the ACL with kafka-acls.sh",
+            acls.join(", "),
+            entry.change.topic_name
+        ),
+    })
+}
+
 /// Plans the failback of `topic` (the source's) onto the destination topic
 /// of the same name. `None`: nothing to take back (the destination topic is
 /// missing or empty, and no mode was asked for).
@@ -206,6 +233,11 @@ pub async fn plan_topic(
         topic: topic.name.clone(),
         reason,
     };
+    let found = history.and_then(|h| forward_mirror(h, destination_cluster, &topic.name));
+    if let (Some(h), Some((forward, entry))) = (history, found) {
+        check_loop(h, forward, entry)?;
+        check_fence(h, forward, entry)?;
+    }
     let Some(dest) = destination_topic else {
         return match request.mode {
             Some(_) => Err(refused(
@@ -228,7 +260,6 @@ pub async fn plan_topic(
     if empty && request.mode.is_none() {
         return Ok(None);
     }
-    let found = history.and_then(|h| forward_mirror(h, destination_cluster, &topic.name));
     let Some((forward, entry)) = found else {
         if request.mode == Some(FailbackMode::FromScratch) {
             return plan_without_history(source, topic, &bounds).await.map(Some);
@@ -241,7 +272,6 @@ pub async fn plan_topic(
         };
     };
     let history = history.expect("found in it");
-    check_loop(history, forward, entry)?;
     // Identity is the topic id, on both sides.
     let mut identity = None;
     if entry.change.topic_id != dest.topic_id {
@@ -572,4 +602,111 @@ async fn has_manifest(
         }
     }
     Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use kmirror_events::{
+        MirrorConfigKey, MirrorTopicStateChange, MirrorTopicStateKey, Record, SourceFence,
+        SourceFenceKey, TopicId,
+    };
+
+    use super::*;
+    use crate::cluster::memory::{MemoryDestination, MemorySource};
+
+    /// The history a daemon on `A` left in `B`'s state topic: mirror `ab`
+    /// copied `orders` from `A` and stopped it with a planned switchover.
+    fn history(fenced: bool) -> MirrorStateImage {
+        let id = TopicId([4; 16]);
+        let mut image = MirrorStateImage::new();
+        let mut records = vec![
+            Record::MirrorConfig(
+                MirrorConfigKey {
+                    mirror_name: "ab".into(),
+                },
+                Some(MirrorConfig {
+                    source_bootstrap: "a:9092".into(),
+                    source_properties: Default::default(),
+                    topics_include: "orders".into(),
+                    topics_exclude: String::new(),
+                    groups_include: ".*".into(),
+                    groups_exclude: String::new(),
+                    source_cluster_id: "A".into(),
+                }),
+            ),
+            Record::MirrorTopicStateChange(
+                MirrorTopicStateKey { topic_id: id },
+                Some(MirrorTopicStateChange {
+                    topic_id: id,
+                    mirror_name: "ab".into(),
+                    desired_state: PartitionState::Stopped,
+                    topic_name: "orders".into(),
+                    partition_count: 1,
+                }),
+            ),
+        ];
+        if fenced {
+            records.push(Record::SourceFence(
+                SourceFenceKey {
+                    mirror_name: "ab".into(),
+                    binding: "TOPIC;LITERAL;orders;User:*;*;WRITE;DENY".into(),
+                },
+                Some(SourceFence {
+                    topic_id: id,
+                    topic_name: "orders".into(),
+                }),
+            ));
+        }
+        for (i, r) in records.iter().enumerate() {
+            image.apply(i as u64, r);
+        }
+        image
+    }
+
+    #[actix::test]
+    async fn a_switchover_fence_still_on_the_topic_refuses_the_failback_and_says_how_to_lift_it() {
+        let source = MemorySource::new("B");
+        let destination = MemoryDestination::new("A");
+        let topic = TopicInfo {
+            name: "orders".into(),
+            topic_id: TopicId([5; 16]),
+            partitions: 1,
+            internal: false,
+        };
+        let settings = FailbackSettings {
+            tail: TailPolicy::Quarantine,
+            quarantine_suffix: ".kmirror-divergent".into(),
+        };
+        let plan = |history: MirrorStateImage| {
+            let (source, destination, topic) = (&source, &destination, &topic);
+            let settings = &settings;
+            async move {
+                plan_topic(
+                    source,
+                    destination,
+                    Some(&history),
+                    "A",
+                    topic,
+                    None,
+                    FailbackRequest::default(),
+                    settings,
+                )
+                .await
+            }
+        };
+        let Err(refused) = plan(history(true)).await else {
+            panic!("a fenced topic was planned");
+        };
+        let text = refused.to_string();
+        assert!(
+            text.contains("TOPIC;LITERAL;orders;User:*;*;WRITE;DENY"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kmirror mirror unfence --mirror ab --topics orders"),
+            "{text}"
+        );
+        // Unfenced, the same start goes on (nothing to take back here).
+        assert!(plan(history(false)).await.unwrap().is_none());
+    }
 }

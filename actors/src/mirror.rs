@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use kmirror_events::{
-    Command, MirrorConfig, MirrorPartitionKey, MirrorStateImage, PartitionState, PatternError,
-    RetryPolicy, StateValidation, TopicFilter, TopicId,
+    Command, FailoverReport, MirrorConfig, MirrorPartitionKey, MirrorStateImage, PartitionState,
+    PatternError, RetryPolicy, StateValidation, TopicFilter, TopicId,
 };
 
 use crate::cluster::{
@@ -28,7 +28,8 @@ use crate::metadata_sync::{
     GetSyncMetrics, MetadataSyncActor, PartitionsGrew, StopSync, SyncMetrics, SyncSpec,
 };
 use crate::partition::{
-    Desire, Fail, GetStatus, PartitionActor, PartitionSpec, PartitionStatus, Recover, Shutdown,
+    Desire, Fail, GetStatus, PartitionActor, PartitionSpec, PartitionStatus, PreviewFailover,
+    Recover, Shutdown,
 };
 use crate::publisher::WaitPublished;
 
@@ -41,6 +42,12 @@ pub struct Reconcile;
 #[derive(Message)]
 #[rtype(result = "Vec<PartitionStatus>")]
 pub struct Describe;
+
+/// The failover report of every partition of these topics as a stop would
+/// record it now (`stop --dry-run`), sorted by topic and partition.
+#[derive(Message)]
+#[rtype(result = "Vec<(PartitionStatus, Result<FailoverReport, String>)>")]
+pub struct PreviewFailovers(pub Vec<TopicId>);
 
 /// Operator recovery of the FAILED partitions of these topics.
 #[derive(Message)]
@@ -152,6 +159,15 @@ impl MirrorActor {
             keep
         });
         let _ = ctx;
+    }
+
+    /// The PartitionActors of these topics.
+    fn partitions_of(&self, topics: &[TopicId]) -> Vec<Addr<PartitionActor>> {
+        self.partitions
+            .iter()
+            .filter(|(k, _)| topics.contains(&k.topic_id))
+            .map(|(_, a)| a.clone())
+            .collect()
     }
 
     /// One refresh: source identity, discovery, exclude enforcement.
@@ -360,15 +376,29 @@ impl Handler<Describe> for MirrorActor {
     }
 }
 
+impl Handler<PreviewFailovers> for MirrorActor {
+    type Result = ResponseFuture<Vec<(PartitionStatus, Result<FailoverReport, String>)>>;
+    fn handle(&mut self, msg: PreviewFailovers, _ctx: &mut Context<Self>) -> Self::Result {
+        let addrs = self.partitions_of(&msg.0);
+        Box::pin(async move {
+            let previews = addrs.iter().map(|a| a.send(PreviewFailover));
+            let mut out: Vec<_> = futures_util::future::join_all(previews)
+                .await
+                .into_iter()
+                .filter_map(Result::ok)
+                .collect();
+            out.sort_by(|(a, _), (b, _)| {
+                (&a.topic, a.key.partition).cmp(&(&b.topic, b.key.partition))
+            });
+            out
+        })
+    }
+}
+
 impl Handler<RecoverTopics> for MirrorActor {
     type Result = ResponseFuture<Vec<String>>;
     fn handle(&mut self, msg: RecoverTopics, _ctx: &mut Context<Self>) -> Self::Result {
-        let addrs: Vec<_> = self
-            .partitions
-            .iter()
-            .filter(|(k, _)| msg.0.contains(&k.topic_id))
-            .map(|(_, a)| a.clone())
-            .collect();
+        let addrs = self.partitions_of(&msg.0);
         Box::pin(async move {
             let mut recovered = Vec::new();
             for a in addrs {

@@ -29,8 +29,7 @@ use crate::kafka::KafkaError;
 
 /// The state topic's default name (`state_topic` in the daemon's settings).
 pub const DEFAULT_STATE_TOPIC: &str = "__kmirror_state";
-/// Its partitions when kmirror creates it
-/// (`mirror.state.topic.num.partitions`).
+/// Its partitions when kmirror creates it (`state_topic_num_partitions`).
 pub const DEFAULT_PARTITIONS: i32 = 50;
 
 /// The string a key is routed by.
@@ -44,13 +43,15 @@ fn routing(key: &RecordKey) -> String {
         RecordKey::LastMirrorEpochs(k)
         | RecordKey::MirrorPartitionState(k)
         | RecordKey::MirrorProducer(k)
-        | RecordKey::FailbackPlan(k) => k.mirror_name.clone(),
+        | RecordKey::FailbackPlan(k)
+        | RecordKey::FailoverReport(k) => k.mirror_name.clone(),
         RecordKey::MirrorConfig(k) => k.mirror_name.clone(),
         RecordKey::OffsetMapRun(k) | RecordKey::GapDetected(k) => k.partition.mirror_name.clone(),
         RecordKey::OffsetMapHole(k) => k.partition.mirror_name.clone(),
         RecordKey::GroupOffsetSync(k) => k.mirror_name.clone(),
         RecordKey::TopicConfigSync(k) => k.mirror_name.clone(),
         RecordKey::AclSync(k) => k.mirror_name.clone(),
+        RecordKey::SourceFence(k) => k.mirror_name.clone(),
     }
 }
 

@@ -6,12 +6,13 @@
 //! the same code-to-status mapping.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use actix_web::http::StatusCode;
 use actix_web::web::{self, Data, Json, Path, Query};
 use actix_web::{HttpRequest, HttpResponse, ResponseError};
 use kmirror_actors::failback::FailbackRequest;
-use kmirror_actors::node::{Node, NodeError, PartitionDescription, TopicChange};
+use kmirror_actors::node::{Node, NodeError, PartitionDescription, StopOptions, TopicChange};
 use kmirror_events::FailbackMode;
 use serde::{Deserialize, Serialize};
 
@@ -25,7 +26,11 @@ pub struct CreateBody {
     pub properties: BTreeMap<String, String>,
 }
 
-/// Body of `POST /mirrors/{name}/{start|stop|pause|resume|recover}`.
+fn is_false(b: &bool) -> bool {
+    !b
+}
+
+/// Body of `POST /mirrors/{name}/{start|stop|pause|resume|recover|unfence}`.
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OperationBody {
@@ -43,9 +48,21 @@ pub struct OperationBody {
     /// (absent: `delta` where a failback is possible).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failback: Option<String>,
-    /// Only for `start`: plan, change nothing.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    /// Only for `start` (the failback plans) and `stop` (the failover
+    /// report): answer what would happen, change nothing.
+    #[serde(default, skip_serializing_if = "is_false")]
     pub dry_run: bool,
+    /// Only for `stop`: a planned switchover — fence the source's writers,
+    /// drain to lag 0, then stop.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub fence_source: bool,
+    /// Only for `stop`: how long each wait may take, in ms (default 60 000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Only for `stop --fence-source` from a source without an authorizer:
+    /// how long its end offsets must stay unchanged, in ms (default 5 000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quiet_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -99,9 +116,9 @@ pub fn status_for(code: &str) -> StatusCode {
         | "INVALID_CONFIG"
         | "INVALID_CLUSTER_MIRROR_NAME"
         | "INVALID_TOPIC_EXCEPTION" => StatusCode::BAD_REQUEST,
-        "CLUSTER_MIRROR_AUTHORIZATION_FAILED" | "TOPIC_AUTHORIZATION_FAILED" => {
-            StatusCode::FORBIDDEN
-        }
+        "CLUSTER_MIRROR_AUTHORIZATION_FAILED"
+        | "TOPIC_AUTHORIZATION_FAILED"
+        | "CLUSTER_AUTHORIZATION_FAILED" => StatusCode::FORBIDDEN,
         "UNKNOWN_CLUSTER_MIRROR"
         | "TOPIC_NOT_IN_CLUSTER_MIRROR"
         | "UNKNOWN_TOPIC_OR_PARTITION"
@@ -287,6 +304,13 @@ async fn describe_all(node: Data<NodeHandle>, query: Query<DescribeQuery>) -> Re
     describe(&node, None, query.failed).await
 }
 
+/// The verbs of `POST /mirrors/{name}/{operation}`.
+const OPERATIONS: [&str; 6] = ["start", "stop", "pause", "resume", "recover", "unfence"];
+
+fn to_value<T: Serialize>(answer: T) -> serde_json::Value {
+    serde_json::to_value(answer).expect("answers serialise")
+}
+
 async fn operate(
     node: Data<NodeHandle>,
     path: Path<(String, String)>,
@@ -299,25 +323,17 @@ async fn operate(
         state_validation_offset: offset,
         failback,
         dry_run,
+        fence_source,
+        timeout_ms,
+        quiet_ms,
     } = body.into_inner();
-    if (failback.is_some() || dry_run) && operation != "start" {
-        return Err(ApiError::invalid(
-            "failback, dry_run: only start takes them",
-        ));
-    }
-    let failback = FailbackRequest {
-        mode: match failback.as_deref() {
-            None => None,
-            Some(m) => Some(FailbackMode::parse(m).ok_or_else(|| {
-                ApiError::invalid(format!("failback: `{m}` is neither delta nor from-scratch"))
-            })?),
-        },
-        dry_run,
-    };
-    if !["start", "stop", "pause", "resume", "recover"].contains(&operation.as_str()) {
+    if !OPERATIONS.contains(&operation.as_str()) {
         return Err(ApiError(NodeError::new(
             "NOT_FOUND",
-            format!("no operation `{operation}`; expected start, stop, pause, resume or recover"),
+            format!(
+                "no operation `{operation}`; expected {}",
+                OPERATIONS.join(", ")
+            ),
         )));
     }
     if topics.iter().all(|t| t.trim().is_empty()) {
@@ -330,29 +346,72 @@ async fn operate(
             "exclude: only start takes exclude patterns",
         ));
     }
-    if offset.is_some() && operation == "recover" {
-        return Err(ApiError::invalid(
-            "state_validation_offset: recover does not take one",
-        ));
+    if offset.is_some() && ["recover", "unfence"].contains(&operation.as_str()) {
+        return Err(ApiError::invalid(format!(
+            "state_validation_offset: {operation} does not take one"
+        )));
     }
+    if failback.is_some() && operation != "start" {
+        return Err(ApiError::invalid("failback: only start takes it"));
+    }
+    if dry_run && !["start", "stop"].contains(&operation.as_str()) {
+        return Err(ApiError::invalid("dry_run: only start and stop take it"));
+    }
+    let failback = FailbackRequest {
+        mode: match failback.as_deref() {
+            None => None,
+            Some(m) => Some(FailbackMode::parse(m).ok_or_else(|| {
+                ApiError::invalid(format!("failback: `{m}` is neither delta nor from-scratch"))
+            })?),
+        },
+        dry_run,
+    };
+    let stop_only = [
+        ("fence_source", fence_source),
+        ("timeout_ms", timeout_ms.is_some()),
+        ("quiet_ms", quiet_ms.is_some()),
+    ];
+    if let Some((field, _)) = stop_only.iter().find(|(_, set)| *set) {
+        if operation != "stop" {
+            return Err(ApiError::invalid(format!("{field}: only stop takes it")));
+        }
+    }
+    if timeout_ms == Some(0) {
+        return Err(ApiError::invalid("timeout_ms: must be at least 1"));
+    }
+    let defaults = StopOptions::default();
+    let options = StopOptions {
+        state_validation_offset: offset,
+        dry_run,
+        fence_source,
+        timeout: timeout_ms.map_or(defaults.timeout, Duration::from_millis),
+        quiet: quiet_ms.map_or(defaults.quiet, Duration::from_millis),
+    };
     let change = match operation.as_str() {
-        "stop" => Some(TopicChange::Stop),
         "pause" => Some(TopicChange::Pause),
         "resume" => Some(TopicChange::Resume),
         _ => None,
     };
     let (m, op) = (mirror.clone(), operation.clone());
-    let report = node
+    let answer = node
         .run(move |n| async move {
             match (op.as_str(), change) {
-                (_, Some(change)) => n.change_topics(&m, change, &topics, offset).await,
-                ("start", _) => n.start_with(&m, &topics, &exclude, offset, failback).await,
-                _ => n.recover_topics(&m, &topics).await,
+                (_, Some(change)) => n
+                    .change_topics(&m, change, &topics, offset)
+                    .await
+                    .map(to_value),
+                ("stop", _) => n.stop_topics(&m, &topics, options).await.map(to_value),
+                ("start", _) => n
+                    .start_with(&m, &topics, &exclude, offset, failback)
+                    .await
+                    .map(to_value),
+                ("unfence", _) => n.unfence(&m, &topics).await.map(to_value),
+                _ => n.recover_topics(&m, &topics).await.map(to_value),
             }
         })
         .await??;
-    tracing::info!(%mirror, %operation, topics = ?report.topics, "operation applied");
-    Ok(HttpResponse::Ok().json(report))
+    tracing::info!(%mirror, %operation, topics = %answer["topics"], "operation applied");
+    Ok(HttpResponse::Ok().json(answer))
 }
 
 async fn translate(node: Data<NodeHandle>, q: Query<TranslateQuery>) -> Reply {
@@ -505,6 +564,66 @@ mod tests {
             400,
             "INVALID_REQUEST",
             "exclude",
+        );
+        assert_error(
+            call(post(
+                "/mirrors/m/pause",
+                r#"{"topics":["a"],"dry_run":true}"#,
+            ))
+            .await,
+            400,
+            "INVALID_REQUEST",
+            "dry_run: only start and stop take it",
+        );
+        assert_error(
+            call(post(
+                "/mirrors/m/stop",
+                r#"{"topics":["a"],"failback":"delta"}"#,
+            ))
+            .await,
+            400,
+            "INVALID_REQUEST",
+            "failback: only start takes it",
+        );
+        assert_error(
+            call(post(
+                "/mirrors/m/start",
+                r#"{"topics":["a"],"failback":"sideways"}"#,
+            ))
+            .await,
+            400,
+            "INVALID_REQUEST",
+            "`sideways` is neither delta nor from-scratch",
+        );
+        assert_error(
+            call(post(
+                "/mirrors/m/start",
+                r#"{"topics":["a"],"fence_source":true}"#,
+            ))
+            .await,
+            400,
+            "INVALID_REQUEST",
+            "fence_source",
+        );
+        assert_error(
+            call(post(
+                "/mirrors/m/stop",
+                r#"{"topics":["a"],"timeout_ms":0}"#,
+            ))
+            .await,
+            400,
+            "INVALID_REQUEST",
+            "timeout_ms",
+        );
+        assert_error(
+            call(post(
+                "/mirrors/m/unfence",
+                r#"{"topics":["a"],"state_validation_offset":3}"#,
+            ))
+            .await,
+            400,
+            "INVALID_REQUEST",
+            "unfence does not take one",
         );
         assert_error(
             call(post("/mirrors/m/start", r#"{"topics":"a"}"#)).await,

@@ -25,6 +25,7 @@ pub struct Response {
 pub struct BaseUrl {
     host_port: String,
     prefix: String,
+    read_timeout: Duration,
 }
 
 impl BaseUrl {
@@ -50,7 +51,15 @@ impl BaseUrl {
         Ok(BaseUrl {
             host_port,
             prefix: prefix.to_owned(),
+            read_timeout: READ_TIMEOUT,
         })
+    }
+
+    /// The same URL, waiting up to `timeout` for an answer: for operations
+    /// that wait on the daemon's side (a stop waits for its partitions).
+    pub fn with_read_timeout(mut self, timeout: Duration) -> Self {
+        self.read_timeout = timeout.max(READ_TIMEOUT);
+        self
     }
 
     /// Sends one request; `body` is JSON. Errors are transport errors only:
@@ -74,7 +83,9 @@ impl BaseUrl {
             .next()
             .ok_or_else(|| format!("{}: no address", self.host_port))?;
         let mut stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(fail)?;
-        stream.set_read_timeout(Some(READ_TIMEOUT)).map_err(fail)?;
+        stream
+            .set_read_timeout(Some(self.read_timeout))
+            .map_err(fail)?;
         let body = body.unwrap_or_default();
         let mut request = format!(
             "{method} {}{path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nAccept: application/json\r\nContent-Length: {}\r\n",

@@ -490,8 +490,29 @@ fn a_mirror_lifecycle_through_the_cli() {
         mirrored(&daemon, &mirror, 150)
     });
 
-    daemon.cli_ok(&["mirror", "stop", "--mirror", &mirror, "--topics", &topic]);
-    wait_for("stopped", || in_state(&daemon, &mirror, "STOPPED"));
+    // Failover: the stop answers once every partition is STOPPED, with
+    // what was not mirrored (nothing: the mirror had caught up).
+    let out = daemon.cli_ok(&["mirror", "stop", "--mirror", &mirror, "--topics", &topic]);
+    assert!(in_state(&daemon, &mirror, "STOPPED"));
+    let text = stdout(&out);
+    assert!(text.contains("NOT-MIRRORED"), "{text}");
+    assert!(
+        text.contains("not mirrored: 0 records, 0 bytes, 0.000 s behind"),
+        "{text}"
+    );
+    let out = daemon.cli_ok(&[
+        "mirror",
+        "stop",
+        "--mirror",
+        &mirror,
+        "--topics",
+        &topic,
+        "--dry-run",
+        "--json",
+    ]);
+    let dry: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(dry["dry_run"], true, "{dry}");
+    assert_eq!(dry["partitions"][0]["unmirrored"]["records"], 0, "{dry}");
 
     daemon.cli_ok(&["mirror", "delete", "--mirror", &mirror]);
     let out = daemon.cli(&["mirror", "describe", "--mirror", &mirror]);
@@ -505,6 +526,11 @@ fn a_mirror_lifecycle_through_the_cli() {
     let out = kmirror(&["log", "audit", "--data-dir", data, "--mirror", &mirror]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains(&topic), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("failover: stopped at source offset"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 /// Records in `topic` on a cluster (sum of end offsets), read with Kafka's tool.

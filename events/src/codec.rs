@@ -28,12 +28,13 @@ use crate::record::*;
 /// that we would silently drop.
 ///
 /// 2 added `OffsetMapHole` and `MirrorProducer` and changed the snapshot's
-/// image layout; version-1 records read unchanged.
-pub const FORMAT_VERSION: u8 = 2;
+/// image layout; version-1 records read unchanged. 3 added `SourceFence`
+/// and `FailoverReport` (and their maps in the snapshot's image).
+pub const FORMAT_VERSION: u8 = 3;
 
 /// Snapshots of an older image layout than this are skipped (the log is
 /// replayed instead): a snapshot is a cache of the log, never its only copy.
-const SNAPSHOT_LAYOUT_VERSION: u8 = 2;
+const SNAPSHOT_LAYOUT_VERSION: u8 = 3;
 
 const CFG: Configuration = standard();
 /// Fixed header before `key_len`.
@@ -166,6 +167,14 @@ pub fn encode_key(key: &RecordKey) -> Vec<u8> {
             out.push(RecordType::FailbackPlan as u8);
             enc(k, &mut out)
         }
+        RecordKey::SourceFence(k) => {
+            out.push(RecordType::SourceFence as u8);
+            enc(k, &mut out)
+        }
+        RecordKey::FailoverReport(k) => {
+            out.push(RecordType::FailoverReport as u8);
+            enc(k, &mut out)
+        }
     }
     out
 }
@@ -197,6 +206,8 @@ pub fn decode_key(bytes: &[u8]) -> Result<RecordKey, CodecError> {
             RecordKey::MirrorTopicDestination(dec(key, "record key")?)
         }
         RecordType::FailbackPlan => RecordKey::FailbackPlan(dec(key, "record key")?),
+        RecordType::SourceFence => RecordKey::SourceFence(dec(key, "record key")?),
+        RecordType::FailoverReport => RecordKey::FailoverReport(dec(key, "record key")?),
     })
 }
 
@@ -246,6 +257,8 @@ pub fn encode_record(
         Record::MirrorProducer(k, v) => enc_kv(k, v, &mut out),
         Record::MirrorTopicDestination(k, v) => enc_kv(k, v, &mut out),
         Record::FailbackPlan(k, v) => enc_kv(k, v, &mut out),
+        Record::SourceFence(k, v) => enc_kv(k, v, &mut out),
+        Record::FailoverReport(k, v) => enc_kv(k, v, &mut out),
     }
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
@@ -370,6 +383,14 @@ pub fn decode_record(bytes: &[u8]) -> Result<Envelope, CodecError> {
         RecordType::FailbackPlan => {
             let (k, v) = dec_kv(body)?;
             Record::FailbackPlan(k, v)
+        }
+        RecordType::SourceFence => {
+            let (k, v) = dec_kv(body)?;
+            Record::SourceFence(k, v)
+        }
+        RecordType::FailoverReport => {
+            let (k, v) = dec_kv(body)?;
+            Record::FailoverReport(k, v)
         }
     };
     Ok(Envelope {

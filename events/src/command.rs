@@ -150,6 +150,22 @@ pub enum Command {
     RecordAclDeleted {
         key: AclSyncKey,
     },
+    /// What a partition's failover left unmirrored, before its STOPPED.
+    RecordFailoverReport {
+        key: MirrorPartitionKey,
+        value: FailoverReport,
+    },
+    /// A DENY WRITE ACL about to be created on the source (`--fence-source`):
+    /// recorded first, so kmirror owns exactly what it may have created.
+    RecordSourceFence {
+        key: SourceFenceKey,
+        fence: SourceFence,
+    },
+    /// A fence whose ACL is gone from the source (or was never created).
+    /// No-op when none is recorded.
+    RemoveSourceFence {
+        key: SourceFenceKey,
+    },
 }
 
 /// Why a command was refused. Variants named after KIP error codes map to

@@ -58,6 +58,8 @@ pub struct MirrorStateImage {
     group_offsets: OrdMap<GroupOffsetSyncKey, GroupOffsetSync>,
     topic_configs: OrdMap<TopicConfigSyncKey, TopicConfigSync>,
     acls: OrdMap<AclSyncKey, AclSync>,
+    source_fences: OrdMap<SourceFenceKey, SourceFence>,
+    failover_reports: OrdMap<FailoverReportKey, FailoverReport>,
 }
 
 fn put<K: Ord + Clone, V: Clone>(map: &mut OrdMap<K, V>, k: K, v: Option<V>) {
@@ -152,6 +154,8 @@ impl MirrorStateImage {
             Record::GroupOffsetSync(k, v) => put(&mut self.group_offsets, k, v),
             Record::TopicConfigSync(k, v) => put(&mut self.topic_configs, k, v),
             Record::AclSync(k, v) => put(&mut self.acls, k, v),
+            Record::SourceFence(k, v) => put(&mut self.source_fences, k, v),
+            Record::FailoverReport(k, v) => put(&mut self.failover_reports, k, v),
         }
     }
 
@@ -306,6 +310,26 @@ impl MirrorStateImage {
         self.acls.iter()
     }
 
+    /// Every write fence kmirror may still hold on a source, of any mirror.
+    pub fn source_fences(&self) -> impl Iterator<Item = (&SourceFenceKey, &SourceFence)> {
+        self.source_fences.iter()
+    }
+
+    /// The fences of `mirror`.
+    pub fn source_fences_of<'a>(
+        &'a self,
+        mirror: &'a str,
+    ) -> impl Iterator<Item = (&'a SourceFenceKey, &'a SourceFence)> + 'a {
+        self.source_fences
+            .iter()
+            .filter(move |(k, _)| k.mirror_name == mirror)
+    }
+
+    /// The report of the partition's last failover (see [`FailoverReport`]).
+    pub fn failover_report(&self, key: &MirrorPartitionKey) -> Option<&FailoverReport> {
+        self.failover_reports.get(key)
+    }
+
     /// Every live key of `mirror` in the partition-scoped and sync maps: what
     /// a mirror delete must tombstone.
     pub(crate) fn keys_of_mirror(&self, mirror: &str) -> Vec<RecordKey> {
@@ -378,6 +402,18 @@ impl MirrorStateImage {
                 .filter(|k| k.mirror_name == mirror)
                 .map(|k| RecordKey::AclSync(k.clone())),
         );
+        out.extend(
+            self.source_fences
+                .keys()
+                .filter(|k| k.mirror_name == mirror)
+                .map(|k| RecordKey::SourceFence(k.clone())),
+        );
+        out.extend(
+            self.failover_reports
+                .keys()
+                .filter(|k| k.mirror_name == mirror)
+                .map(|k| RecordKey::FailoverReport(k.clone())),
+        );
         out
     }
 
@@ -403,6 +439,8 @@ impl MirrorStateImage {
             group_offsets: self.group_offsets.len(),
             topic_configs: self.topic_configs.len(),
             acls: self.acls.len(),
+            source_fences: self.source_fences.len(),
+            failover_reports: self.failover_reports.len(),
         }
     }
 }
@@ -424,6 +462,8 @@ impl RecordKey {
             RecordKey::MirrorProducer(k) => Record::MirrorProducer(k, None),
             RecordKey::MirrorTopicDestination(k) => Record::MirrorTopicDestination(k, None),
             RecordKey::FailbackPlan(k) => Record::FailbackPlan(k, None),
+            RecordKey::SourceFence(k) => Record::SourceFence(k, None),
+            RecordKey::FailoverReport(k) => Record::FailoverReport(k, None),
         }
     }
 }
@@ -442,4 +482,6 @@ pub struct ImageSummary {
     pub group_offsets: usize,
     pub topic_configs: usize,
     pub acls: usize,
+    pub source_fences: usize,
+    pub failover_reports: usize,
 }

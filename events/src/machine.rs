@@ -709,6 +709,34 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
             require_mirror(image, &key.mirror_name)?;
             Ok(vec![Record::AclSync(key.clone(), None)])
         }
+        Command::RecordFailoverReport { key, value } => {
+            require_partition(image, key)?;
+            Ok(vec![Record::FailoverReport(
+                key.clone(),
+                Some(value.clone()),
+            )])
+        }
+        Command::RecordSourceFence { key, fence } => {
+            require_mirror(image, &key.mirror_name)?;
+            topic_in_mirror(image, &key.mirror_name, &fence.topic_id)?;
+            if key.binding.trim().is_empty() {
+                return Err(DecideError::InvalidRequest(
+                    "a source fence needs an ACL binding".into(),
+                ));
+            }
+            Ok(vec![Record::SourceFence(key.clone(), Some(fence.clone()))])
+        }
+        Command::RemoveSourceFence { key } => {
+            require_mirror(image, &key.mirror_name)?;
+            let recorded = image
+                .source_fences_of(&key.mirror_name)
+                .any(|(k, _)| k == key);
+            Ok(if recorded {
+                vec![Record::SourceFence(key.clone(), None)]
+            } else {
+                vec![]
+            })
+        }
     }
 }
 

@@ -327,6 +327,95 @@ pub struct AclSync {
     pub owned_by_kmirror: bool,
 }
 
+/// Key of a source write fence: the mirror, and the ACL binding in the
+/// canonical text form of [`AclSyncKey::binding`].
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Serialize, Deserialize)]
+pub struct SourceFenceKey {
+    pub mirror_name: String,
+    pub binding: String,
+}
+
+/// A DENY WRITE ACL kmirror created on the *source* cluster for a planned
+/// switchover (`stop --fence-source`). Recorded before the ACL is created;
+/// its tombstone follows the ACL's deletion (`unfence`, a start of the
+/// topic, a mirror delete), so the image holds every fence kmirror may still
+/// have on the source, and kmirror never deletes a binding it did not make.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct SourceFence {
+    pub topic_id: TopicId,
+    pub topic_name: String,
+}
+
+/// What a source held that a failover did not mirror, read when it stopped.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct Unmirrored {
+    /// The source high watermark when it was read.
+    pub source_high_watermark: i64,
+    /// High watermark − the next source offset to mirror.
+    pub records: i64,
+    /// Sum of the sizes of the source batches in that range.
+    pub bytes: i64,
+    /// `bytes` is a lower bound: reading the batch headers stopped at its cap.
+    pub bytes_at_least: bool,
+    /// Newest source timestamp − newest mirrored timestamp, in ms (−1 unknown).
+    pub behind_ms: i64,
+}
+
+impl Unmirrored {
+    /// `50 records, at least 5200 bytes, 3.200 s behind`: the one wording of
+    /// the CLI and the audit.
+    pub fn text(&self) -> String {
+        let at_least = if self.bytes_at_least { "at least " } else { "" };
+        let behind = if self.behind_ms >= 0 {
+            format!("{:.3} s behind", self.behind_ms as f64 / 1000.0)
+        } else {
+            "seconds behind unknown".to_string()
+        };
+        format!(
+            "{} records, {at_least}{} bytes, {behind}",
+            self.records, self.bytes
+        )
+    }
+}
+
+/// Key of a failover report: one per mirror partition.
+pub type FailoverReportKey = MirrorPartitionKey;
+
+/// A partition's failover, recorded by STOPPING after LastMirrorEpochs and
+/// before STOPPED: where the copy stopped and what the source held beyond
+/// it. A source that cannot be read never holds a failover up: the report
+/// then says why (`source_error`) instead of what was left.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct FailoverReport {
+    /// Next source offset to fetch (as LastMirrorEpochs).
+    pub source_offset: i64,
+    /// Source leader epoch of the last mirrored batch (−1 unknown).
+    pub source_leader_epoch: i32,
+    pub destination_end_offset: i64,
+    /// −1 unknown.
+    pub destination_leader_epoch: i32,
+    /// `None` when the source could not be read.
+    pub unmirrored: Option<Unmirrored>,
+    /// Why the source could not be read.
+    pub source_error: Option<String>,
+}
+
+impl FailoverReport {
+    /// What was not mirrored, or why that is unknown: the one wording of the
+    /// CLI and the audit.
+    pub fn unmirrored_text(&self) -> String {
+        match (&self.unmirrored, &self.source_error) {
+            (Some(u), _) => format!(
+                "not mirrored: {} (source high watermark {})",
+                u.text(),
+                u.source_high_watermark
+            ),
+            (None, Some(e)) => format!("source unreachable, what was not mirrored is unknown: {e}"),
+            (None, None) => "source unreachable, what was not mirrored is unknown".to_string(),
+        }
+    }
+}
+
 /// The record type byte in the codec envelope. 1 and 2 are the KIP's
 /// coordinator `apiKey`s; the rest are ours.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
@@ -345,6 +434,8 @@ pub enum RecordType {
     MirrorProducer = 11,
     MirrorTopicDestination = 13,
     FailbackPlan = 16,
+    SourceFence = 12,
+    FailoverReport = 15,
 }
 
 impl RecordType {
@@ -364,6 +455,8 @@ impl RecordType {
             11 => MirrorProducer,
             13 => MirrorTopicDestination,
             16 => FailbackPlan,
+            12 => SourceFence,
+            15 => FailoverReport,
             _ => return None,
         })
     }
@@ -383,6 +476,8 @@ impl RecordType {
             MirrorProducer => "MirrorProducer",
             MirrorTopicDestination => "MirrorTopicDestination",
             FailbackPlan => "FailbackPlan",
+            SourceFence => "SourceFence",
+            FailoverReport => "FailoverReport",
         }
     }
 }
@@ -403,6 +498,8 @@ pub enum RecordKey {
     MirrorProducer(MirrorProducerKey),
     MirrorTopicDestination(MirrorTopicStateKey),
     FailbackPlan(MirrorPartitionKey),
+    SourceFence(SourceFenceKey),
+    FailoverReport(FailoverReportKey),
 }
 
 /// One record: a typed key with its optional value (`None` = tombstone).
@@ -423,6 +520,8 @@ pub enum Record {
     MirrorProducer(MirrorProducerKey, Option<MirrorProducer>),
     MirrorTopicDestination(MirrorTopicStateKey, Option<MirrorTopicDestination>),
     FailbackPlan(MirrorPartitionKey, Option<FailbackPlan>),
+    SourceFence(SourceFenceKey, Option<SourceFence>),
+    FailoverReport(FailoverReportKey, Option<FailoverReport>),
 }
 
 impl Record {
@@ -441,6 +540,8 @@ impl Record {
             Record::MirrorProducer(..) => RecordType::MirrorProducer,
             Record::MirrorTopicDestination(..) => RecordType::MirrorTopicDestination,
             Record::FailbackPlan(..) => RecordType::FailbackPlan,
+            Record::SourceFence(..) => RecordType::SourceFence,
+            Record::FailoverReport(..) => RecordType::FailoverReport,
         }
     }
 
@@ -459,6 +560,8 @@ impl Record {
             Record::MirrorProducer(k, _) => RecordKey::MirrorProducer(k.clone()),
             Record::MirrorTopicDestination(k, _) => RecordKey::MirrorTopicDestination(k.clone()),
             Record::FailbackPlan(k, _) => RecordKey::FailbackPlan(k.clone()),
+            Record::SourceFence(k, _) => RecordKey::SourceFence(k.clone()),
+            Record::FailoverReport(k, _) => RecordKey::FailoverReport(k.clone()),
         }
     }
 
@@ -477,6 +580,8 @@ impl Record {
             Record::MirrorProducer(_, v) => v.is_none(),
             Record::MirrorTopicDestination(_, v) => v.is_none(),
             Record::FailbackPlan(_, v) => v.is_none(),
+            Record::SourceFence(_, v) => v.is_none(),
+            Record::FailoverReport(_, v) => v.is_none(),
         }
     }
 
@@ -487,7 +592,9 @@ impl Record {
             Record::LastMirrorEpochs(k, _)
             | Record::MirrorPartitionState(k, _)
             | Record::MirrorProducer(k, _)
-            | Record::FailbackPlan(k, _) => Some(&k.mirror_name),
+            | Record::FailbackPlan(k, _)
+            | Record::FailoverReport(k, _) => Some(&k.mirror_name),
+            Record::SourceFence(k, _) => Some(&k.mirror_name),
             Record::OffsetMapHole(k, _) => Some(&k.partition.mirror_name),
             // Keyed by the topic alone, like the topic's state change.
             Record::MirrorTopicDestination(..) => None,
@@ -508,7 +615,9 @@ impl Record {
             Record::LastMirrorEpochs(k, _)
             | Record::MirrorPartitionState(k, _)
             | Record::MirrorProducer(k, _)
-            | Record::FailbackPlan(k, _) => Some(k.topic_id),
+            | Record::FailbackPlan(k, _)
+            | Record::FailoverReport(k, _) => Some(k.topic_id),
+            Record::SourceFence(_, v) => v.as_ref().map(|v| v.topic_id),
             Record::OffsetMapHole(k, _) => Some(k.partition.topic_id),
             Record::MirrorTopicDestination(k, _) => Some(k.topic_id),
             Record::MirrorTopicStateChange(k, _) => Some(k.topic_id),
@@ -525,7 +634,8 @@ impl Record {
             Record::LastMirrorEpochs(k, _)
             | Record::MirrorPartitionState(k, _)
             | Record::MirrorProducer(k, _)
-            | Record::FailbackPlan(k, _) => Some(k.partition),
+            | Record::FailbackPlan(k, _)
+            | Record::FailoverReport(k, _) => Some(k.partition),
             Record::OffsetMapHole(k, _) => Some(k.partition.partition),
             Record::OffsetMapRun(k, _) | Record::GapDetected(k, _) => Some(k.partition.partition),
             Record::GroupOffsetSync(k, _) => Some(k.partition),

@@ -224,6 +224,22 @@ impl AclEntry {
         ))
     }
 
+    /// The binding that fences every writer of `topic` out (a planned
+    /// switchover's `--fence-source`): DENY WRITE on the literal topic for
+    /// every principal from every host. Kafka's super users are never
+    /// denied by an ACL, so they are not fenced.
+    pub fn write_fence(topic: &str) -> Self {
+        AclEntry {
+            resource_type: "TOPIC".into(),
+            pattern_type: "LITERAL".into(),
+            resource_name: topic.into(),
+            principal: "User:*".into(),
+            host: "*".into(),
+            operation: "WRITE".into(),
+            permission_type: "DENY".into(),
+        }
+    }
+
     /// The text form used as `AclSyncKey::binding`:
     /// `resourceType;patternType;name;principal;host;operation;permission`.
     pub fn canonical(&self) -> String {
@@ -542,6 +558,13 @@ mod tests {
             assert!(e.message.contains(needle), "{spec}: {e}");
             assert!(e.to_string().contains(spec.split(',').next().unwrap()));
         }
+    }
+
+    #[test]
+    fn a_write_fence_denies_every_writer_of_one_topic() {
+        let f = AclEntry::write_fence("orders");
+        assert_eq!(f.canonical(), "TOPIC;LITERAL;orders;User:*;*;WRITE;DENY");
+        assert_eq!(f.codes(), Some((2, 3, 4, 2)));
     }
 
     #[test]

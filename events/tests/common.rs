@@ -96,6 +96,26 @@ pub fn command() -> impl Strategy<Value = Command> {
             let key = AclSyncKey { mirror_name: m, binding: "TOPIC;LITERAL;orders;User:a;*;READ;ALLOW".into() };
             if create { Command::RecordAclCreated { key } } else { Command::RecordAclDeleted { key } }
         }),
+        1 => (pkey(), 0i64..100, prop::option::of((0i64..100, 0i64..10_000, any::<bool>(), -1i64..5_000))).prop_map(|(key, o, u)| {
+            Command::RecordFailoverReport {
+                key,
+                value: FailoverReport {
+                    source_offset: o, source_leader_epoch: 0, destination_end_offset: o, destination_leader_epoch: 0,
+                    source_error: u.is_none().then(|| "source unreachable".into()),
+                    unmirrored: u.map(|(r, bytes, bytes_at_least, behind_ms)| Unmirrored {
+                        source_high_watermark: o + r, records: r, bytes, bytes_at_least, behind_ms,
+                    }),
+                },
+            }
+        }),
+        1 => (mirror(), topic(), any::<bool>()).prop_map(|(m, (name, id), fence)| {
+            let key = SourceFenceKey { mirror_name: m, binding: format!("TOPIC;LITERAL;{name};User:*;*;WRITE;DENY") };
+            if fence {
+                Command::RecordSourceFence { key, fence: SourceFence { topic_id: id, topic_name: name } }
+            } else {
+                Command::RemoveSourceFence { key }
+            }
+        }),
     ]
 }
 
@@ -344,5 +364,51 @@ pub fn any_record() -> impl Strategy<Value = Record> {
                 }),
             )
         }),
+        (
+            ".{0,6}",
+            ".{0,20}",
+            prop::option::of((any::<[u8; 16]>(), ".{0,10}"))
+        )
+            .prop_map(|(m, b, v)| {
+                Record::SourceFence(
+                    SourceFenceKey {
+                        mirror_name: m,
+                        binding: b,
+                    },
+                    v.map(|(id, n)| SourceFence {
+                        topic_id: TopicId(id),
+                        topic_name: n,
+                    }),
+                )
+            }),
+        (
+            key.clone(),
+            prop::option::of((
+                any::<(i64, i32, i64, i32)>(),
+                prop::option::of(any::<(i64, i64, i64, bool, i64)>()),
+                opt_string()
+            ))
+        )
+            .prop_map(|(k, v)| {
+                Record::FailoverReport(
+                    k,
+                    v.map(|((so, se, de, dle), u, err)| FailoverReport {
+                        source_offset: so,
+                        source_leader_epoch: se,
+                        destination_end_offset: de,
+                        destination_leader_epoch: dle,
+                        unmirrored: u.map(|(hw, records, bytes, bytes_at_least, behind_ms)| {
+                            Unmirrored {
+                                source_high_watermark: hw,
+                                records,
+                                bytes,
+                                bytes_at_least,
+                                behind_ms,
+                            }
+                        }),
+                        source_error: err,
+                    }),
+                )
+            }),
     ]
 }

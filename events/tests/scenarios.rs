@@ -404,3 +404,86 @@ fn create_validates_name_and_patterns() {
     .unwrap_err();
     assert_eq!(e.kip_name(), "INVALID_REQUEST");
 }
+
+#[test]
+fn fences_and_failover_reports_belong_to_their_mirror_and_go_with_it() {
+    let (mut img, k) = setup();
+    let fence_key = SourceFenceKey {
+        mirror_name: "m1".into(),
+        binding: AclEntry::write_fence("orders").canonical(),
+    };
+    let fence = |topic_id| Command::RecordSourceFence {
+        key: fence_key.clone(),
+        fence: SourceFence {
+            topic_id,
+            topic_name: "orders".into(),
+        },
+    };
+    assert_eq!(
+        decide(&img, &fence(topic_id(2))).unwrap_err().kip_name(),
+        "TOPIC_NOT_IN_CLUSTER_MIRROR",
+        "a fence names a topic of its mirror"
+    );
+    decide_and_apply(&mut img, &fence(topic_id(1))).unwrap();
+    assert_eq!(img.source_fences_of("m1").count(), 1);
+    let report = FailoverReport {
+        source_offset: 10,
+        source_leader_epoch: 0,
+        destination_end_offset: 10,
+        destination_leader_epoch: 0,
+        unmirrored: None,
+        source_error: Some("unreachable".into()),
+    };
+    decide_and_apply(
+        &mut img,
+        &Command::RecordFailoverReport {
+            key: k.clone(),
+            value: report.clone(),
+        },
+    )
+    .unwrap();
+    assert_eq!(img.failover_report(&k), Some(&report));
+    assert_eq!(
+        report.unmirrored_text(),
+        "source unreachable, what was not mirrored is unknown: unreachable"
+    );
+    // Removing twice: the second is a no-op.
+    let remove = Command::RemoveSourceFence {
+        key: fence_key.clone(),
+    };
+    assert_eq!(decide_and_apply(&mut img, &remove).unwrap().len(), 1);
+    assert_eq!(decide_and_apply(&mut img, &remove).unwrap(), vec![]);
+    decide_and_apply(&mut img, &fence(topic_id(1))).unwrap();
+    // A mirror's delete tombstones its fences and reports with the rest.
+    decide_and_apply(
+        &mut img,
+        &Command::StopTopics {
+            mirror: "m1".into(),
+            topics: vec![topic_id(1)],
+        },
+    )
+    .unwrap();
+    let deleted = decide_and_apply(&mut img, &Command::DeleteMirror { name: "m1".into() }).unwrap();
+    assert!(deleted.contains(&Record::SourceFence(fence_key, None)));
+    assert!(deleted.contains(&Record::FailoverReport(k.clone(), None)));
+    assert_eq!(img.source_fences().count(), 0);
+    assert_eq!(img.failover_report(&k), None);
+}
+
+#[test]
+fn unmirrored_text_says_at_least_when_capped_and_unknown_when_unknown() {
+    let u = Unmirrored {
+        source_high_watermark: 60,
+        records: 50,
+        bytes: 5200,
+        bytes_at_least: true,
+        behind_ms: 3200,
+    };
+    assert_eq!(u.text(), "50 records, at least 5200 bytes, 3.200 s behind");
+    let u = Unmirrored {
+        bytes_at_least: false,
+        behind_ms: -1,
+        ..u
+    };
+    assert_eq!(u.text(), "50 records, 5200 bytes, seconds behind unknown");
+}

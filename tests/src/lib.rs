@@ -140,6 +140,48 @@ impl Drop for PrivateBed {
     }
 }
 
+/// A source and destination pair of one test binary's own, started with
+/// `scripts/kafka up` flags (`--authorizer`, `--security`) and stopped when
+/// dropped (and by the `--owner-pid` watcher should the process die first).
+pub struct OwnPair {
+    /// `CLUSTER_1`, the source's PLAINTEXT listener.
+    pub source: String,
+    /// `CLUSTER_2`.
+    pub destination: String,
+    env: String,
+    dir: PathBuf,
+}
+
+impl OwnPair {
+    pub fn start(name: &str, flags: &[&str]) -> Self {
+        let dir = std::env::temp_dir().join(unique(name));
+        let env = start_clusters_with(2, &dir, flags);
+        let mut pair = OwnPair {
+            source: String::new(),
+            destination: String::new(),
+            env,
+            dir,
+        };
+        pair.source = pair.get("CLUSTER_1");
+        pair.destination = pair.get("CLUSTER_2");
+        pair
+    }
+
+    /// A value `scripts/kafka up` printed (`CLUSTER_1_SASL`, `SCRAM_USER`, …).
+    pub fn get(&self, key: &str) -> String {
+        self.env
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix('=').map(str::to_string))
+            .unwrap_or_else(|| panic!("no {key} in {}", self.env))
+    }
+}
+
+impl Drop for OwnPair {
+    fn drop(&mut self) {
+        stop_clusters(&self.dir);
+    }
+}
+
 /// Starts `n` independent clusters under `dir`, stopped when this process ends.
 /// Returns the env-file text (`CLUSTER_<i>=host:port` lines).
 pub fn start_clusters(n: usize, dir: &Path) -> String {

@@ -85,8 +85,40 @@ pub fn fetch_all(bootstrap: &str, topic: &str, partition: i32) -> Result<Vec<Rec
 /// The data batches of one partition as the broker stores them (the records
 /// of each), so a test can see how a log is batched, not only what it holds.
 pub fn fetch_batches(bootstrap: &str, topic: &str, partition: i32) -> Result<Vec<Vec<Record>>> {
-    let mut out: Vec<Vec<Record>> = Vec::new();
-    let mut offset = 0i64;
+    let mut out = Vec::new();
+    for raw in raw_batches(bootstrap, topic, partition, 0)? {
+        let mut batch = raw.bytes;
+        for set in RecordBatchDecoder::decode_all(&mut batch)? {
+            let kept: Vec<Record> = set.records.into_iter().filter(|r| !r.control).collect();
+            if !kept.is_empty() {
+                out.push(kept);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One stored batch: its header fields read by hand (the v2 layout) and
+/// its bytes as the broker keeps them.
+pub struct RawBatch {
+    pub base_offset: i64,
+    /// One past the batch's last offset.
+    pub next_offset: i64,
+    pub max_timestamp: i64,
+    pub is_control: bool,
+    pub bytes: Bytes,
+}
+
+/// Every batch of one partition from the one holding `from` up to the high
+/// watermark, as stored.
+pub fn raw_batches(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+    from: i64,
+) -> Result<Vec<RawBatch>> {
+    let mut out = Vec::new();
+    let mut offset = from;
     loop {
         let req = FetchRequest::default()
             .with_replica_id(kafka_protocol::messages::BrokerId(-1))
@@ -107,29 +139,27 @@ pub fn fetch_batches(bootstrap: &str, topic: &str, partition: i32) -> Result<Vec
             bail!("fetch error code {}", p.error_code);
         }
         let mut records = p.records.clone().unwrap_or_default();
-        while records.has_remaining() {
-            // A fetch may end in a partial batch; stop at it and fetch again.
-            if records.remaining() < 12 {
-                break;
-            }
+        // A fetch may end in a partial batch; stop at it and fetch again.
+        while records.remaining() >= 61 {
             let batch_len = 12 + i32::from_be_bytes(records[8..12].try_into()?) as usize;
             if records.remaining() < batch_len {
                 break;
             }
-            let mut batch = records.split_to(batch_len);
-            for set in RecordBatchDecoder::decode_all(&mut batch)? {
-                let mut kept = Vec::new();
-                for r in set.records {
-                    if r.offset >= offset && !r.control {
-                        offset = r.offset + 1;
-                        kept.push(r);
-                    } else if r.offset >= offset {
-                        offset = r.offset + 1;
-                    }
-                }
-                if !kept.is_empty() {
-                    out.push(kept);
-                }
+            let bytes = records.split_to(batch_len);
+            let i64_at = |at: usize| i64::from_be_bytes(bytes[at..at + 8].try_into().unwrap());
+            let base_offset = i64_at(0);
+            let last_delta = i32::from_be_bytes(bytes[23..27].try_into()?) as i64;
+            let next_offset = base_offset + last_delta + 1;
+            let attributes = i16::from_be_bytes(bytes[21..23].try_into()?);
+            if next_offset > offset {
+                offset = next_offset;
+                out.push(RawBatch {
+                    base_offset,
+                    next_offset,
+                    max_timestamp: i64_at(35),
+                    is_control: attributes & 0x20 != 0,
+                    bytes,
+                });
             }
         }
         if offset >= p.high_watermark {

@@ -6,7 +6,6 @@
 //! binary, so the pair with an authorizer is started once and alone.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,33 +15,10 @@ use kmirror_actors::kafka::{ClientConfig, KafkaClient};
 use kmirror_actors::node::{Node, NodeSettings};
 use kmirror_store::SledLog;
 use kmirror_tests::mirror::connector;
-use kmirror_tests::{kafka_tool_ok, start_clusters_with, stop_clusters, unique};
+use kmirror_tests::{kafka_tool_ok, unique, OwnPair};
 
-struct Pair {
-    source: String,
-    destination: String,
-    dir: PathBuf,
-}
-
-impl Drop for Pair {
-    fn drop(&mut self) {
-        stop_clusters(&self.dir);
-    }
-}
-
-fn pair() -> Pair {
-    let dir = std::env::temp_dir().join(format!("kmirror-acl-bed-{}", std::process::id()));
-    let env = start_clusters_with(2, &dir, &["--authorizer"]);
-    let get = |k: &str| {
-        env.lines()
-            .find_map(|l| l.strip_prefix(k)?.strip_prefix('=').map(str::to_string))
-            .unwrap_or_else(|| panic!("no {k} in {env}"))
-    };
-    Pair {
-        source: get("CLUSTER_1"),
-        destination: get("CLUSTER_2"),
-        dir,
-    }
+fn pair() -> OwnPair {
+    OwnPair::start("kmirror-acl-bed", &["--authorizer"])
 }
 
 fn acls(bootstrap: &str, args: &[&str]) {

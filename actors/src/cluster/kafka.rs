@@ -16,8 +16,8 @@ use kmirror_events::TopicId;
 use tokio::sync::mpsc;
 
 use super::{
-    Ack, AclBinding, BoxFuture, ClusterView, DestinationCluster, GroupListing, GroupOffsets,
-    LogBounds, PartitionFetch, PartitionSink, SourceCluster, TopicInfo,
+    Ack, AclBinding, BatchHeader, BatchHeaders, BoxFuture, ClusterView, DestinationCluster,
+    GroupListing, GroupOffsets, LogBounds, PartitionFetch, PartitionSink, SourceCluster, TopicInfo,
 };
 use crate::kafka::admin::{AclFilter, Admin, AlterConfigOp, ConfigResource, NewTopic, OffsetSpec};
 use crate::kafka::batch::{OutgoingBatch, RecordBatch};
@@ -101,6 +101,66 @@ async fn committed_offsets(
 
 async fn describe_acls(admin: &Admin) -> Result<Vec<AclBinding>, KafkaError> {
     admin.describe_acls(&AclFilter::any()).await
+}
+
+/// The batches holding offsets `[from, to)`, read uncommitted in a fetch
+/// session of its own (never the shared stream a copy reads from), until
+/// `max_bytes` of batches are read; `true` when the cap cut the range short.
+async fn read_range(
+    client: &KafkaClient,
+    tp: &TopicPartition,
+    from: i64,
+    to: i64,
+    max_bytes: usize,
+) -> Result<(Vec<RecordBatch>, bool), KafkaError> {
+    let mut out = Vec::new();
+    if from >= to {
+        return Ok((out, false));
+    }
+    let (leader, epoch) = client.leader(&tp.topic, tp.partition).await?;
+    let options = FetchOptions {
+        isolation: IsolationLevel::ReadUncommitted,
+        max_wait: Duration::from_millis(100),
+        incremental: false,
+        ..FetchOptions::default()
+    };
+    let mut session = FetchSession::new(client.clone(), leader, options);
+    session.add(tp.clone(), from, epoch, uuid::Uuid::nil());
+    let (mut at, mut bytes) = (from, 0usize);
+    while at < to {
+        if bytes >= max_bytes {
+            return Ok((out, true));
+        }
+        let fetched = session
+            .fetch()
+            .await?
+            .into_iter()
+            .find(|(t, _)| t == tp)
+            .map(|(_, r)| r)
+            .unwrap_or_else(|| {
+                Err(FetchError::Other(KafkaError::Unknown(format!(
+                    "{tp}: no data in a fetch at {at}"
+                ))))
+            })
+            .map_err(|e| match e {
+                FetchError::Other(e) => e,
+                other => KafkaError::Unknown(format!("reading {tp} at {at}: {other}")),
+            })?;
+        for b in fetched.batches() {
+            let b = b?;
+            if b.base_offset() < to && b.next_offset() > from {
+                bytes += b.size();
+                out.push(b);
+            }
+        }
+        if fetched.next_offset <= at {
+            return Err(KafkaError::Unknown(format!(
+                "{tp}: no complete batch at offset {at} below the end {to}"
+            )));
+        }
+        at = fetched.next_offset;
+    }
+    Ok((out, false))
 }
 
 /// A filter matching exactly one binding.
@@ -305,6 +365,34 @@ impl ClusterView for KafkaCluster {
         Box::pin(describe_acls(&self.admin))
     }
 
+    fn create_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>> {
+        Box::pin(async move { self.admin.create_acls(&acls).await })
+    }
+
+    fn delete_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>> {
+        Box::pin(async move {
+            let filters: Vec<AclFilter> = acls.iter().map(exact_filter).collect();
+            self.admin.delete_acls(&filters).await.map(|_| ())
+        })
+    }
+
+    fn batch_headers(
+        &self,
+        tp: &TopicPartition,
+        from: i64,
+        to: i64,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<BatchHeaders, KafkaError>> {
+        let tp = tp.clone();
+        Box::pin(async move {
+            let (batches, capped) = read_range(&self.client, &tp, from, to, max_bytes).await?;
+            Ok(BatchHeaders {
+                batches: batches.iter().map(BatchHeader::of).collect(),
+                capped,
+            })
+        })
+    }
+
     fn topic_config_values(
         &self,
         topic: &str,
@@ -465,47 +553,8 @@ impl DestinationCluster for KafkaCluster {
     ) -> BoxFuture<'_, Result<Vec<RecordBatch>, KafkaError>> {
         let tp = tp.clone();
         Box::pin(async move {
-            let (leader, epoch) = self.client.leader(&tp.topic, tp.partition).await?;
-            let options = FetchOptions {
-                isolation: IsolationLevel::ReadUncommitted,
-                max_wait: Duration::from_millis(100),
-                incremental: false,
-                ..FetchOptions::default()
-            };
-            let mut session = FetchSession::new(self.client.clone(), leader, options);
-            session.add(tp.clone(), from, epoch, uuid::Uuid::nil());
-            let mut out = Vec::new();
-            let mut at = from;
-            while at < to {
-                let fetched = session
-                    .fetch()
-                    .await?
-                    .into_iter()
-                    .find(|(t, _)| *t == tp)
-                    .map(|(_, r)| r)
-                    .unwrap_or_else(|| {
-                        Err(FetchError::Other(KafkaError::Unknown(format!(
-                            "{tp}: no data in a fetch at {at}"
-                        ))))
-                    })
-                    .map_err(|e| match e {
-                        FetchError::Other(e) => e,
-                        other => KafkaError::Unknown(format!("reading {tp} at {at}: {other}")),
-                    })?;
-                for b in fetched.batches() {
-                    let b = b?;
-                    if b.base_offset() < to {
-                        out.push(b);
-                    }
-                }
-                if fetched.next_offset <= at {
-                    return Err(KafkaError::Unknown(format!(
-                        "{tp}: no complete batch at offset {at} below the end {to}"
-                    )));
-                }
-                at = fetched.next_offset;
-            }
-            Ok(out)
+            let (batches, _) = read_range(&self.client, &tp, from, to, usize::MAX).await?;
+            Ok(batches)
         })
     }
 
@@ -563,17 +612,6 @@ impl DestinationCluster for KafkaCluster {
     fn create_partitions(&self, topic: &str, total: i32) -> BoxFuture<'_, Result<(), KafkaError>> {
         let topic = topic.to_string();
         Box::pin(async move { self.admin.create_partitions(&topic, total).await })
-    }
-
-    fn create_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>> {
-        Box::pin(async move { self.admin.create_acls(&acls).await })
-    }
-
-    fn delete_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>> {
-        Box::pin(async move {
-            let filters: Vec<AclFilter> = acls.iter().map(exact_filter).collect();
-            self.admin.delete_acls(&filters).await.map(|_| ())
-        })
     }
 
     fn open_sink(

@@ -19,8 +19,9 @@ use bytes::{Bytes, BytesMut};
 use kmirror_events::TopicId;
 
 use super::{
-    Ack, AclBinding, BoxFuture, ClusterView, CommittedOffset, DestinationCluster, GroupListing,
-    GroupOffsets, LogBounds, PartitionFetch, PartitionSink, SourceCluster, TopicInfo,
+    Ack, AclBinding, BatchHeader, BatchHeaders, BoxFuture, ClusterView, CommittedOffset,
+    DestinationCluster, GroupListing, GroupOffsets, LogBounds, PartitionFetch, PartitionSink,
+    SourceCluster, TopicInfo,
 };
 use crate::kafka::batch::{
     decode_records, encode_batch, BatchBuilder, Codec, OutgoingBatch, Record, RecordBatch,
@@ -53,6 +54,8 @@ struct SourceState {
     configs: BTreeMap<String, BTreeMap<String, String>>,
     /// `None`: no authorizer (DescribeAcls answers SECURITY_DISABLED).
     acls: Option<Vec<AclBinding>>,
+    /// Every call fails as a broker that cannot be reached does.
+    unreachable: bool,
 }
 
 /// Groups of an in-memory cluster: state and committed offsets.
@@ -88,6 +91,55 @@ impl Groups {
             .entry(group.to_string())
             .or_insert_with(|| (String::new(), GroupOffsets::new()))
             .0 = state.to_string();
+    }
+}
+
+/// CreateAcls on a cluster's ACLs (`None`: no authorizer).
+fn create_in(have: &mut Option<Vec<AclBinding>>, acls: Vec<AclBinding>) -> Result<(), KafkaError> {
+    let have = have
+        .as_mut()
+        .ok_or_else(|| broker_error(ResponseError::SecurityDisabled, "CreateAcls"))?;
+    for a in acls {
+        if !have.contains(&a) {
+            have.push(a);
+        }
+    }
+    Ok(())
+}
+
+/// DeleteAcls of exactly these bindings (`None`: no authorizer).
+fn delete_in(have: &mut Option<Vec<AclBinding>>, acls: &[AclBinding]) -> Result<(), KafkaError> {
+    let have = have
+        .as_mut()
+        .ok_or_else(|| broker_error(ResponseError::SecurityDisabled, "DeleteAcls"))?;
+    have.retain(|a| !acls.contains(a));
+    Ok(())
+}
+
+/// The headers of `batches` holding `[from, to)`, up to `max_bytes`.
+fn headers_in(
+    batches: impl Iterator<Item = BatchHeader>,
+    from: i64,
+    to: i64,
+    max_bytes: usize,
+) -> BatchHeaders {
+    let mut out = BatchHeaders::default();
+    let mut bytes = 0;
+    for b in batches.filter(|b| b.next_offset > from && b.base_offset < to) {
+        if bytes >= max_bytes {
+            out.capped = true;
+            break;
+        }
+        bytes += b.size;
+        out.batches.push(b);
+    }
+    out
+}
+
+fn unreachable_error() -> KafkaError {
+    KafkaError::Io {
+        broker: "memory:9092".into(),
+        source: std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "source unreachable"),
     }
 }
 
@@ -286,6 +338,27 @@ impl MemorySource {
         }
     }
 
+    /// The source's ACLs, sorted (empty without an authorizer).
+    pub fn acl_list(&self) -> Vec<AclBinding> {
+        let mut a = self.state.lock().unwrap().acls.clone().unwrap_or_default();
+        a.sort();
+        a
+    }
+
+    /// Every call (reads, fetches, ACLs) fails as an unreachable broker's.
+    pub fn set_unreachable(&self, unreachable: bool) {
+        self.state.lock().unwrap().unreachable = unreachable;
+    }
+
+    /// Fails when the source is unreachable (see [`Self::set_unreachable`]).
+    fn reach(&self) -> Result<(), KafkaError> {
+        if self.state.lock().unwrap().unreachable {
+            Err(unreachable_error())
+        } else {
+            Ok(())
+        }
+    }
+
     /// Re-creates a topic under the same name with a new id and no data.
     pub fn recreate_topic(&self, name: &str, id: TopicId, partitions: i32) {
         self.create_topic(name, id, partitions);
@@ -299,6 +372,9 @@ impl MemorySource {
         offset: i64,
     ) -> Result<FetchedPartition, FetchError> {
         let mut s = self.state.lock().unwrap();
+        if s.unreachable {
+            return Err(FetchError::Other(unreachable_error()));
+        }
         let parts = match s.topics.get_mut(&*tp.topic) {
             Some((id, parts)) if *id == topic_id => parts,
             _ => {
@@ -369,34 +445,39 @@ impl ClusterView for MemorySource {
     }
 
     fn topics(&self) -> BoxFuture<'_, Result<Vec<TopicInfo>, KafkaError>> {
-        let topics = self
-            .state
-            .lock()
-            .unwrap()
-            .topics
-            .iter()
-            .map(|(name, (id, parts))| TopicInfo {
-                name: name.clone(),
-                topic_id: *id,
-                partitions: parts.len() as i32,
-                internal: name.starts_with("__"),
-            })
-            .collect();
-        Box::pin(async move { Ok(topics) })
+        let topics = self.reach().map(|()| {
+            self.state
+                .lock()
+                .unwrap()
+                .topics
+                .iter()
+                .map(|(name, (id, parts))| TopicInfo {
+                    name: name.clone(),
+                    topic_id: *id,
+                    partitions: parts.len() as i32,
+                    internal: name.starts_with("__"),
+                })
+                .collect()
+        });
+        Box::pin(async move { topics })
     }
 
     fn bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>> {
-        let b = self.with(tp, |p| LogBounds {
-            log_start: p.log_start,
-            end: p.end,
-            leader_epoch: p.leader_epoch,
+        let b = self.reach().map(|()| {
+            self.with(tp, |p| LogBounds {
+                log_start: p.log_start,
+                end: p.end,
+                leader_epoch: p.leader_epoch,
+            })
         });
-        Box::pin(async move { Ok(b) })
+        Box::pin(async move { b })
     }
 
     fn list_groups(&self) -> BoxFuture<'_, Result<Vec<GroupListing>, KafkaError>> {
-        let l = self.state.lock().unwrap().groups.listing();
-        Box::pin(async move { Ok(l) })
+        let l = self
+            .reach()
+            .map(|()| self.state.lock().unwrap().groups.listing());
+        Box::pin(async move { l })
     }
 
     fn committed_offsets(
@@ -404,15 +485,54 @@ impl ClusterView for MemorySource {
         group: &str,
         topics: &[String],
     ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>> {
-        let o = self.state.lock().unwrap().groups.offsets(group, topics);
-        Box::pin(async move { Ok(o) })
+        let o = self
+            .reach()
+            .map(|()| self.state.lock().unwrap().groups.offsets(group, topics));
+        Box::pin(async move { o })
     }
 
     fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>> {
-        let acls = self.state.lock().unwrap().acls.clone();
-        Box::pin(async move {
-            acls.ok_or_else(|| broker_error(ResponseError::SecurityDisabled, "DescribeAcls"))
-        })
+        let acls = self.reach().and_then(|()| {
+            self.state
+                .lock()
+                .unwrap()
+                .acls
+                .clone()
+                .ok_or_else(|| broker_error(ResponseError::SecurityDisabled, "DescribeAcls"))
+        });
+        Box::pin(async move { acls })
+    }
+
+    fn create_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>> {
+        let result = self
+            .reach()
+            .and_then(|()| create_in(&mut self.state.lock().unwrap().acls, acls));
+        Box::pin(async move { result })
+    }
+
+    fn delete_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>> {
+        let result = self
+            .reach()
+            .and_then(|()| delete_in(&mut self.state.lock().unwrap().acls, &acls));
+        Box::pin(async move { result })
+    }
+
+    fn batch_headers(
+        &self,
+        tp: &TopicPartition,
+        from: i64,
+        to: i64,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<BatchHeaders, KafkaError>> {
+        let headers = self.reach().and_then(|()| {
+            let stored = self.with(tp, |p| p.batches.clone());
+            let batches = stored
+                .iter()
+                .map(|b| RecordBatch::new(b.bytes.clone()).map(|rb| BatchHeader::of(&rb)))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(headers_in(batches.into_iter(), from, to, max_bytes))
+        });
+        Box::pin(async move { headers })
     }
 
     fn topic_config_values(
@@ -630,6 +750,7 @@ impl MemoryDestination {
             let mut bytes = encode_batch(std::slice::from_ref(&r), Codec::None).expect("encode");
             bytes[0..8].copy_from_slice(&offset.to_be_bytes());
             crate::kafka::batch::stamp_producer(&mut bytes, -1, -1, -1);
+            bytes[12..16].copy_from_slice(&p.leader_epoch.to_be_bytes());
             p.appended
                 .push(RecordBatch::new(bytes.freeze()).expect("a batch just built"));
             p.records.push(StoredRecord { offset, record: r });
@@ -650,6 +771,8 @@ impl MemoryDestination {
             p.batches += 1;
             let mut stored = BytesMut::from(rb.as_bytes().as_ref());
             stored[0..8].copy_from_slice(&base.to_be_bytes());
+            // Stamped by the leader, as a broker does (outside the CRC).
+            stored[12..16].copy_from_slice(&p.leader_epoch.to_be_bytes());
             p.appended
                 .push(RecordBatch::new(stored.freeze()).expect("a batch it accepted"));
             for (i, r) in decoded.records.into_iter().enumerate() {
@@ -746,6 +869,29 @@ impl ClusterView for MemoryDestination {
         Box::pin(async move {
             acls.ok_or_else(|| broker_error(ResponseError::SecurityDisabled, "DescribeAcls"))
         })
+    }
+
+    fn create_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>> {
+        let result = create_in(&mut self.state.lock().unwrap().acls, acls);
+        Box::pin(async move { result })
+    }
+
+    fn delete_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>> {
+        let result = delete_in(&mut self.state.lock().unwrap().acls, &acls);
+        Box::pin(async move { result })
+    }
+
+    fn batch_headers(
+        &self,
+        tp: &TopicPartition,
+        from: i64,
+        to: i64,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<BatchHeaders, KafkaError>> {
+        let headers = self.with(tp, |p| {
+            headers_in(p.appended.iter().map(BatchHeader::of), from, to, max_bytes)
+        });
+        Box::pin(async move { Ok(headers) })
     }
 
     fn topic_config_values(
@@ -877,34 +1023,6 @@ impl DestinationCluster for MemoryDestination {
                 while (parts.len() as i32) < total {
                     parts.push(DestPartition::default());
                 }
-                Ok(())
-            }
-        };
-        Box::pin(async move { result })
-    }
-
-    fn create_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>> {
-        let mut s = self.state.lock().unwrap();
-        let result = match s.acls.as_mut() {
-            None => Err(broker_error(ResponseError::SecurityDisabled, "CreateAcls")),
-            Some(have) => {
-                for a in acls {
-                    if !have.contains(&a) {
-                        have.push(a);
-                    }
-                }
-                Ok(())
-            }
-        };
-        Box::pin(async move { result })
-    }
-
-    fn delete_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>> {
-        let mut s = self.state.lock().unwrap();
-        let result = match s.acls.as_mut() {
-            None => Err(broker_error(ResponseError::SecurityDisabled, "DeleteAcls")),
-            Some(have) => {
-                have.retain(|a| !acls.contains(a));
                 Ok(())
             }
         };

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
-use kmirror_events::{TopicId, TopicRef};
+use kmirror_events::{AclEntry, TopicId, TopicRef};
 
 use crate::kafka::batch::{OutgoingBatch, RecordBatch};
 use crate::kafka::fetch::{FetchError, FetchedPartition, TopicPartition};
@@ -59,6 +59,73 @@ pub struct LogBounds {
     pub end: i64,
     /// Current leader epoch of the partition (−1 unknown).
     pub leader_epoch: i32,
+}
+
+/// A record batch's header, read without its records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub base_offset: i64,
+    /// One past the batch's last offset.
+    pub next_offset: i64,
+    /// The whole batch as stored, in bytes.
+    pub size: usize,
+    pub max_timestamp: i64,
+    pub leader_epoch: i32,
+    pub producer_id: i64,
+    /// A transaction marker.
+    pub is_control: bool,
+}
+
+/// The headers [`ClusterView::batch_headers`] read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BatchHeaders {
+    pub batches: Vec<BatchHeader>,
+    /// The read stopped at its byte cap before the end of the range.
+    pub capped: bool,
+}
+
+impl BatchHeader {
+    /// The header of a stored batch.
+    pub fn of(b: &crate::kafka::batch::RecordBatch) -> Self {
+        BatchHeader {
+            base_offset: b.base_offset(),
+            next_offset: b.next_offset(),
+            size: b.size(),
+            max_timestamp: b.max_timestamp(),
+            leader_epoch: b.partition_leader_epoch(),
+            producer_id: b.producer_id(),
+            is_control: b.is_control(),
+        }
+    }
+}
+
+/// The Kafka binding of an ACL in kmirror's canonical terms (`None` for
+/// codes kmirror does not name).
+pub fn acl_binding(e: &AclEntry) -> Option<AclBinding> {
+    let (resource_type, pattern_type, operation, permission_type) = e.codes()?;
+    Some(AclBinding {
+        resource_type,
+        resource_name: e.resource_name.clone(),
+        pattern_type,
+        principal: e.principal.clone(),
+        host: e.host.clone(),
+        operation,
+        permission_type,
+    })
+}
+
+/// A Kafka ACL binding in kmirror's canonical terms (`None` for codes
+/// kmirror does not name: ANY, MATCH, UNKNOWN).
+pub fn acl_entry(a: &AclBinding) -> Option<AclEntry> {
+    AclEntry::from_codes(
+        a.resource_type,
+        a.pattern_type,
+        &a.resource_name,
+        &a.principal,
+        &a.host,
+        a.operation,
+        a.permission_type,
+    )
 }
 
 /// A topic as the source describes it.
@@ -133,6 +200,24 @@ pub trait ClusterView: Send + Sync {
         &self,
         topic: &str,
     ) -> BoxFuture<'_, Result<Vec<(String, String)>, KafkaError>>;
+    /// Creates these bindings. Both clusters are asked: ACL sync writes the
+    /// destination, a planned switchover fences the source.
+    fn create_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>>;
+    /// Deletes exactly these bindings (each matched on every field).
+    fn delete_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>>;
+    /// The headers of the batches holding offsets `[from, to)`, read
+    /// uncommitted in a fetch session of its own (never the shared stream a
+    /// partition's copy reads from), until `max_bytes` of batches are read
+    /// (`capped` then says the range goes on). What alignment checks
+    /// producers with, and what a failover report sizes the unmirrored
+    /// range with.
+    fn batch_headers(
+        &self,
+        tp: &TopicPartition,
+        from: i64,
+        to: i64,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<BatchHeaders, KafkaError>>;
     /// A topic's effective config values, defaults included (sensitive
     /// ones as `None`).
     fn topic_config_values(
@@ -202,9 +287,6 @@ pub trait DestinationCluster: ClusterView {
     ) -> BoxFuture<'_, Result<(), KafkaError>>;
     /// Grows `topic` to `total` partitions (counts never shrink).
     fn create_partitions(&self, topic: &str, total: i32) -> BoxFuture<'_, Result<(), KafkaError>>;
-    fn create_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>>;
-    /// Deletes exactly these bindings (each matched on every field).
-    fn delete_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>>;
     /// Opens the partition's writer. At most one is open per partition.
     fn open_sink(
         &self,

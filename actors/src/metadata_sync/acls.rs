@@ -1,41 +1,17 @@
 //! ACL sync: the source's bindings that `acls.include` selects are created
 //! on the destination; a destination binding is deleted only when kmirror
 //! created it (its `AclSync` record) and the source no longer has it. An
-//! operator's own bindings are never touched.
+//! operator's own bindings are never touched, and kmirror's own write fences
+//! on the source (`SourceFence`) are never copied.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use kmirror_events::sync::AclEntry;
 use kmirror_events::{AclSyncKey, Command, MirrorStateImage, SyncSettings};
 
-use super::{record, Shared, SyncError};
-use crate::cluster::{AclBinding, ClusterError, Doing};
+use super::{read_image, record, Shared, SyncError};
+use crate::cluster::{acl_binding, acl_entry, AclBinding, ClusterError, Doing};
 use crate::kafka::{KafkaError, ResponseError};
-
-fn entry_of(a: &AclBinding) -> Option<AclEntry> {
-    AclEntry::from_codes(
-        a.resource_type,
-        a.pattern_type,
-        &a.resource_name,
-        &a.principal,
-        &a.host,
-        a.operation,
-        a.permission_type,
-    )
-}
-
-fn binding_of(e: &AclEntry) -> Option<AclBinding> {
-    let (resource_type, pattern_type, operation, permission_type) = e.codes()?;
-    Some(AclBinding {
-        resource_type,
-        resource_name: e.resource_name.clone(),
-        pattern_type,
-        principal: e.principal.clone(),
-        host: e.host.clone(),
-        operation,
-        permission_type,
-    })
-}
 
 fn security_disabled(e: &KafkaError) -> bool {
     e.response_error() == Some(ResponseError::SecurityDisabled)
@@ -61,12 +37,22 @@ pub(super) async fn sync_acls(
         Err(e) if security_disabled(&e) => return Ok(()),
         Err(source) => return Err(ClusterError::new("describe source ACLs", source).into()),
     };
-    let wanted: BTreeMap<String, AclEntry> = source
+    let mut wanted: BTreeMap<String, AclEntry> = source
         .iter()
-        .filter_map(entry_of)
+        .filter_map(acl_entry)
         .filter(|e| settings.acls.matches(e))
         .map(|e| (e.canonical(), e))
         .collect();
+    if !wanted.is_empty() {
+        // kmirror's own write fences on the source (a planned switchover)
+        // are never copied: they would fence the destination that takes
+        // over. A fence is recorded before its ACL is created, so an image
+        // read after the source's ACLs knows every fence they show.
+        let now = read_image(shared).await?;
+        for (k, _) in now.source_fences() {
+            wanted.remove(&k.binding);
+        }
+    }
     if wanted.is_empty() && owned.is_empty() {
         return Ok(());
     }
@@ -76,7 +62,7 @@ pub(super) async fn sync_acls(
         .await
         .doing(|| "describe destination ACLs".into())?
         .iter()
-        .filter_map(entry_of)
+        .filter_map(acl_entry)
         .map(|e| e.canonical())
         .collect();
     let create: Vec<(&String, &AclEntry)> = wanted
@@ -96,7 +82,7 @@ pub(super) async fn sync_acls(
         .await?;
     }
     if !create.is_empty() {
-        let bindings: Vec<AclBinding> = create.iter().filter_map(|(_, e)| binding_of(e)).collect();
+        let bindings: Vec<AclBinding> = create.iter().filter_map(|(_, e)| acl_binding(e)).collect();
         spec.destination
             .create_acls(bindings)
             .await
@@ -114,7 +100,7 @@ pub(super) async fn sync_acls(
         if !present.contains(k) {
             continue;
         }
-        let Some(binding) = AclEntry::parse_canonical(k).as_ref().and_then(binding_of) else {
+        let Some(binding) = AclEntry::parse_canonical(k).as_ref().and_then(acl_binding) else {
             continue;
         };
         if let Err(e) = spec.destination.delete_acls(vec![binding]).await {

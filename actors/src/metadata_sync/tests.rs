@@ -392,6 +392,39 @@ async fn acls_are_created_and_only_our_own_are_removed() {
 }
 
 #[actix::test]
+async fn kmirrors_own_write_fence_on_the_source_is_never_copied() {
+    let r = rig(&[("acls.include", "TOPIC")]).await;
+    r.source.enable_acls();
+    r.dest.enable_acls();
+    let fence = kmirror_events::AclEntry::write_fence(TOPIC);
+    r.coordinator
+        .send(Execute::new(Command::RecordSourceFence {
+            key: kmirror_events::SourceFenceKey {
+                mirror_name: "m".into(),
+                binding: fence.canonical(),
+            },
+            fence: kmirror_events::SourceFence {
+                topic_id: ID,
+                topic_name: TOPIC.into(),
+            },
+        }))
+        .await
+        .unwrap()
+        .unwrap();
+    let fence = crate::cluster::acl_binding(&fence).unwrap();
+    let read_orders = acl(2, 3, TOPIC, "User:alice", 3);
+    r.source.add_acl(fence);
+    r.source.add_acl(read_orders.clone());
+    let report = r.sync().await;
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert_eq!(
+        r.dest.acl_list(),
+        vec![read_orders],
+        "the DENY WRITE fence would stop writers on the cluster taking over"
+    );
+}
+
+#[actix::test]
 async fn no_authorizer_on_the_source_is_not_an_error() {
     let r = rig(&[]).await;
     let report = r.sync().await;

@@ -9,14 +9,18 @@
 //!
 //! It is a cheap, cloneable handle: HTTP handlers hold clones.
 
+mod failover;
+mod fence;
 mod ops;
 mod query;
 mod views;
 
+pub use failover::StopOptions;
 pub use ops::TopicChange;
 pub use views::{
-    FailbackView, MirrorListing, NodeError, NodeMetrics, OffsetTranslation, OperationReport,
-    PartitionDescription,
+    FailbackView, FenceReport, MirrorListing, NodeError, NodeMetrics, OffsetTranslation,
+    OperationReport, PartitionDescription, PartitionFailover, StopReport, UnfenceReport,
+    UnmirroredView,
 };
 
 use std::collections::BTreeMap;
@@ -296,5 +300,7 @@ impl Node {
     }
 }
 
+#[cfg(test)]
+mod failover_tests;
 #[cfg(test)]
 mod tests;

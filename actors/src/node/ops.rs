@@ -6,10 +6,11 @@
 use std::collections::BTreeMap;
 
 use kmirror_events::{
-    join_lists, Command, FailbackMode, MapSeed, MirrorConfig, MirrorPartitionKey, MirrorStateImage,
-    PatternList, StateValidation, TopicFilter, TopicId,
+    decide, join_lists, Command, FailbackMode, MapSeed, MirrorConfig, MirrorPartitionKey,
+    MirrorStateImage, PatternList, StateValidation, TopicFilter, TopicId,
 };
 
+use super::fence::check_lock;
 use super::{
     client_properties, kafka, retry_policy, unavailable, FailbackView, MirrorListing, Node,
     NodeError, OperationReport,
@@ -22,7 +23,8 @@ use crate::state_topic;
 /// The operations that only move topics a mirror already has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TopicChange {
-    /// Failover: the destination topics become writable.
+    /// Records desired STOPPED and returns at once; the failover an
+    /// operator runs is [`Node::stop_topics`], which waits and reports.
     Stop,
     Pause,
     Resume,
@@ -232,7 +234,7 @@ impl Node {
             },
             Some(StateValidation {
                 offset,
-                topics: ids,
+                topics: ids.clone(),
             }),
         )
         .await?;
@@ -245,10 +247,22 @@ impl Node {
             });
         }
         let _ = actor.send(Reconcile).await;
+        // Mirroring again: a planned switchover's write fence on these
+        // topics has served its purpose.
+        let note = match self.unfence_topics(mirror, &*source, Some(&ids)).await {
+            Ok(removed) if removed.is_empty() => None,
+            Ok(removed) => Some(format!(
+                "removed kmirror's write fence from the source: {}",
+                removed.join(", ")
+            )),
+            Err(e) => Some(format!(
+                "could not remove kmirror's write fence from the source ({e}); run kmirror mirror unfence"
+            )),
+        };
         Ok(OperationReport {
             topics: matched.into_iter().map(|t| t.name).collect(),
             state_validation_offset: offset,
-            note: None,
+            note,
             failback: views,
             dry_run: false,
         })
@@ -305,7 +319,7 @@ impl Node {
     }
 
     /// Resolves names or regexes against the mirror's own topics.
-    fn resolve(
+    pub(super) fn resolve(
         image: &MirrorStateImage,
         mirror: &str,
         topics: &[String],
@@ -397,14 +411,31 @@ impl Node {
         mirror: &str,
         state_validation_offset: Option<u64>,
     ) -> Result<(), NodeError> {
-        let (actor, _) = self.running(mirror).await?;
+        let (actor, source) = self.running(mirror).await?;
         let image = self.image().await?;
         let offset = state_validation_offset.unwrap_or(image.end_offset());
         let ids: Vec<TopicId> = image.topics_of(mirror).map(|e| e.change.topic_id).collect();
+        let command = Command::DeleteMirror {
+            name: mirror.to_string(),
+        };
+        // A delete that would be refused touches nothing; one that goes
+        // ahead first removes kmirror's write fences from the source, or
+        // they would outlive the only record of them.
+        decide(&image, &command).map_err(|e| NodeError::new(e.kip_name(), e.to_string()))?;
+        check_lock(&image, &ids, offset)?;
+        self.unfence_topics(mirror, &*source, None)
+            .await
+            .map_err(|e| {
+                NodeError::new(
+                    &e.code,
+                    format!(
+                        "{}; the mirror is not deleted: its write fence on the source would be left with no record of it",
+                        e.message
+                    ),
+                )
+            })?;
         self.execute(
-            Command::DeleteMirror {
-                name: mirror.to_string(),
-            },
+            command,
             Some(StateValidation {
                 offset,
                 topics: ids,
@@ -421,10 +452,10 @@ impl Node {
 fn failback_error(e: FailbackError) -> NodeError {
     match e {
         FailbackError::Cluster(e) => kafka(&e.doing, e.source),
-        FailbackError::MirrorLoop { .. } => {
+        // What the clusters hold rules the failback out, not the request.
+        FailbackError::MirrorLoop { .. } | FailbackError::Refused { .. } => {
             NodeError::new("INVALID_CLUSTER_MIRROR_STATES", e.to_string())
         }
-        FailbackError::Refused { .. } => NodeError::new("INVALID_REQUEST", e.to_string()),
         FailbackError::Settings(_) => NodeError::new("INVALID_CONFIG", e.to_string()),
     }
 }

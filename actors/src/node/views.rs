@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use kmirror_events::{FailbackPlan, LastMirrorEpochsValue};
+use kmirror_events::{
+    FailbackPlan, FailoverReport, LastMirrorEpochsValue, PartitionState, Unmirrored,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::metadata_sync::SyncMetrics;
@@ -135,4 +137,131 @@ pub struct NodeMetrics {
     /// Metadata sync per mirror: errors per kind, last successful sync
     /// times, active destination groups skipped, changes made.
     pub sync: Vec<SyncMetrics>,
+}
+
+/// The answer of `stop`: the operation, and per partition where its copy
+/// stopped (LastMirrorEpochs) and what the source held beyond it. A superset
+/// of [`OperationReport`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StopReport {
+    /// Topics stopped (or, for a dry run, that would be).
+    pub topics: Vec<String>,
+    /// The StateValidationOffset the operation validated against.
+    pub state_validation_offset: u64,
+    pub note: Option<String>,
+    /// Computed now, nothing changed (`--dry-run`).
+    pub dry_run: bool,
+    /// How the source's writers were stopped first (`--fence-source`).
+    pub fence: Option<FenceReport>,
+    /// Sorted by topic, then partition.
+    pub partitions: Vec<PartitionFailover>,
+}
+
+/// How a planned switchover stopped the source's writers before draining.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FenceReport {
+    /// `acl`: DENY WRITE ACLs on the source topics; `quiet`: the source has
+    /// no authorizer, so kmirror waited until no new offsets appeared.
+    pub mode: String,
+    /// The ACL bindings kmirror created and owns (canonical text:
+    /// `TOPIC;LITERAL;name;User:*;*;WRITE;DENY`); `unfence` removes them.
+    pub acls: Vec<String>,
+    /// How long the source's end offsets stayed unchanged before the drain.
+    pub quiet_ms: u64,
+}
+
+/// One partition's failover: its LastMirrorEpochs and what was not mirrored.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PartitionFailover {
+    pub topic: String,
+    pub partition: i32,
+    /// KIP state name (STOPPED after a stop; the current one in a dry run).
+    pub state: String,
+    /// Next source offset to mirror: one past the last mirrored record.
+    pub source_offset: i64,
+    /// Source leader epoch of the last mirrored batch (−1 unknown).
+    pub source_leader_epoch: i32,
+    /// Destination end offset after the last mirrored batch.
+    pub destination_offset: i64,
+    /// −1 unknown.
+    pub destination_leader_epoch: i32,
+    /// Whether the source answered; when not, `unmirrored` is `None` and
+    /// `source_error` says why.
+    pub source_reachable: bool,
+    pub source_error: Option<String>,
+    pub unmirrored: Option<UnmirroredView>,
+}
+
+impl PartitionFailover {
+    /// The view of a partition's recorded (or previewed) report.
+    pub fn new(topic: &str, partition: i32, state: PartitionState, r: &FailoverReport) -> Self {
+        PartitionFailover {
+            topic: topic.to_string(),
+            partition,
+            state: state.kip_name().to_string(),
+            source_offset: r.source_offset,
+            source_leader_epoch: r.source_leader_epoch,
+            destination_offset: r.destination_end_offset,
+            destination_leader_epoch: r.destination_leader_epoch,
+            source_reachable: r.unmirrored.is_some(),
+            source_error: r.source_error.clone(),
+            unmirrored: r.unmirrored.as_ref().map(|u| UnmirroredView {
+                source_high_watermark: u.source_high_watermark,
+                records: u.records,
+                bytes: u.bytes,
+                bytes_at_least: u.bytes_at_least,
+                seconds_behind: if u.behind_ms < 0 {
+                    -1.0
+                } else {
+                    u.behind_ms as f64 / 1000.0
+                },
+            }),
+        }
+    }
+
+    /// The report this view shows, back: so the CLI words it exactly as
+    /// `kmirror log audit` words the record.
+    pub fn report(&self) -> FailoverReport {
+        FailoverReport {
+            source_offset: self.source_offset,
+            source_leader_epoch: self.source_leader_epoch,
+            destination_end_offset: self.destination_offset,
+            destination_leader_epoch: self.destination_leader_epoch,
+            unmirrored: self.unmirrored.as_ref().map(|u| Unmirrored {
+                source_high_watermark: u.source_high_watermark,
+                records: u.records,
+                bytes: u.bytes,
+                bytes_at_least: u.bytes_at_least,
+                behind_ms: if u.seconds_behind < 0.0 {
+                    -1
+                } else {
+                    (u.seconds_behind * 1000.0).round() as i64
+                },
+            }),
+            source_error: self.source_error.clone(),
+        }
+    }
+}
+
+/// What the source held beyond the mirrored position.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UnmirroredView {
+    pub source_high_watermark: i64,
+    /// High watermark − `source_offset`.
+    pub records: i64,
+    /// Sum of the sizes of the source batches in that range.
+    pub bytes: i64,
+    /// `bytes` is a lower bound (the read of batch headers was capped).
+    pub bytes_at_least: bool,
+    /// Newest source timestamp − newest mirrored timestamp (−1 unknown).
+    pub seconds_behind: f64,
+}
+
+/// The answer of `unfence`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UnfenceReport {
+    pub topics: Vec<String>,
+    /// The ACL bindings removed from the source (canonical text).
+    pub removed_acls: Vec<String>,
+    pub note: Option<String>,
 }

@@ -13,6 +13,7 @@
 
 mod context;
 pub mod cursor;
+pub mod failover;
 mod position;
 pub mod pump;
 
@@ -23,8 +24,8 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use kmirror_events::{
-    next_state, Command, LastMirrorEpochsValue, MirrorPartitionKey, MirrorPartitionStateValue,
-    PartitionState, RetryDecision, RetryPolicy,
+    next_state, Command, FailoverReport, LastMirrorEpochsValue, MirrorPartitionKey,
+    MirrorPartitionStateValue, PartitionState, RetryDecision, RetryPolicy,
 };
 use tokio::sync::watch;
 
@@ -75,6 +76,12 @@ pub struct Shutdown;
 #[derive(Message)]
 #[rtype(result = "PartitionStatus")]
 pub struct GetStatus;
+
+/// The failover report as a stop would record it now, without changing
+/// anything (`stop --dry-run`).
+#[derive(Message)]
+#[rtype(result = "(PartitionStatus, Result<FailoverReport, String>)")]
+pub struct PreviewFailover;
 
 #[derive(Clone, Debug)]
 pub struct PartitionStatus {
@@ -317,10 +324,11 @@ impl PartitionActor {
         }
     }
 
-    /// PAUSING → PAUSED; STOPPING → the final group-offset pass, then
-    /// LastMirrorEpochs, then STOPPED. The pump has stopped, so the map is
-    /// durable and nothing more can land: the last sync and the recorded
-    /// position see the copy as it will stay.
+    /// PAUSING → PAUSED; STOPPING → the final group-offset pass beside the
+    /// failover report, then LastMirrorEpochs and the report, then STOPPED.
+    /// The pump has stopped, so the map is durable and nothing more can
+    /// land: the last sync and the recorded position see the copy as it
+    /// will stay.
     fn after_pump_stopped(&mut self, ctx: &mut Context<Self>) {
         match self.state.state {
             PartitionState::Pausing => self.transition(PartitionState::Paused, ctx),
@@ -335,17 +343,6 @@ impl PartitionActor {
                 // and the destination say where the copy stands.
                 let ran = (self.generation > 0).then(|| self.progress.lock().unwrap().clone());
                 let fut = async move {
-                    if let Some(sync) = final_sync {
-                        if tokio::time::timeout(
-                            FINAL_SYNC_TIMEOUT,
-                            sync.send(FinalSync(key.clone())),
-                        )
-                        .await
-                        .is_err()
-                        {
-                            tracing::warn!(partition = %tp, "the final group-offset sync did not finish in {FINAL_SYNC_TIMEOUT:?}; stopping without it");
-                        }
-                    }
                     let p = match ran {
                         Some(p) => p,
                         None => position::stopped_position(
@@ -358,6 +355,20 @@ impl PartitionActor {
                         .await
                         .map_err(CoordinatorError::Unavailable)?,
                     };
+                    let sync = async {
+                        let Some(sync) = final_sync else { return };
+                        let pass = sync.send(FinalSync(key.clone()));
+                        if tokio::time::timeout(FINAL_SYNC_TIMEOUT, pass)
+                            .await
+                            .is_err()
+                        {
+                            tracing::warn!(partition = %tp, "the final group-offset sync did not finish in {FINAL_SYNC_TIMEOUT:?}; stopping without it");
+                        }
+                    };
+                    // What the source held beyond the position, or why it
+                    // could not be read: bounded, never a reason to wait.
+                    let report = failover::report(&key, &tp, &*source, &*destination, &p);
+                    let report = failover::beside_final_sync(report, sync).await;
                     let value = LastMirrorEpochsValue {
                         last_mirror_epoch: p.destination_leader_epoch,
                         last_mirror_offset: p.destination_offset,
@@ -367,7 +378,16 @@ impl PartitionActor {
                         destination_leader_epoch: p.destination_leader_epoch,
                     };
                     let applied = coordinator
-                        .send(Execute::new(Command::RecordLastMirrorEpochs { key, value }))
+                        .send(Execute::new(Command::RecordLastMirrorEpochs {
+                            key: key.clone(),
+                            value,
+                        }))
+                        .await??;
+                    coordinator
+                        .send(Execute::new(Command::RecordFailoverReport {
+                            key,
+                            value: report,
+                        }))
                         .await??;
                     if let Some(published) = published {
                         let done = tokio::time::timeout(
@@ -577,16 +597,50 @@ impl Handler<Recover> for PartitionActor {
     }
 }
 
-impl Handler<GetStatus> for PartitionActor {
-    type Result = MessageResult<GetStatus>;
-    fn handle(&mut self, _msg: GetStatus, _ctx: &mut Context<Self>) -> Self::Result {
-        MessageResult(PartitionStatus {
+impl PartitionActor {
+    fn status(&self) -> PartitionStatus {
+        PartitionStatus {
             key: self.spec.key.clone(),
             topic: self.spec.topic.clone(),
             state: self.state.state,
             retry_attempt: self.state.retry_attempt,
             error: self.state.error_message.clone(),
             progress: self.progress.lock().unwrap().clone(),
+        }
+    }
+}
+
+impl Handler<GetStatus> for PartitionActor {
+    type Result = MessageResult<GetStatus>;
+    fn handle(&mut self, _msg: GetStatus, _ctx: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.status())
+    }
+}
+
+impl Handler<PreviewFailover> for PartitionActor {
+    type Result = ResponseFuture<(PartitionStatus, Result<FailoverReport, String>)>;
+    fn handle(&mut self, _msg: PreviewFailover, _ctx: &mut Context<Self>) -> Self::Result {
+        let status = self.status();
+        let spec = &self.spec;
+        let (key, tp) = (spec.key.clone(), self.tp.clone());
+        let (source, destination) = (spec.source.clone(), spec.destination.clone());
+        let coordinator = spec.coordinator.clone();
+        // As STOPPING would read it: a copy that ran here knows its
+        // position; otherwise the map and the destination say.
+        let ran = (self.generation > 0).then(|| status.progress.clone());
+        Box::pin(async move {
+            let position = match ran {
+                Some(p) => Ok(p),
+                None => {
+                    position::stopped_position(&key, &tp, &*source, &*destination, &coordinator)
+                        .await
+                }
+            };
+            let report = match position {
+                Ok(p) => Ok(failover::report(&key, &tp, &*source, &*destination, &p).await),
+                Err(e) => Err(e),
+            };
+            (status, report)
         })
     }
 }

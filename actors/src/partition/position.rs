@@ -166,7 +166,7 @@ pub async fn stopped_position(
     let source_leader_epoch = if next_source > 0 {
         tokio::time::timeout(
             SOURCE_EPOCH_TIMEOUT,
-            source_epoch_at(source, key, tp, next_source - 1),
+            source_epoch_at(source, tp, next_source - 1),
         )
         .await
         .ok()
@@ -185,20 +185,19 @@ pub async fn stopped_position(
     })
 }
 
-/// The leader epoch the source batch holding `offset` was written in.
+/// The leader epoch the source batch holding `offset` was written in, read
+/// apart from the partition's shared fetch stream.
 async fn source_epoch_at(
     source: &dyn SourceCluster,
-    key: &MirrorPartitionKey,
     tp: &TopicPartition,
     offset: i64,
 ) -> Option<i32> {
-    let mut fetch = source.open(tp.clone(), key.topic_id, offset).await.ok()?;
-    let fetched = fetch.next().await.ok()?;
-    fetched
-        .batches()
-        .filter_map(Result::ok)
-        .find(|b| b.next_offset() > offset)
-        .map(|b| b.partition_leader_epoch())
+    let headers = source.batch_headers(tp, offset, offset + 1, 1).await.ok()?;
+    headers
+        .batches
+        .iter()
+        .find(|b| b.next_offset > offset)
+        .map(|b| b.leader_epoch)
 }
 
 pub(super) fn truncated(end: i64, position: i64) -> PumpExit {

@@ -108,8 +108,42 @@ pub(super) enum MirrorCommand {
         #[arg(long)]
         dry_run: bool,
     },
-    /// Stop mirroring topics (failover: the destination topics become writable).
-    Stop(Operation),
+    /// Stop mirroring topics — failover: the destination topics become
+    /// writable. Waits until every partition is STOPPED, then prints each
+    /// one's LastMirrorEpochs and what the source still held that was not
+    /// mirrored (records, bytes, seconds behind), or that the source could
+    /// not be read.
+    Stop {
+        #[command(flatten)]
+        op: Operation,
+        /// Print the report a stop would give now; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Planned switchover: deny WRITE on the source topics with an ACL
+        /// kmirror records (and removes with `unfence`, a start of the
+        /// topics or the mirror's delete) — or, when the source has no
+        /// authorizer, wait until no new offsets appear — then drain every
+        /// partition to lag 0, then stop.
+        #[arg(long)]
+        fence_source: bool,
+        /// How long each wait may take (fence and drain; stop), in seconds.
+        #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+        timeout: u64,
+        /// With --fence-source and a source without an authorizer: how long
+        /// its end offsets must stay unchanged, in milliseconds.
+        #[arg(long, value_name = "MS", default_value_t = 5000)]
+        quiet_ms: u64,
+    },
+    /// Remove kmirror's write fence (`stop --fence-source`) from source
+    /// topics: exactly the ACLs it created.
+    Unfence {
+        #[arg(long)]
+        mirror: String,
+        #[command(flatten)]
+        topics: Topics,
+        #[command(flatten)]
+        output: Output,
+    },
     /// Pause mirroring topics.
     Pause(Operation),
     /// Resume paused topics.

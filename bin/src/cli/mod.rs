@@ -12,6 +12,7 @@ mod render;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use kmirror_actors::node::NodeError;
 use kmirror_events::{join_lists, list_items};
@@ -22,7 +23,7 @@ pub use args::{MirrorArgs, OffsetsArgs};
 
 use crate::api::{CreateBody, OperationBody};
 use crate::http::{encode, BaseUrl};
-use args::{AdminArg, Lock, MirrorCommand, OffsetsCommand, Operation, Output};
+use args::{AdminArg, Lock, MirrorCommand, OffsetsCommand, Operation, Output, Topics};
 
 /// Prints the outcome and picks the exit code; the one place CLI errors
 /// reach the terminal, as `CODE: message` with the KIP error name first.
@@ -160,18 +161,61 @@ fn mirror(args: MirrorArgs) -> Result<String, NodeError> {
             exclude,
             failback,
             dry_run,
-        } => {
-            let body = OperationBody {
+        } => operate(
+            &client,
+            "start",
+            op,
+            OperationBody {
                 exclude: clean(&exclude),
                 failback,
                 dry_run,
-                ..operation_body(&op)
+                ..OperationBody::default()
+            },
+        ),
+        MirrorCommand::Stop {
+            op,
+            dry_run,
+            fence_source,
+            timeout,
+            quiet_ms,
+        } => {
+            if timeout == 0 {
+                return Err(NodeError::new(
+                    "INVALID_REQUEST",
+                    "--timeout: must be at least 1 second",
+                ));
+            }
+            // Fencing and draining, then stopping: each may take `timeout`.
+            let client = Client {
+                base: client
+                    .base
+                    .with_read_timeout(Duration::from_secs(2 * timeout + 60)),
             };
-            operate(&client, "start", op, Some(body))
+            operate(
+                &client,
+                "stop",
+                op,
+                OperationBody {
+                    dry_run,
+                    fence_source,
+                    timeout_ms: Some(timeout * 1000),
+                    quiet_ms: fence_source.then_some(quiet_ms),
+                    ..OperationBody::default()
+                },
+            )
         }
-        MirrorCommand::Stop(op) => operate(&client, "stop", op, None),
-        MirrorCommand::Pause(op) => operate(&client, "pause", op, None),
-        MirrorCommand::Resume(op) => operate(&client, "resume", op, None),
+        MirrorCommand::Pause(op) => operate(&client, "pause", op, OperationBody::default()),
+        MirrorCommand::Resume(op) => operate(&client, "resume", op, OperationBody::default()),
+        MirrorCommand::Unfence {
+            mirror,
+            topics,
+            output,
+        } => operate(
+            &client,
+            "unfence",
+            unlocked(mirror, topics, output),
+            OperationBody::default(),
+        ),
         MirrorCommand::Recover {
             mirror,
             topics,
@@ -179,15 +223,8 @@ fn mirror(args: MirrorArgs) -> Result<String, NodeError> {
         } => operate(
             &client,
             "recover",
-            Operation {
-                mirror,
-                topics,
-                lock: Lock {
-                    state_validation_offset: None,
-                },
-                output,
-            },
-            None,
+            unlocked(mirror, topics, output),
+            OperationBody::default(),
         ),
         MirrorCommand::Delete {
             mirror,
@@ -204,27 +241,40 @@ fn mirror(args: MirrorArgs) -> Result<String, NodeError> {
     }
 }
 
-fn operation_body(op: &Operation) -> OperationBody {
-    OperationBody {
-        topics: clean(&op.topics.topics),
-        state_validation_offset: op.lock.state_validation_offset,
-        ..OperationBody::default()
+/// An operation that takes no state validation offset.
+fn unlocked(mirror: String, topics: Topics, output: Output) -> Operation {
+    Operation {
+        mirror,
+        topics,
+        lock: Lock {
+            state_validation_offset: None,
+        },
+        output,
     }
 }
 
-/// Sends one operation: `body` (None: just the topics and the lock).
+/// One operation on topics; `body` carries the verb's own fields, the
+/// topics and the lock come from `op`.
 fn operate(
     client: &Client,
     verb: &str,
     op: Operation,
-    body: Option<OperationBody>,
+    body: OperationBody,
 ) -> Result<String, NodeError> {
-    let body = to_json(&body.unwrap_or_else(|| operation_body(&op)));
+    let body = to_json(&OperationBody {
+        topics: clean(&op.topics.topics),
+        state_validation_offset: op.lock.state_validation_offset,
+        ..body
+    });
     let path = format!("/mirrors/{}/{verb}", encode(&op.mirror));
     let answer = client.call("POST", &path, Some(body))?;
-    show(answer, &op.output, |r| {
-        render::report_text(verb, &op.mirror, &r)
-    })
+    match verb {
+        "stop" => show(answer, &op.output, |r| render::stop_text(&op.mirror, &r)),
+        "unfence" => show(answer, &op.output, |r| render::unfence_text(&op.mirror, &r)),
+        _ => show(answer, &op.output, |r| {
+            render::report_text(verb, &op.mirror, &r)
+        }),
+    }
 }
 
 fn offsets(args: OffsetsArgs) -> Result<String, NodeError> {

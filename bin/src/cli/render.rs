@@ -3,6 +3,7 @@
 
 use kmirror_actors::node::{
     FailbackView, MirrorListing, OffsetTranslation, OperationReport, PartitionDescription,
+    StopReport, UnfenceReport,
 };
 use serde_json::Value;
 
@@ -140,10 +141,15 @@ pub(super) fn report_text(verb: &str, mirror: &str, r: &OperationReport) -> Stri
         _ => "Recovered",
     };
     let mut text = if r.dry_run {
+        let what = if r.failback.is_empty() {
+            " would copy them, with nothing to take back."
+        } else {
+            " would take them back as follows:"
+        };
+        // Only `start` answers a dry run with this report.
         format!(
-            "Dry run: nothing was changed. {verb} would apply to topics {} of mirror {mirror} (state validation offset {}).\n",
+            "Dry run: nothing was changed. Starting topics {} of mirror {mirror} now{what}\n",
             r.topics.join(", "),
-            r.state_validation_offset
         )
     } else if r.topics.is_empty() {
         format!(
@@ -210,6 +216,79 @@ pub(super) fn failback_table(plans: &[FailbackView]) -> String {
     )
 }
 
+/// The answer of `stop`: what was done, then per partition its
+/// LastMirrorEpochs and what was not mirrored.
+pub(super) fn stop_text(mirror: &str, r: &StopReport) -> String {
+    let topics = r.topics.join(", ");
+    let mut text = if r.dry_run {
+        format!("Dry run: nothing was changed. Stopping topics {topics} of mirror {mirror} now would leave:\n")
+    } else {
+        format!(
+            "Stopped topics {topics} of mirror {mirror} (state validation offset {}).\n",
+            r.state_validation_offset
+        )
+    };
+    if let Some(f) = &r.fence {
+        let quiet = f.quiet_ms as f64 / 1000.0;
+        text.push_str(&match f.mode.as_str() {
+            "acl" if f.acls.is_empty() => format!("The source's writers were already denied WRITE; its end offsets then stayed unchanged for {quiet:.1} s; drained to lag 0 before stopping.\n"),
+            "acl" => format!(
+                "Fenced the source's writers with ACL {}; its end offsets then stayed unchanged for {quiet:.1} s; drained to lag 0 before stopping (kmirror mirror unfence removes the fence).\n",
+                f.acls.join(", ")
+            ),
+            _ => format!("The source has no authorizer: no new offsets appeared on it for {quiet:.1} s; drained to lag 0 before stopping.\n"),
+        });
+    }
+    let rows = r
+        .partitions
+        .iter()
+        .map(|p| {
+            vec![
+                p.topic.clone(),
+                p.partition.to_string(),
+                p.state.clone(),
+                p.source_offset.to_string(),
+                p.source_leader_epoch.to_string(),
+                p.destination_offset.to_string(),
+                p.destination_leader_epoch.to_string(),
+                p.report().unmirrored_text(),
+            ]
+        })
+        .collect();
+    text.push_str(&table(
+        &[
+            "TOPIC",
+            "PARTITION",
+            "STATE",
+            "SOURCE-OFFSET",
+            "SOURCE-EPOCH",
+            "DESTINATION-OFFSET",
+            "DESTINATION-EPOCH",
+            "NOT-MIRRORED",
+        ],
+        rows,
+    ));
+    if let Some(note) = r.note.as_ref().filter(|_| !r.dry_run) {
+        text.push_str(note);
+        text.push('\n');
+    }
+    text
+}
+
+pub(super) fn unfence_text(mirror: &str, r: &UnfenceReport) -> String {
+    if r.removed_acls.is_empty() {
+        format!(
+            "Mirror {mirror} holds no write fence on topics {}.\n",
+            r.topics.join(", ")
+        )
+    } else {
+        format!(
+            "Removed mirror {mirror}'s write fence from the source: ACL {}.\n",
+            r.removed_acls.join(", ")
+        )
+    }
+}
+
 pub(super) fn translation_table(t: &OffsetTranslation) -> String {
     table(
         &[&OFFSET_COLUMNS[..], &["KIND"]].concat(),
@@ -257,6 +336,7 @@ fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kmirror_actors::node::{FenceReport, PartitionFailover, UnmirroredView};
 
     fn partition(state: &str, retry: i16, error: Option<&str>) -> PartitionDescription {
         PartitionDescription {
@@ -351,6 +431,76 @@ mod tests {
         );
     }
 
+    fn failover(partition: i32, unmirrored: Option<UnmirroredView>) -> PartitionFailover {
+        PartitionFailover {
+            topic: "orders".into(),
+            partition,
+            state: "STOPPED".into(),
+            source_offset: 150,
+            source_leader_epoch: 3,
+            destination_offset: 150,
+            destination_leader_epoch: 0,
+            source_reachable: unmirrored.is_some(),
+            source_error: unmirrored
+                .is_none()
+                .then(|| "the source did not answer within 10 s".into()),
+            unmirrored,
+        }
+    }
+
+    #[test]
+    fn a_stop_prints_each_partitions_position_and_what_was_not_mirrored() {
+        let r = StopReport {
+            topics: vec!["orders".into()],
+            state_validation_offset: 42,
+            note: None,
+            dry_run: false,
+            fence: None,
+            partitions: vec![
+                failover(
+                    0,
+                    Some(UnmirroredView {
+                        source_high_watermark: 200,
+                        records: 50,
+                        bytes: 5200,
+                        bytes_at_least: false,
+                        seconds_behind: 3.2,
+                    }),
+                ),
+                failover(1, None),
+            ],
+        };
+        let text = stop_text("m", &r);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "Stopped topics orders of mirror m (state validation offset 42)."
+        );
+        assert_eq!(lines[1], "TOPIC   PARTITION  STATE    SOURCE-OFFSET  SOURCE-EPOCH  DESTINATION-OFFSET  DESTINATION-EPOCH  NOT-MIRRORED");
+        assert_eq!(lines[2], "orders  0          STOPPED  150            3             150                 0                  not mirrored: 50 records, 5200 bytes, 3.200 s behind (source high watermark 200)");
+        assert_eq!(lines[3], "orders  1          STOPPED  150            3             150                 0                  source unreachable, what was not mirrored is unknown: the source did not answer within 10 s");
+        let fenced = StopReport {
+            fence: Some(FenceReport {
+                mode: "acl".into(),
+                acls: vec!["TOPIC;LITERAL;orders;User:*;*;WRITE;DENY".into()],
+                quiet_ms: 1000,
+            }),
+            partitions: vec![],
+            ..r.clone()
+        };
+        assert!(stop_text("m", &fenced).lines().nth(1).unwrap().starts_with(
+            "Fenced the source's writers with ACL TOPIC;LITERAL;orders;User:*;*;WRITE;DENY; its end offsets then stayed unchanged for 1.0 s"
+        ));
+        let dry = StopReport {
+            dry_run: true,
+            note: Some("dry run: nothing was recorded or changed".into()),
+            ..r
+        };
+        let text = stop_text("m", &dry);
+        assert!(text.starts_with("Dry run: nothing was changed."), "{text}");
+        assert!(!text.contains("dry run: nothing was recorded"), "{text}");
+    }
+
     #[test]
     fn reports() {
         let r = OperationReport {
@@ -381,7 +531,7 @@ mod tests {
         };
         assert_eq!(
             report_text("start", "m", &r),
-            "Dry run: nothing was changed. start would apply to topics a of mirror m (state validation offset 7).\n"
+            "Dry run: nothing was changed. Starting topics a of mirror m now would copy them, with nothing to take back.\n"
         );
     }
 }

@@ -1,65 +1,21 @@
-//! `kmirror log …`: offline tools over the event log — replay, audit,
-//! verify, export, compact.
-//!
-//! Read-only commands (`replay`, `audit`, `verify`, `export`) open the log
-//! read-only: they never repair, compact or otherwise write it, so they are
-//! safe to point at evidence. Only `compact` writes.
+//! `kmirror log audit`: the log as a human timeline (or JSON lines),
+//! filtered by mirror, topic, partition and offset or time bounds.
 
 use std::collections::HashMap;
-use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::Path;
 use std::process::ExitCode;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use clap::{Args, Subcommand};
+use clap::Args;
 use kmirror_events::{
     MirrorPartitionKey, MirrorStateImage, Offset, PartitionState, Record, TopicId,
 };
-use kmirror_store::{verify, EventLog, LogEntry, SledLog};
+use kmirror_store::{EventLog, LogEntry};
+
+use super::{open_ro, CliResult, Progress};
 
 #[derive(Args)]
-pub struct LogArgs {
-    /// The daemon's data directory (holds the event log).
-    #[arg(long, global = true, env = "KMIRROR_DATA_DIR", value_name = "DIR")]
-    data_dir: Option<PathBuf>,
-    #[command(subcommand)]
-    command: LogCommand,
-}
-
-#[derive(Subcommand)]
-enum LogCommand {
-    /// Rebuild the state from the log and print a summary.
-    Replay {
-        /// Print the summary as JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// A human timeline of what happened, filtered.
-    Audit(AuditArgs),
-    /// Check every record's CRC, format and batch framing, and the offset
-    /// maps' invariants; exit 1 on damage.
-    Verify {
-        /// Also check each offset map against this destination cluster: no
-        /// recorded length or hole may run past the partition's end.
-        #[arg(long, value_name = "BOOTSTRAP")]
-        destination: Option<String>,
-        /// Kafka client properties for the destination (`security.protocol`,
-        /// `sasl.*`, `ssl.*`), as in the daemon's `[destination]`.
-        #[arg(long, value_name = "FILE", requires = "destination")]
-        destination_config: Option<PathBuf>,
-    },
-    /// Write every record as JSON lines to stdout.
-    Export,
-    /// Snapshot the state, then drop superseded records and old tombstones.
-    Compact {
-        /// Keep tombstones at least this long, so lagging readers see deletes.
-        #[arg(long, default_value_t = 24 * 3600 * 1000, value_name = "MS")]
-        tombstone_retention_ms: i64,
-    },
-}
-
-#[derive(Args)]
-struct AuditArgs {
+pub(super) struct AuditArgs {
     /// Only records of this mirror.
     #[arg(long)]
     mirror: Option<String>,
@@ -80,239 +36,14 @@ struct AuditArgs {
     json: bool,
 }
 
-pub fn run(args: LogArgs) -> ExitCode {
-    let Some(dir) = args.data_dir.clone() else {
-        eprintln!("kmirror log: error: --data-dir DIR is required (or set KMIRROR_DATA_DIR)");
-        return ExitCode::from(2);
-    };
-    match dispatch(&dir, args.command) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("kmirror log: error: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-type CliResult<T> = Result<T, Box<dyn std::error::Error>>;
-
-fn dispatch(dir: &Path, command: LogCommand) -> CliResult<ExitCode> {
-    if !dir.is_dir() {
-        return Err(format!(
-            "data directory {} does not exist or is not a directory",
-            dir.display()
-        )
-        .into());
-    }
-    match command {
-        LogCommand::Replay { json } => replay(dir, json),
-        LogCommand::Audit(a) => audit(dir, a),
-        LogCommand::Verify {
-            destination,
-            destination_config,
-        } => verify_cmd(dir, destination, destination_config),
-        LogCommand::Export => export(dir),
-        LogCommand::Compact {
-            tombstone_retention_ms,
-        } => compact(dir, tombstone_retention_ms),
-    }
-}
-
-fn open_ro(dir: &Path) -> CliResult<SledLog> {
-    let log = SledLog::open_read_only(dir)?;
-    if let Some(from) = log.open_report().damaged_from {
-        eprintln!(
-            "kmirror log: warning: damaged tail from offset {from} ({} records) is ignored; run `kmirror log verify` for details",
-            log.open_report().damaged_records
-        );
-    }
-    Ok(log)
-}
-
-/// A progress bar on stderr, drawn only when stdout is a terminal (so piped
-/// output and CI logs stay clean).
-struct Progress {
-    enabled: bool,
-    total: u64,
-    done: u64,
-    started: Instant,
-    label: &'static str,
-}
-
-impl Progress {
-    fn new(label: &'static str, total: u64) -> Self {
-        Progress {
-            enabled: std::io::stdout().is_terminal()
-                && std::io::stderr().is_terminal()
-                && total > 50_000,
-            total,
-            done: 0,
-            started: Instant::now(),
-            label,
-        }
-    }
-
-    fn tick(&mut self) {
-        self.done += 1;
-        if self.enabled && self.done.is_multiple_of(65_536) {
-            self.draw();
-        }
-    }
-
-    fn draw(&self) {
-        let frac = (self.done as f64 / self.total.max(1) as f64).min(1.0);
-        let width = 30;
-        let filled = (frac * width as f64) as usize;
-        let rate = self.done as f64 / self.started.elapsed().as_secs_f64().max(1e-9);
-        eprint!(
-            "\r{} [{}{}] {:>3.0}% {}/{} ({:.0} rec/s)",
-            self.label,
-            "=".repeat(filled),
-            " ".repeat(width - filled),
-            frac * 100.0,
-            self.done,
-            self.total,
-            rate
-        );
-        let _ = std::io::stderr().flush();
-    }
-
-    fn finish(&self) {
-        if self.enabled {
-            self.draw();
-            eprintln!();
-        }
-    }
-}
-
-fn load_with_progress(log: &SledLog) -> CliResult<MirrorStateImage> {
-    let mut image = log.latest_snapshot()?.unwrap_or_default();
-    let mut p = Progress::new(
-        "replay",
-        log.end_offset().saturating_sub(image.end_offset()),
-    );
-    for e in log.read(image.end_offset())? {
-        let e = e?;
-        image.replay(e.offset, e.record);
-        p.tick();
-    }
-    p.finish();
-    Ok(image)
-}
-
-fn replay(dir: &Path, json: bool) -> CliResult<ExitCode> {
-    let log = open_ro(dir)?;
-    let image = load_with_progress(&log)?;
-    let summary = image.summary();
-    let mut out = std::io::stdout().lock();
-    if json {
-        let mirrors: Vec<_> = image
-            .mirrors()
-            .map(|(name, c)| {
-                serde_json::json!({
-                    "name": name,
-                    "source_bootstrap": c.source_bootstrap,
-                    "source_cluster_id": c.source_cluster_id,
-                    "topics_include": c.topics_include,
-                    "topics_exclude": c.topics_exclude,
-                    "topics": image.topics_of(name).map(|t| serde_json::json!({
-                        "name": t.change.topic_name,
-                        "topic_id": t.change.topic_id.to_string(),
-                        "partitions": t.change.partition_count,
-                        "desired_state": t.change.desired_state.kip_name(),
-                    })).collect::<Vec<_>>(),
-                })
-            })
-            .collect();
-        let failed: Vec<_> = image
-            .partition_states()
-            .filter(|(_, v)| v.state == PartitionState::Failed)
-            .map(|(k, v)| {
-                serde_json::json!({
-                    "mirror": k.mirror_name, "topic_id": k.topic_id.to_string(), "partition": k.partition,
-                    "error": v.error_message, "retry_attempt": v.retry_attempt,
-                    "previous_state": v.previous_state.kip_name(),
-                })
-            })
-            .collect();
-        let v = serde_json::json!({ "summary": summary, "mirrors": mirrors, "failed_partitions": failed });
-        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    writeln!(
-        out,
-        "event log {}: end offset {}",
-        dir.display(),
-        summary.end_offset
-    )?;
-    writeln!(out, "mirrors: {}", summary.mirrors)?;
-    for (name, c) in image.mirrors() {
-        let topics: Vec<_> = image.topics_of(name).collect();
-        writeln!(
-            out,
-            "  {name}: source {} (cluster id {}), {} topics, include {:?}, exclude {:?}",
-            c.source_bootstrap,
-            if c.source_cluster_id.is_empty() {
-                "?"
-            } else {
-                &c.source_cluster_id
-            },
-            topics.len(),
-            c.topics_include,
-            c.topics_exclude
-        )?;
-        for t in topics {
-            writeln!(
-                out,
-                "    {} ({}) partitions={} desired={}",
-                t.change.topic_name,
-                t.change.topic_id,
-                t.change.partition_count,
-                t.change.desired_state
-            )?;
-        }
-    }
-    writeln!(out, "partitions: {}", summary.partitions)?;
-    for (state, n) in &summary.partitions_by_state {
-        writeln!(out, "  {state}: {n}")?;
-    }
-    for (k, v) in image
-        .partition_states()
-        .filter(|(_, v)| v.state == PartitionState::Failed)
-    {
-        writeln!(
-            out,
-            "  FAILED {}: retry {} previous {} error {:?}",
-            partition_label(&names_of(&image), k),
-            if v.retry_attempt == -1 {
-                "non-retryable".to_string()
-            } else {
-                v.retry_attempt.to_string()
-            },
-            v.previous_state,
-            v.error_message.as_deref().unwrap_or("")
-        )?;
-    }
-    writeln!(
-        out,
-        "offset-map runs: {}, gaps: {}, group offsets: {}, topic configs: {}, owned ACLs: {}",
-        summary.offset_runs,
-        summary.gaps,
-        summary.group_offsets,
-        summary.topic_configs,
-        summary.acls
-    )?;
-    Ok(ExitCode::SUCCESS)
-}
-
-fn names_of(image: &MirrorStateImage) -> HashMap<TopicId, String> {
+pub(super) fn names_of(image: &MirrorStateImage) -> HashMap<TopicId, String> {
     image
         .topics()
         .map(|(id, t)| (*id, t.change.topic_name.clone()))
         .collect()
 }
 
-fn partition_label(names: &HashMap<TopicId, String>, k: &MirrorPartitionKey) -> String {
+pub(super) fn partition_label(names: &HashMap<TopicId, String>, k: &MirrorPartitionKey) -> String {
     match names.get(&k.topic_id) {
         Some(n) => format!("{}/{}[{}]", k.mirror_name, n, k.partition),
         None => format!("{}/{}[{}]", k.mirror_name, k.topic_id, k.partition),
@@ -556,10 +287,25 @@ fn describe(
             s
         }
         Record::FailbackPlan(k, None) => format!("{} failback plan removed", partition_label(names, k)),
+        Record::FailoverReport(k, Some(r)) => format!(
+            "{} failover: stopped at source offset {} (leader epoch {}), destination end {} (leader epoch {}); {}",
+            partition_label(names, k),
+            r.source_offset,
+            r.source_leader_epoch,
+            r.destination_end_offset,
+            r.destination_leader_epoch,
+            r.unmirrored_text()
+        ),
+        Record::FailoverReport(k, None) => format!("{} failover report removed", partition_label(names, k)),
+        Record::SourceFence(k, Some(f)) => format!(
+            "{}: source write fence on topic {} ({}): ACL {}",
+            k.mirror_name, f.topic_name, f.topic_id, k.binding
+        ),
+        Record::SourceFence(k, None) => format!("{}: source write fence removed: ACL {}", k.mirror_name, k.binding),
     }
 }
 
-fn entry_json(e: &LogEntry) -> serde_json::Value {
+pub(super) fn entry_json(e: &LogEntry) -> serde_json::Value {
     serde_json::json!({
         "offset": e.offset,
         "timestamp_ms": e.timestamp_ms,
@@ -570,7 +316,7 @@ fn entry_json(e: &LogEntry) -> serde_json::Value {
     })
 }
 
-fn audit(dir: &Path, a: AuditArgs) -> CliResult<ExitCode> {
+pub(super) fn audit(dir: &Path, a: AuditArgs) -> CliResult<ExitCode> {
     let since = a
         .since
         .as_deref()
@@ -667,123 +413,6 @@ fn audit(dir: &Path, a: AuditArgs) -> CliResult<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
-
-fn verify_cmd(
-    dir: &Path,
-    destination: Option<String>,
-    destination_config: Option<PathBuf>,
-) -> CliResult<ExitCode> {
-    let log = open_ro(dir)?;
-    let mut p = Progress::new("verify", log.end_offset());
-    let mut report = verify(&log, |_| p.tick())?;
-    p.finish();
-    if let Some(bootstrap) = destination {
-        let mut props = match destination_config {
-            Some(f) => crate::props::parse(&std::fs::read_to_string(&f)?)
-                .map_err(|e| format!("{}: {e}", f.display()))?,
-            None => Default::default(),
-        };
-        props.insert("bootstrap.servers".into(), bootstrap);
-        let image = log.replay_all()?;
-        let problems = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
-            .block_on(maps_against_destination(&image, props))?;
-        report
-            .problems
-            .extend(problems.into_iter().map(|p| (report.end_offset, p)));
-    }
-    if report.is_ok() {
-        println!(
-            "OK: {} records ({} bytes), {} snapshots, end offset {}",
-            report.records, report.bytes, report.snapshots, report.end_offset
-        );
-        Ok(ExitCode::SUCCESS)
-    } else {
-        for (offset, problem) in &report.problems {
-            println!("DAMAGED at offset {offset}: {problem}");
-        }
-        println!(
-            "FAILED: {} problems in {} records; a writable open (the daemon) cuts a damaged tail back to the last whole batch",
-            report.problems.len(),
-            report.records
-        );
-        Ok(ExitCode::FAILURE)
-    }
-}
-
-/// Every partition's recorded lengths and holes end at or below the
-/// destination partition's end: kmirror records only what the destination
-/// acknowledged, so anything else means the destination lost records (or the
-/// log belongs to another destination).
-async fn maps_against_destination(
-    image: &MirrorStateImage,
-    props: std::collections::BTreeMap<String, String>,
-) -> CliResult<Vec<String>> {
-    use kmirror_actors::cluster::kafka::KafkaCluster;
-    use kmirror_actors::cluster::ClusterView;
-    use kmirror_actors::kafka::fetch::{FetchOptions, TopicPartition};
-    use kmirror_actors::kafka::KafkaClient;
-    let destination = KafkaCluster::new(
-        KafkaClient::from_properties(&props).await?,
-        FetchOptions::default(),
-    );
-    let mut problems = Vec::new();
-    for (key, map) in image.offset_maps() {
-        let recorded = map.recorded_destination_end();
-        let Some(topic) = image.topic(&key.topic_id) else {
-            continue;
-        };
-        let name = &topic.change.topic_name;
-        let tp = TopicPartition::new(name, key.partition);
-        match destination.bounds(&tp).await {
-            Ok(b) if b.end >= recorded => {}
-            Ok(b) => problems.push(format!(
-                "offset map of {name}-{} (mirror {}) records destination offsets up to {recorded}, but the destination partition ends at {}",
-                key.partition, key.mirror_name, b.end
-            )),
-            Err(e) => problems.push(format!(
-                "offset map of {name}-{} (mirror {}): cannot read the destination partition: {e}",
-                key.partition, key.mirror_name
-            )),
-        }
-    }
-    Ok(problems)
-}
-
-fn export(dir: &Path) -> CliResult<ExitCode> {
-    let log = open_ro(dir)?;
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let mut p = Progress::new("export", log.end_offset());
-    for e in log.read(0)? {
-        let e = e?;
-        p.tick();
-        serde_json::to_writer(&mut out, &entry_json(&e))?;
-        out.write_all(b"\n")?;
-    }
-    out.flush()?;
-    p.finish();
-    Ok(ExitCode::SUCCESS)
-}
-
-fn compact(dir: &Path, retention_ms: i64) -> CliResult<ExitCode> {
-    let log = SledLog::open_with(
-        dir,
-        kmirror_store::SledOptions {
-            create: false,
-            ..Default::default()
-        },
-    )?;
-    let image = load_with_progress(&log)?;
-    let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as i64;
-    let stats = log.snapshot_and_compact(&image, now, retention_ms)?;
-    println!(
-        "compacted: examined {} records, removed {} superseded and {} expired tombstones; snapshot at offset {}",
-        stats.examined, stats.removed_superseded, stats.removed_tombstones, image.end_offset()
-    );
-    Ok(ExitCode::SUCCESS)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -796,5 +425,41 @@ mod tests {
         assert_eq!(format_ms(t), "2026-05-01T12:34:56.789Z");
         assert_eq!(parse_rfc3339_ms("2026-05-01T14:34:56.789+02:00"), Some(t));
         assert_eq!(parse_rfc3339_ms("yesterday"), None);
+    }
+
+    #[test]
+    fn failover_and_failback_read_as_sentences() {
+        use kmirror_events::{FailbackMode, FailbackPlan, FailoverReport};
+        let id = TopicId([7; 16]);
+        let names = HashMap::from([(id, "orders".to_string())]);
+        let key = MirrorPartitionKey::new("east", id, 3);
+        let report = FailoverReport {
+            source_offset: 120,
+            source_leader_epoch: 2,
+            destination_end_offset: 120,
+            destination_leader_epoch: 0,
+            unmirrored: None,
+            source_error: Some("the source did not answer within 10 s".into()),
+        };
+        assert_eq!(
+            describe(&Record::FailoverReport(key.clone(), Some(report)), &names, None),
+            "east/orders[3] failover: stopped at source offset 120 (leader epoch 2), destination end 120 (leader epoch 0); source unreachable, what was not mirrored is unknown: the source did not answer within 10 s"
+        );
+        let plan = FailbackPlan {
+            forward_mirror: "west".into(),
+            mode: FailbackMode::Delta,
+            destination_position: 120,
+            source_position: 120,
+            divergent_start: 120,
+            divergent_end: 125,
+            copy_start: 120,
+            copy_end: 160,
+            quarantine_topic: Some("orders.kmirror-divergent".into()),
+            reason: None,
+        };
+        assert_eq!(
+            describe(&Record::FailbackPlan(key, Some(plan)), &names, None),
+            "east/orders[3] FAILBACK delta from mirror west: source records [120, 160) to copy, destination records [120, 125) quarantined in orders.kmirror-divergent"
+        );
     }
 }
