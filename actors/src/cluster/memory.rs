@@ -56,6 +56,9 @@ struct SourceState {
     acls: Option<Vec<AclBinding>>,
     /// Every call fails as a broker that cannot be reached does.
     unreachable: bool,
+    /// While it holds `true`, committed-offset reads wait (a stalled broker
+    /// that answers once it resumes).
+    group_reads_held: Option<tokio::sync::watch::Sender<bool>>,
 }
 
 /// Groups of an in-memory cluster: state and committed offsets.
@@ -351,6 +354,15 @@ impl MemorySource {
     }
 
     /// Fails when the source is unreachable (see [`Self::set_unreachable`]).
+    /// Holds committed-offset reads until released: they answer then, with
+    /// the offsets of that moment.
+    pub fn hold_group_reads(&self, held: bool) {
+        let mut s = self.state.lock().unwrap();
+        s.group_reads_held
+            .get_or_insert_with(|| tokio::sync::watch::channel(false).0)
+            .send_replace(held);
+    }
+
     fn reach(&self) -> Result<(), KafkaError> {
         if self.state.lock().unwrap().unreachable {
             Err(unreachable_error())
@@ -485,10 +497,21 @@ impl ClusterView for MemorySource {
         group: &str,
         topics: &[String],
     ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>> {
-        let o = self
-            .reach()
-            .map(|()| self.state.lock().unwrap().groups.offsets(group, topics));
-        Box::pin(async move { o })
+        let held = self
+            .state
+            .lock()
+            .unwrap()
+            .group_reads_held
+            .as_ref()
+            .map(|h| h.subscribe());
+        let (group, topics) = (group.to_string(), topics.to_vec());
+        Box::pin(async move {
+            if let Some(mut held) = held {
+                let _ = held.wait_for(|held| !held).await;
+            }
+            self.reach()?;
+            Ok(self.state.lock().unwrap().groups.offsets(&group, &topics))
+        })
     }
 
     fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>> {

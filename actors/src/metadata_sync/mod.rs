@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
+use futures_util::future::{abortable, AbortHandle, AbortRegistration, Abortable};
 use kmirror_events::{
     Command, MirrorPartitionKey, MirrorStateImage, PartitionState, PatternError, SyncSettings,
     TopicId,
@@ -64,9 +65,23 @@ pub struct GetSyncMetrics;
 /// A partition being stopped asks for one last group-offset pass over it,
 /// after its final checkpoint and before STOPPED, so consumers fail over
 /// with exactly the offsets they had. Passes asked for together run as one.
+/// Any periodic pass under way is abandoned: it read the source before the
+/// stop and must not commit after it.
 #[derive(Message)]
-#[rtype(result = "()")]
+#[rtype(result = "FinalPass")]
 pub struct FinalSync(pub MirrorPartitionKey);
+
+/// The final pass a [`FinalSync`] joined. A partition that will not wait
+/// for it any longer (the source is gone, the wait timed out) aborts it
+/// before recording STOPPED: once `abort.abort()` returns, the pass is never
+/// polled again, so it commits nothing on the destination after the
+/// failover — where consumers now own the group offsets.
+pub struct FinalPass {
+    /// `true` when the pass ran to its end; `false` (or closed) when it was
+    /// abandoned.
+    pub done: oneshot::Receiver<bool>,
+    pub abort: AbortHandle,
+}
 
 /// Told to the MirrorActor after the sync recorded a larger partition
 /// count, so it starts the new partitions' actors. The sync declares it and
@@ -153,10 +168,13 @@ struct State {
 
 pub struct MetadataSyncActor {
     shared: Arc<Shared>,
-    groups_busy: bool,
+    /// The periodic group pass under way, if any.
+    groups_busy: Option<AbortHandle>,
     metadata_busy: bool,
-    /// Final passes asked for and not started yet, with who waits on them.
-    finals: Vec<(MirrorPartitionKey, oneshot::Sender<()>)>,
+    /// Final passes asked for and not started yet, with who waits on them,
+    /// and the abort handle of the pass they will run as.
+    finals: Vec<(MirrorPartitionKey, oneshot::Sender<bool>)>,
+    next_final: Option<(AbortHandle, AbortRegistration)>,
     finals_busy: bool,
 }
 
@@ -174,27 +192,26 @@ impl MetadataSyncActor {
                     warned: BTreeSet::new(),
                 }),
             }),
-            groups_busy: false,
+            groups_busy: None,
             metadata_busy: false,
             finals: Vec::new(),
+            next_final: None,
             finals_busy: false,
         }
     }
 
     fn group_tick(&mut self, ctx: &mut Context<Self>) {
-        if self.groups_busy {
+        if self.groups_busy.is_some() {
             return;
         }
-        self.groups_busy = true;
         let shared = self.shared.clone();
-        ctx.spawn(
-            async move { groups::group_pass(&shared, None).await }
-                .into_actor(self)
-                .map(|(next, _), act, ctx| {
-                    act.groups_busy = false;
-                    ctx.run_later(next, |act, ctx| act.group_tick(ctx));
-                }),
-        );
+        let (pass, abort) = abortable(async move { groups::group_pass(&shared, None).await });
+        self.groups_busy = Some(abort);
+        ctx.spawn(pass.into_actor(self).map(|pass, act, ctx| {
+            act.groups_busy = None;
+            let next = pass.map_or(Duration::from_secs(1), |(next, _)| next);
+            ctx.run_later(next, |act, ctx| act.group_tick(ctx));
+        }));
     }
 
     fn metadata_tick(&mut self, ctx: &mut Context<Self>) {
@@ -219,18 +236,19 @@ impl MetadataSyncActor {
         }
         self.finals_busy = true;
         let (keys, waiters): (HashSet<_>, Vec<_>) = self.finals.drain(..).unzip();
+        let (_, registration) = self.next_final.take().unwrap_or_else(AbortHandle::new_pair);
         let shared = self.shared.clone();
-        ctx.spawn(
-            async move { groups::group_pass(&shared, Some(&keys)).await }
-                .into_actor(self)
-                .map(move |_, act, ctx| {
-                    for w in waiters {
-                        let _ = w.send(());
-                    }
-                    act.finals_busy = false;
-                    act.final_tick(ctx);
-                }),
+        let pass = Abortable::new(
+            async move { groups::group_pass(&shared, Some(&keys)).await },
+            registration,
         );
+        ctx.spawn(pass.into_actor(self).map(move |pass, act, ctx| {
+            for w in waiters {
+                let _ = w.send(pass.is_ok());
+            }
+            act.finals_busy = false;
+            act.final_tick(ctx);
+        }));
     }
 }
 
@@ -261,14 +279,20 @@ impl Handler<SyncNow> for MetadataSyncActor {
 }
 
 impl Handler<FinalSync> for MetadataSyncActor {
-    type Result = ResponseFuture<()>;
+    type Result = MessageResult<FinalSync>;
     fn handle(&mut self, msg: FinalSync, ctx: &mut Context<Self>) -> Self::Result {
-        let (tx, rx) = oneshot::channel();
+        if let Some(periodic) = &self.groups_busy {
+            periodic.abort();
+        }
+        let (tx, done) = oneshot::channel();
         self.finals.push((msg.0, tx));
+        let abort = self
+            .next_final
+            .get_or_insert_with(AbortHandle::new_pair)
+            .0
+            .clone();
         self.final_tick(ctx);
-        Box::pin(async move {
-            let _ = rx.await;
-        })
+        MessageResult(FinalPass { done, abort })
     }
 }
 

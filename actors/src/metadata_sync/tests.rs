@@ -487,3 +487,32 @@ async fn a_group_of_a_recreated_source_topic_is_not_translated_through_the_old_m
     r.sync().await;
     assert_eq!(r.committed("g", 0), None);
 }
+
+#[actix::test]
+async fn an_abandoned_final_pass_commits_nothing_when_the_source_answers_late() {
+    let r = rig(&[]).await;
+    r.mirrored(0, vec![run(0, 0, 100)]).await;
+    r.source.commit("g", TOPIC, 0, 40, "");
+    let key = MirrorPartitionKey::new("m", ID, 0);
+    // The source stalls with the final pass waiting on it; the partition
+    // stops waiting, the consumers move on at the destination, and only
+    // then does the source answer.
+    r.source.hold_group_reads(true);
+    let pass = r.sync.send(FinalSync(key.clone())).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    pass.abort.abort();
+    r.source.hold_group_reads(false);
+    assert_ne!(pass.done.await, Ok(true), "abandoned, not ended");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        r.committed("g", 0),
+        None,
+        "nothing committed after the stop"
+    );
+    assert_eq!(r.metrics().await.group_offsets_committed, 0);
+
+    // A pass that is waited for commits as before.
+    let pass = r.sync.send(FinalSync(key)).await.unwrap();
+    assert_eq!(pass.done.await, Ok(true));
+    assert_eq!(r.committed("g", 0).map(|c| c.0), Some(40));
+}

@@ -56,26 +56,27 @@ pub async fn report(
     }
 }
 
-/// Runs a partition's final group-offset pass (`sync`) beside its report.
-/// Both need the source: a report that could not read it ends the wait for
-/// the pass too, so a source that is gone holds a failover up only for
-/// [`SOURCE_READ_TIMEOUT`].
+/// Runs a partition's final group-offset pass (`sync`, answering whether it
+/// ran to its end) beside its report. Both need the source: a report that
+/// could not read it ends the wait for the pass too, so a source that is
+/// gone holds a failover up only for [`SOURCE_READ_TIMEOUT`]. Answers the
+/// report and whether the pass ended; if not, the caller aborts it.
 pub async fn beside_final_sync(
     report: impl Future<Output = FailoverReport>,
-    sync: impl Future<Output = ()>,
-) -> FailoverReport {
+    sync: impl Future<Output = bool>,
+) -> (FailoverReport, bool) {
     tokio::pin!(report, sync);
-    let mut synced = false;
+    let mut synced = None;
     loop {
         tokio::select! {
-            () = &mut sync, if !synced => synced = true,
+            ended = &mut sync, if synced.is_none() => synced = Some(ended),
             r = &mut report => {
-                if !synced && r.unmirrored.is_some() {
-                    sync.await;
-                } else if !synced {
-                    tracing::warn!("the source cannot be read; stopping without waiting for the final group-offset sync");
-                }
-                return r;
+                let synced = match synced {
+                    Some(ended) => ended,
+                    None if r.unmirrored.is_some() => sync.await,
+                    None => false,
+                };
+                return (r, synced);
             }
         }
     }
@@ -202,14 +203,15 @@ mod tests {
         let slow_sync = || async {
             tokio::time::sleep(Duration::from_millis(50)).await;
             synced.store(true, Ordering::SeqCst);
+            true
         };
-        let r = beside_final_sync(async { report(true) }, slow_sync()).await;
-        assert!(r.unmirrored.is_some() && synced.load(Ordering::SeqCst));
+        let (r, ended) = beside_final_sync(async { report(true) }, slow_sync()).await;
+        assert!(r.unmirrored.is_some() && ended && synced.load(Ordering::SeqCst));
 
-        let r = beside_final_sync(async { report(false) }, std::future::pending()).await;
+        let (r, ended) = beside_final_sync(async { report(false) }, std::future::pending()).await;
         assert!(
-            r.unmirrored.is_none(),
-            "a source that is gone holds nothing up"
+            r.unmirrored.is_none() && !ended,
+            "a source that is gone holds nothing up, and the pass is left to abort"
         );
     }
 }

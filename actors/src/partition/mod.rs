@@ -355,20 +355,26 @@ impl PartitionActor {
                         .await
                         .map_err(CoordinatorError::Unavailable)?,
                     };
-                    let sync = async {
-                        let Some(sync) = final_sync else { return };
-                        let pass = sync.send(FinalSync(key.clone()));
-                        if tokio::time::timeout(FINAL_SYNC_TIMEOUT, pass)
-                            .await
-                            .is_err()
-                        {
-                            tracing::warn!(partition = %tp, "the final group-offset sync did not finish in {FINAL_SYNC_TIMEOUT:?}; stopping without it");
-                        }
+                    let pass = match &final_sync {
+                        Some(sync) => sync.send(FinalSync(key.clone())).await.ok(),
+                        None => None,
+                    };
+                    let abort = pass.as_ref().map(|p| p.abort.clone());
+                    let sync = async move {
+                        let Some(pass) = pass else { return true };
+                        let ended = tokio::time::timeout(FINAL_SYNC_TIMEOUT, pass.done).await;
+                        matches!(ended, Ok(Ok(true)))
                     };
                     // What the source held beyond the position, or why it
                     // could not be read: bounded, never a reason to wait.
                     let report = failover::report(&key, &tp, &*source, &*destination, &p);
-                    let report = failover::beside_final_sync(report, sync).await;
+                    let (report, synced) = failover::beside_final_sync(report, sync).await;
+                    if let (false, Some(abort)) = (synced, abort) {
+                        // A pass still waiting on the source would commit
+                        // its old offsets over the consumers' new ones.
+                        abort.abort();
+                        tracing::warn!(partition = %tp, "the final group-offset sync did not finish (source unreadable, or {FINAL_SYNC_TIMEOUT:?}); abandoned, stopping without it");
+                    }
                     let value = LastMirrorEpochsValue {
                         last_mirror_epoch: p.destination_leader_epoch,
                         last_mirror_offset: p.destination_offset,
