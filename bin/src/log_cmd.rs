@@ -524,6 +524,16 @@ fn describe(
             p.producer_epoch
         ),
         Record::MirrorProducer(k, None) => format!("{} producer record removed", partition_label(names, k)),
+        Record::SourceEpochs(k, Some(e)) => format!(
+            "{} source leader epochs of the mirrored records: {}",
+            partition_label(names, k),
+            e.entries
+                .iter()
+                .map(|e| format!("{} from offset {}", e.epoch, e.start_offset))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Record::SourceEpochs(k, None) => format!("{} source leader epochs unknown", partition_label(names, k)),
     }
 }
 

@@ -158,6 +158,10 @@ pub fn encode_key(key: &RecordKey) -> Vec<u8> {
             out.push(RecordType::MirrorProducer as u8);
             enc(k, &mut out)
         }
+        RecordKey::SourceEpochs(k) => {
+            out.push(RecordType::SourceEpochs as u8);
+            enc(k, &mut out)
+        }
     }
     out
 }
@@ -206,6 +210,7 @@ pub fn encode_record(
         Record::AclSync(k, v) => enc_kv(k, v, &mut out),
         Record::OffsetMapHole(k, v) => enc_kv(k, v, &mut out),
         Record::MirrorProducer(k, v) => enc_kv(k, v, &mut out),
+        Record::SourceEpochs(k, v) => enc_kv(k, v, &mut out),
     }
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
@@ -322,6 +327,10 @@ pub fn decode_record(bytes: &[u8]) -> Result<Envelope, CodecError> {
         RecordType::MirrorProducer => {
             let (k, v) = dec_kv(body)?;
             Record::MirrorProducer(k, v)
+        }
+        RecordType::SourceEpochs => {
+            let (k, v) = dec_kv(body)?;
+            Record::SourceEpochs(k, v)
         }
     };
     Ok(Envelope {

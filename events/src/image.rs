@@ -56,6 +56,7 @@ pub struct MirrorStateImage {
     group_offsets: OrdMap<GroupOffsetSyncKey, GroupOffsetSync>,
     topic_configs: OrdMap<TopicConfigSyncKey, TopicConfigSync>,
     acls: OrdMap<AclSyncKey, AclSync>,
+    source_epochs: OrdMap<MirrorPartitionKey, SourceEpochs>,
 }
 
 fn put<K: Ord + Clone, V: Clone>(map: &mut OrdMap<K, V>, k: K, v: Option<V>) {
@@ -146,6 +147,7 @@ impl MirrorStateImage {
             Record::GroupOffsetSync(k, v) => put(&mut self.group_offsets, k, v),
             Record::TopicConfigSync(k, v) => put(&mut self.topic_configs, k, v),
             Record::AclSync(k, v) => put(&mut self.acls, k, v),
+            Record::SourceEpochs(k, v) => put(&mut self.source_epochs, k, v),
         }
     }
 
@@ -269,6 +271,12 @@ impl MirrorStateImage {
         self.producers.get(key)
     }
 
+    /// The source leader epochs of the partition's mirrored records (see
+    /// [`SourceEpochs`]); empty when none are recorded.
+    pub fn source_epochs(&self, key: &MirrorPartitionKey) -> SourceEpochs {
+        self.source_epochs.get(key).cloned().unwrap_or_default()
+    }
+
     pub fn gaps(&self, key: &MirrorPartitionKey) -> Vec<GapDetected> {
         self.gaps
             .get(key)
@@ -337,6 +345,12 @@ impl MirrorStateImage {
                 .map(|k| RecordKey::MirrorProducer(k.clone())),
         );
         out.extend(
+            self.source_epochs
+                .keys()
+                .filter(|k| k.mirror_name == mirror)
+                .map(|k| RecordKey::SourceEpochs(k.clone())),
+        );
+        out.extend(
             self.group_offsets
                 .keys()
                 .filter(|k| k.mirror_name == mirror)
@@ -398,6 +412,7 @@ impl RecordKey {
             RecordKey::AclSync(k) => Record::AclSync(k, None),
             RecordKey::OffsetMapHole(k) => Record::OffsetMapHole(k, None),
             RecordKey::MirrorProducer(k) => Record::MirrorProducer(k, None),
+            RecordKey::SourceEpochs(k) => Record::SourceEpochs(k, None),
         }
     }
 }

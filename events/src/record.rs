@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::TopicId;
+pub use crate::source_epochs::{EpochEntry, SourceEpochs, MAX_SOURCE_EPOCHS};
 use crate::state::PartitionState;
 
 /// The identity of one mirror partition: `(MirrorName, TopicId, Partition)`,
@@ -194,6 +195,12 @@ pub struct MirrorProducer {
 /// Key of the producer record: one per mirror partition.
 pub type MirrorProducerKey = MirrorPartitionKey;
 
+/// Key of a partition's source leader epochs ([`SourceEpochs`]): one per
+/// mirror partition, rewritten (before the produce) whenever a fetched
+/// batch carries a newer source leader epoch, so alignment after a restart
+/// can ask the source where the last mirrored record's epoch ends.
+pub type SourceEpochsKey = MirrorPartitionKey;
+
 /// A source range that was lost before we could copy it (source retention
 /// overtook the fetch position). Recorded so audits can say exactly what a
 /// destination never received.
@@ -278,6 +285,7 @@ pub enum RecordType {
     AclSync = 9,
     OffsetMapHole = 10,
     MirrorProducer = 11,
+    SourceEpochs = 14,
 }
 
 impl RecordType {
@@ -295,6 +303,7 @@ impl RecordType {
             9 => AclSync,
             10 => OffsetMapHole,
             11 => MirrorProducer,
+            14 => SourceEpochs,
             _ => return None,
         })
     }
@@ -312,6 +321,7 @@ impl RecordType {
             AclSync => "AclSync",
             OffsetMapHole => "OffsetMapHole",
             MirrorProducer => "MirrorProducer",
+            SourceEpochs => "SourceEpochs",
         }
     }
 }
@@ -330,6 +340,7 @@ pub enum RecordKey {
     AclSync(AclSyncKey),
     OffsetMapHole(OffsetMapHoleKey),
     MirrorProducer(MirrorProducerKey),
+    SourceEpochs(SourceEpochsKey),
 }
 
 /// One record: a typed key with its optional value (`None` = tombstone).
@@ -348,6 +359,7 @@ pub enum Record {
     AclSync(AclSyncKey, Option<AclSync>),
     OffsetMapHole(OffsetMapHoleKey, Option<OffsetMapHole>),
     MirrorProducer(MirrorProducerKey, Option<MirrorProducer>),
+    SourceEpochs(SourceEpochsKey, Option<SourceEpochs>),
 }
 
 impl Record {
@@ -364,6 +376,7 @@ impl Record {
             Record::AclSync(..) => RecordType::AclSync,
             Record::OffsetMapHole(..) => RecordType::OffsetMapHole,
             Record::MirrorProducer(..) => RecordType::MirrorProducer,
+            Record::SourceEpochs(..) => RecordType::SourceEpochs,
         }
     }
 
@@ -380,6 +393,7 @@ impl Record {
             Record::AclSync(k, _) => RecordKey::AclSync(k.clone()),
             Record::OffsetMapHole(k, _) => RecordKey::OffsetMapHole(k.clone()),
             Record::MirrorProducer(k, _) => RecordKey::MirrorProducer(k.clone()),
+            Record::SourceEpochs(k, _) => RecordKey::SourceEpochs(k.clone()),
         }
     }
 
@@ -396,6 +410,7 @@ impl Record {
             Record::AclSync(_, v) => v.is_none(),
             Record::OffsetMapHole(_, v) => v.is_none(),
             Record::MirrorProducer(_, v) => v.is_none(),
+            Record::SourceEpochs(_, v) => v.is_none(),
         }
     }
 
@@ -405,7 +420,8 @@ impl Record {
         match self {
             Record::LastMirrorEpochs(k, _)
             | Record::MirrorPartitionState(k, _)
-            | Record::MirrorProducer(k, _) => Some(&k.mirror_name),
+            | Record::MirrorProducer(k, _)
+            | Record::SourceEpochs(k, _) => Some(&k.mirror_name),
             Record::OffsetMapHole(k, _) => Some(&k.partition.mirror_name),
             Record::MirrorTopicStateChange(_, v) => v.as_ref().map(|v| v.mirror_name.as_str()),
             Record::MirrorConfig(k, _) => Some(&k.mirror_name),
@@ -423,7 +439,8 @@ impl Record {
         match self {
             Record::LastMirrorEpochs(k, _)
             | Record::MirrorPartitionState(k, _)
-            | Record::MirrorProducer(k, _) => Some(k.topic_id),
+            | Record::MirrorProducer(k, _)
+            | Record::SourceEpochs(k, _) => Some(k.topic_id),
             Record::OffsetMapHole(k, _) => Some(k.partition.topic_id),
             Record::MirrorTopicStateChange(k, _) => Some(k.topic_id),
             Record::MirrorConfig(..) | Record::AclSync(..) => None,
@@ -438,7 +455,8 @@ impl Record {
         match self {
             Record::LastMirrorEpochs(k, _)
             | Record::MirrorPartitionState(k, _)
-            | Record::MirrorProducer(k, _) => Some(k.partition),
+            | Record::MirrorProducer(k, _)
+            | Record::SourceEpochs(k, _) => Some(k.partition),
             Record::OffsetMapHole(k, _) => Some(k.partition.partition),
             Record::OffsetMapRun(k, _) | Record::GapDetected(k, _) => Some(k.partition.partition),
             Record::GroupOffsetSync(k, _) => Some(k.partition),
