@@ -79,8 +79,9 @@ impl SourceEpochs {
     /// knows and `end_offset` where that epoch ends on its log. As a Kafka
     /// follower truncates (KIP-279): to the smaller of the leader's end of
     /// that epoch and ours. `None` when nothing diverges before `position`,
-    /// or when the leader knows no epoch that old (an undefined answer,
-    /// which says nothing about where; the offsets are then all there is).
+    /// or when the answer is undefined (Kafka's for an epoch newer than any
+    /// the leader knows, or an empty epoch cache), which says nothing about
+    /// where; the offsets are then all there is.
     pub fn divergence(&self, leader_epoch: i32, end_offset: i64, position: i64) -> Option<i64> {
         if leader_epoch < 0 || end_offset < 0 {
             return None;

@@ -152,8 +152,9 @@ pub trait SourceCluster: ClusterView {
     ) -> BoxFuture<'_, Result<Box<dyn PartitionFetch>, KafkaError>>;
     /// OffsetForLeaderEpoch on the partition's leader: the largest leader
     /// epoch up to `epoch` its log knows, and the offset where that epoch
-    /// ends there (its log end for the current epoch); (−1, −1) when it
-    /// knows no epoch that old.
+    /// ends there (its log end for the current epoch; for an epoch older
+    /// than all it knows, that epoch and where its first known one starts);
+    /// (−1, −1) for an epoch newer than all it knows.
     fn epoch_end(
         &self,
         tp: &TopicPartition,

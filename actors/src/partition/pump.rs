@@ -543,10 +543,10 @@ async fn reopen(
             } else if cursor.next_source > b.end {
                 return Err(position::truncated(b.end, cursor.next_source));
             } else if last >= 0 {
-                // In range: the leader knows no epoch as old as the last
-                // fetched one (Kafka answers OFFSET_OUT_OF_RANGE then), so
-                // it cannot tell; the offsets are all there is.
-                tracing::warn!(partition = %cx.tp, epoch = last, "the source leader knows no leader epoch as old as the last mirrored record's; fetching without the epoch check");
+                // In range: the leader cannot place the last fetched epoch
+                // (newer than any it knows, or no epoch cache; Kafka answers
+                // OFFSET_OUT_OF_RANGE then), so the offsets are all there is.
+                tracing::warn!(partition = %cx.tp, epoch = last, "the source leader cannot place the last mirrored record's leader epoch; fetching without the epoch check");
                 last = -1;
             }
         }
