@@ -19,7 +19,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use kmirror_events::{
     decide, Command, DecideError, MirrorPartitionKey, MirrorPartitionStateValue, MirrorProducer,
-    MirrorStateImage, Offset, OffsetMapHole, OffsetMapRun, Record, StateValidation,
+    MirrorStateImage, Offset, OffsetMapHole, OffsetMapRun, Record, SourceEpochs, StateValidation,
 };
 use kmirror_store::{EventLog, StoreError};
 
@@ -107,6 +107,8 @@ pub struct PartitionView {
     pub runs: Vec<OffsetMapRun>,
     pub holes: Vec<OffsetMapHole>,
     pub producer: Option<MirrorProducer>,
+    /// The source leader epochs of the mirrored records.
+    pub source_epochs: SourceEpochs,
 }
 
 /// Reads one partition's state and offset map.
@@ -259,6 +261,7 @@ impl Handler<ReadPartition> for CoordinatorActor {
             runs: map.runs().copied().collect(),
             holes: map.holes().copied().collect(),
             producer: self.image.producer(&msg.0).copied(),
+            source_epochs: self.image.source_epochs(&msg.0),
         })
     }
 }

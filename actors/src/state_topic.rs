@@ -44,7 +44,8 @@ fn routing(key: &RecordKey) -> String {
         | RecordKey::MirrorPartitionState(k)
         | RecordKey::MirrorProducer(k)
         | RecordKey::FailbackPlan(k)
-        | RecordKey::FailoverReport(k) => k.mirror_name.clone(),
+        | RecordKey::FailoverReport(k)
+        | RecordKey::SourceEpochs(k) => k.mirror_name.clone(),
         RecordKey::MirrorConfig(k) => k.mirror_name.clone(),
         RecordKey::OffsetMapRun(k) | RecordKey::GapDetected(k) => k.partition.mirror_name.clone(),
         RecordKey::OffsetMapHole(k) => k.partition.mirror_name.clone(),
@@ -126,7 +127,7 @@ pub async fn read_image(
             continue;
         }
         let mut fetch = cluster
-            .open(tp.clone(), info.topic_id, bounds.log_start)
+            .open(tp.clone(), info.topic_id, bounds.log_start, -1)
             .await
             .doing(doing)?;
         let mut at = bounds.log_start;

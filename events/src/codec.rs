@@ -29,12 +29,14 @@ use crate::record::*;
 ///
 /// 2 added `OffsetMapHole` and `MirrorProducer` and changed the snapshot's
 /// image layout; version-1 records read unchanged. 3 added `SourceFence`
-/// and `FailoverReport` (and their maps in the snapshot's image).
-pub const FORMAT_VERSION: u8 = 3;
+/// and `FailoverReport` (and their maps in the snapshot's image). 4 added
+/// `MirrorTopicDestination`, `FailbackPlan` and `SourceEpochs`, and their
+/// maps.
+pub const FORMAT_VERSION: u8 = 4;
 
 /// Snapshots of an older image layout than this are skipped (the log is
 /// replayed instead): a snapshot is a cache of the log, never its only copy.
-const SNAPSHOT_LAYOUT_VERSION: u8 = 3;
+const SNAPSHOT_LAYOUT_VERSION: u8 = 4;
 
 const CFG: Configuration = standard();
 /// Fixed header before `key_len`.
@@ -175,6 +177,10 @@ pub fn encode_key(key: &RecordKey) -> Vec<u8> {
             out.push(RecordType::FailoverReport as u8);
             enc(k, &mut out)
         }
+        RecordKey::SourceEpochs(k) => {
+            out.push(RecordType::SourceEpochs as u8);
+            enc(k, &mut out)
+        }
     }
     out
 }
@@ -208,6 +214,7 @@ pub fn decode_key(bytes: &[u8]) -> Result<RecordKey, CodecError> {
         RecordType::FailbackPlan => RecordKey::FailbackPlan(dec(key, "record key")?),
         RecordType::SourceFence => RecordKey::SourceFence(dec(key, "record key")?),
         RecordType::FailoverReport => RecordKey::FailoverReport(dec(key, "record key")?),
+        RecordType::SourceEpochs => RecordKey::SourceEpochs(dec(key, "record key")?),
     })
 }
 
@@ -259,6 +266,7 @@ pub fn encode_record(
         Record::FailbackPlan(k, v) => enc_kv(k, v, &mut out),
         Record::SourceFence(k, v) => enc_kv(k, v, &mut out),
         Record::FailoverReport(k, v) => enc_kv(k, v, &mut out),
+        Record::SourceEpochs(k, v) => enc_kv(k, v, &mut out),
     }
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
@@ -391,6 +399,10 @@ pub fn decode_record(bytes: &[u8]) -> Result<Envelope, CodecError> {
         RecordType::FailoverReport => {
             let (k, v) = dec_kv(body)?;
             Record::FailoverReport(k, v)
+        }
+        RecordType::SourceEpochs => {
+            let (k, v) = dec_kv(body)?;
+            Record::SourceEpochs(k, v)
         }
     };
     Ok(Envelope {

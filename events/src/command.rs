@@ -132,6 +132,14 @@ pub enum Command {
         key: MirrorPartitionKey,
         producer: MirrorProducer,
     },
+    /// The source leader epochs of the mirrored records, whole: before the
+    /// produce of a batch with a newer epoch, and when alignment forgets
+    /// entries past what landed or past a divergence. Empty entries remove
+    /// the record (nothing known: the offsets are all a check has).
+    RecordSourceEpochs {
+        key: MirrorPartitionKey,
+        epochs: SourceEpochs,
+    },
     RecordGap {
         key: MirrorPartitionKey,
         gap: GapDetected,

@@ -60,6 +60,7 @@ pub struct MirrorStateImage {
     acls: OrdMap<AclSyncKey, AclSync>,
     source_fences: OrdMap<SourceFenceKey, SourceFence>,
     failover_reports: OrdMap<FailoverReportKey, FailoverReport>,
+    source_epochs: OrdMap<MirrorPartitionKey, SourceEpochs>,
 }
 
 fn put<K: Ord + Clone, V: Clone>(map: &mut OrdMap<K, V>, k: K, v: Option<V>) {
@@ -156,6 +157,7 @@ impl MirrorStateImage {
             Record::AclSync(k, v) => put(&mut self.acls, k, v),
             Record::SourceFence(k, v) => put(&mut self.source_fences, k, v),
             Record::FailoverReport(k, v) => put(&mut self.failover_reports, k, v),
+            Record::SourceEpochs(k, v) => put(&mut self.source_epochs, k, v),
         }
     }
 
@@ -291,6 +293,12 @@ impl MirrorStateImage {
         self.producers.get(key)
     }
 
+    /// The source leader epochs of the partition's mirrored records (see
+    /// [`SourceEpochs`]); empty when none are recorded.
+    pub fn source_epochs(&self, key: &MirrorPartitionKey) -> SourceEpochs {
+        self.source_epochs.get(key).cloned().unwrap_or_default()
+    }
+
     pub fn gaps(&self, key: &MirrorPartitionKey) -> Vec<GapDetected> {
         self.gaps
             .get(key)
@@ -385,6 +393,12 @@ impl MirrorStateImage {
                 .map(|k| RecordKey::FailbackPlan(k.clone())),
         );
         out.extend(
+            self.source_epochs
+                .keys()
+                .filter(|k| k.mirror_name == mirror)
+                .map(|k| RecordKey::SourceEpochs(k.clone())),
+        );
+        out.extend(
             self.group_offsets
                 .keys()
                 .filter(|k| k.mirror_name == mirror)
@@ -464,6 +478,7 @@ impl RecordKey {
             RecordKey::FailbackPlan(k) => Record::FailbackPlan(k, None),
             RecordKey::SourceFence(k) => Record::SourceFence(k, None),
             RecordKey::FailoverReport(k) => Record::FailoverReport(k, None),
+            RecordKey::SourceEpochs(k) => Record::SourceEpochs(k, None),
         }
     }
 }

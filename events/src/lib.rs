@@ -17,6 +17,7 @@ pub mod pattern;
 pub mod record;
 pub mod retry;
 pub mod routing;
+pub mod source_epochs;
 pub mod state;
 pub mod sync;
 

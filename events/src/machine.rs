@@ -669,6 +669,20 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
             require_partition(image, key)?;
             Ok(vec![Record::MirrorProducer(key.clone(), Some(*producer))])
         }
+        Command::RecordSourceEpochs { key, epochs } => {
+            require_partition(image, key)?;
+            let ascending = epochs
+                .entries
+                .windows(2)
+                .all(|w| w[0].epoch < w[1].epoch && w[0].start_offset < w[1].start_offset);
+            if !ascending || epochs.entries.len() > MAX_SOURCE_EPOCHS {
+                return Err(DecideError::InvalidRequest(format!(
+                    "source epochs must ascend in epoch and offset, at most {MAX_SOURCE_EPOCHS}: {epochs:?}"
+                )));
+            }
+            let value = (!epochs.entries.is_empty()).then(|| epochs.clone());
+            Ok(vec![Record::SourceEpochs(key.clone(), value)])
+        }
         Command::RecordGap { key, gap } => {
             require_partition(image, key)?;
             if gap.source_end <= gap.source_start {

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::TopicId;
+pub use crate::source_epochs::{EpochEntry, SourceEpochs, MAX_SOURCE_EPOCHS};
 use crate::state::PartitionState;
 
 /// The identity of one mirror partition: `(MirrorName, TopicId, Partition)`,
@@ -258,6 +259,11 @@ pub struct FailbackPlan {
     /// Why `delta` was not possible, when it was not.
     pub reason: Option<String>,
 }
+/// Key of a partition's source leader epochs ([`SourceEpochs`]): one per
+/// mirror partition, rewritten (before the produce) whenever a fetched
+/// batch carries a newer source leader epoch, so alignment after a restart
+/// can ask the source where the last mirrored record's epoch ends.
+pub type SourceEpochsKey = MirrorPartitionKey;
 
 /// A source range that was lost before we could copy it (source retention
 /// overtook the fetch position). Recorded so audits can say exactly what a
@@ -436,6 +442,7 @@ pub enum RecordType {
     FailbackPlan = 16,
     SourceFence = 12,
     FailoverReport = 15,
+    SourceEpochs = 14,
 }
 
 impl RecordType {
@@ -457,6 +464,7 @@ impl RecordType {
             16 => FailbackPlan,
             12 => SourceFence,
             15 => FailoverReport,
+            14 => SourceEpochs,
             _ => return None,
         })
     }
@@ -478,6 +486,7 @@ impl RecordType {
             FailbackPlan => "FailbackPlan",
             SourceFence => "SourceFence",
             FailoverReport => "FailoverReport",
+            SourceEpochs => "SourceEpochs",
         }
     }
 }
@@ -500,6 +509,7 @@ pub enum RecordKey {
     FailbackPlan(MirrorPartitionKey),
     SourceFence(SourceFenceKey),
     FailoverReport(FailoverReportKey),
+    SourceEpochs(SourceEpochsKey),
 }
 
 /// One record: a typed key with its optional value (`None` = tombstone).
@@ -522,6 +532,7 @@ pub enum Record {
     FailbackPlan(MirrorPartitionKey, Option<FailbackPlan>),
     SourceFence(SourceFenceKey, Option<SourceFence>),
     FailoverReport(FailoverReportKey, Option<FailoverReport>),
+    SourceEpochs(SourceEpochsKey, Option<SourceEpochs>),
 }
 
 impl Record {
@@ -542,6 +553,7 @@ impl Record {
             Record::FailbackPlan(..) => RecordType::FailbackPlan,
             Record::SourceFence(..) => RecordType::SourceFence,
             Record::FailoverReport(..) => RecordType::FailoverReport,
+            Record::SourceEpochs(..) => RecordType::SourceEpochs,
         }
     }
 
@@ -562,6 +574,7 @@ impl Record {
             Record::FailbackPlan(k, _) => RecordKey::FailbackPlan(k.clone()),
             Record::SourceFence(k, _) => RecordKey::SourceFence(k.clone()),
             Record::FailoverReport(k, _) => RecordKey::FailoverReport(k.clone()),
+            Record::SourceEpochs(k, _) => RecordKey::SourceEpochs(k.clone()),
         }
     }
 
@@ -582,6 +595,7 @@ impl Record {
             Record::FailbackPlan(_, v) => v.is_none(),
             Record::SourceFence(_, v) => v.is_none(),
             Record::FailoverReport(_, v) => v.is_none(),
+            Record::SourceEpochs(_, v) => v.is_none(),
         }
     }
 
@@ -592,6 +606,7 @@ impl Record {
             Record::LastMirrorEpochs(k, _)
             | Record::MirrorPartitionState(k, _)
             | Record::MirrorProducer(k, _)
+            | Record::SourceEpochs(k, _)
             | Record::FailbackPlan(k, _)
             | Record::FailoverReport(k, _) => Some(&k.mirror_name),
             Record::SourceFence(k, _) => Some(&k.mirror_name),
@@ -615,6 +630,7 @@ impl Record {
             Record::LastMirrorEpochs(k, _)
             | Record::MirrorPartitionState(k, _)
             | Record::MirrorProducer(k, _)
+            | Record::SourceEpochs(k, _)
             | Record::FailbackPlan(k, _)
             | Record::FailoverReport(k, _) => Some(k.topic_id),
             Record::SourceFence(_, v) => v.as_ref().map(|v| v.topic_id),
@@ -634,6 +650,7 @@ impl Record {
             Record::LastMirrorEpochs(k, _)
             | Record::MirrorPartitionState(k, _)
             | Record::MirrorProducer(k, _)
+            | Record::SourceEpochs(k, _)
             | Record::FailbackPlan(k, _)
             | Record::FailoverReport(k, _) => Some(k.partition),
             Record::OffsetMapHole(k, _) => Some(k.partition.partition),

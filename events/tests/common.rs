@@ -298,6 +298,24 @@ pub fn any_record() -> impl Strategy<Value = Record> {
         }),
         (
             key.clone(),
+            prop::option::of(prop::collection::vec(any::<(i32, i64)>(), 0..4))
+        )
+            .prop_map(|(k, v)| {
+                Record::SourceEpochs(
+                    k,
+                    v.map(|entries| SourceEpochs {
+                        entries: entries
+                            .into_iter()
+                            .map(|(epoch, start_offset)| EpochEntry {
+                                epoch,
+                                start_offset,
+                            })
+                            .collect(),
+                    }),
+                )
+            }),
+        (
+            key.clone(),
             any::<i64>(),
             prop::option::of((any::<i64>(), ".{0,10}"))
         )

@@ -15,6 +15,7 @@ pub mod mirror;
 pub mod proxy;
 pub mod wire;
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -81,60 +82,104 @@ fn bed_from_env(env: &str) -> Option<Bed> {
 /// other test meanwhile. Stopped when dropped (and by the `--owner-pid`
 /// watcher should the process die first).
 pub struct PrivateBed {
+    /// Bootstrap address of the source: every source broker, comma-separated.
     pub source: String,
     pub destination: String,
+    /// Each source broker's own address, broker 1 first.
+    pub source_brokers: Vec<String>,
     dir: PathBuf,
-    pids: Vec<u32>,
+}
+
+/// What [`PrivateBed::source_broker`] does to one source broker, through
+/// `scripts/kafka broker`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BrokerOp {
+    /// SIGTERM: a controlled shutdown (its partitions move or lose their
+    /// ISR membership first); waits for the exit.
+    Stop,
+    /// SIGKILL: the machine is gone; waits for the exit.
+    Kill,
+    /// Starts it again on its own data and port; waits until it answers.
+    Start,
+    /// SIGSTOP: connections stay open and nothing answers, as with a
+    /// stalled machine or a network black hole.
+    Pause,
+    /// SIGCONT.
+    Resume,
 }
 
 impl PrivateBed {
+    /// A single-broker source and a single-broker destination.
     pub fn start() -> Self {
+        Self::with_source_brokers(1)
+    }
+
+    /// A source of `brokers` brokers (a dedicated KRaft controller plus
+    /// brokers 1..=`brokers`, replication factors `brokers`, min ISR 1,
+    /// unclean leader election off) and a single-broker destination.
+    pub fn with_source_brokers(brokers: usize) -> Self {
         let dir = std::env::temp_dir().join(unique("kmirror-private-bed"));
-        let env = start_clusters(2, &dir);
+        let counts = format!("{brokers},1");
+        let env = start_clusters_with(2, &dir, &["--brokers", &counts]);
         let bed = bed_from_env(&env).expect("scripts/kafka up printed both clusters");
-        let pids = std::fs::read_to_string(dir.join("pids"))
-            .expect("scripts/kafka up wrote its pids")
-            .lines()
-            .map(|l| l.trim().parse().expect("a pid per line"))
-            .collect();
+        let get = |k: &str| {
+            env.lines()
+                .find_map(|l| l.strip_prefix(k)?.strip_prefix('=').map(str::to_string))
+        };
+        let source_brokers = if brokers == 1 {
+            vec![bed.source.clone()]
+        } else {
+            (1..=brokers)
+                .map(|j| get(&format!("CLUSTER_1_BROKER_{j}")).expect("a line per broker"))
+                .collect()
+        };
         PrivateBed {
             source: bed.source,
             destination: bed.destination,
+            source_brokers,
             dir,
-            pids,
         }
+    }
+
+    /// Applies `op` to source broker `broker` (1-based, the node id of a
+    /// multi-broker source).
+    pub fn source_broker(&self, broker: usize, op: BrokerOp) {
+        let op = match op {
+            BrokerOp::Stop => "stop",
+            BrokerOp::Kill => "kill",
+            BrokerOp::Start => "start",
+            BrokerOp::Pause => "pause",
+            BrokerOp::Resume => "resume",
+        };
+        let broker = broker.to_string();
+        let dir = self.dir.as_os_str();
+        run_kafka_script(&[
+            "broker".as_ref(),
+            op.as_ref(),
+            "--cluster".as_ref(),
+            "1".as_ref(),
+            "--broker".as_ref(),
+            broker.as_ref(),
+            "--dir".as_ref(),
+            dir,
+        ]);
     }
 
     /// Freezes the source broker (SIGSTOP): connections stay open and
     /// nothing answers, as with a stalled machine or a network black hole.
     pub fn stall_source(&self) {
-        self.signal(0, "STOP");
+        self.source_broker(1, BrokerOp::Pause);
     }
 
     /// Thaws the source broker (SIGCONT).
     pub fn resume_source(&self) {
-        self.signal(0, "CONT");
-    }
-
-    fn signal(&self, cluster: usize, signal: &str) {
-        let status = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(self.pids[cluster].to_string())
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{signal} {}", self.pids[cluster]);
+        self.source_broker(1, BrokerOp::Resume);
     }
 }
 
 impl Drop for PrivateBed {
     fn drop(&mut self) {
-        // A stalled broker would not stop on SIGTERM.
-        for pid in &self.pids {
-            let _ = Command::new("kill")
-                .arg("-CONT")
-                .arg(pid.to_string())
-                .status();
-        }
+        // `down` thaws paused brokers before stopping them.
         stop_clusters(&self.dir);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -191,20 +236,33 @@ pub fn start_clusters(n: usize, dir: &Path) -> String {
 /// [`start_clusters`] with extra `scripts/kafka up` flags (`--authorizer`,
 /// `--security`).
 pub fn start_clusters_with(n: usize, dir: &Path, flags: &[&str]) -> String {
+    let (n, owner) = (n.to_string(), std::process::id().to_string());
+    let mut args: Vec<&OsStr> = vec![
+        "up".as_ref(),
+        "--clusters".as_ref(),
+        n.as_ref(),
+        "--dir".as_ref(),
+        dir.as_os_str(),
+    ];
+    args.extend(flags.iter().map(OsStr::new));
+    args.extend(["--owner-pid".as_ref(), OsStr::new(&owner)]);
+    run_kafka_script(&args)
+}
+
+/// Runs `scripts/kafka` with `args` and returns what it printed; panics
+/// with its standard error unless it succeeded.
+fn run_kafka_script(args: &[&OsStr]) -> String {
     let out = Command::new(kafka_script())
-        .args(["up", "--clusters", &n.to_string(), "--dir"])
-        .arg(dir)
-        .args(flags)
-        .args(["--owner-pid", &std::process::id().to_string()])
+        .args(args)
         .stdin(Stdio::null())
         .output()
-        .expect("run scripts/kafka up");
+        .expect("run scripts/kafka");
     assert!(
         out.status.success(),
-        "scripts/kafka up failed:\n{}",
+        "scripts/kafka {args:?} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8(out.stdout).expect("utf-8 env")
+    String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
 /// Stops clusters started with [`start_clusters`].

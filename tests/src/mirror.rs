@@ -51,20 +51,7 @@ pub async fn node_with(
     destination: ClientConfig,
     connector: SourceConnector,
 ) -> Node {
-    // A node just shut down in this process frees the log once its actors
-    // have stopped.
-    let start = Instant::now();
-    let log = loop {
-        match SledLog::open(dir) {
-            Ok(log) => break Arc::new(log),
-            Err(kmirror_store::StoreError::Locked(_))
-                if start.elapsed() < Duration::from_secs(10) =>
-            {
-                tokio::time::sleep(Duration::from_millis(100)).await
-            }
-            Err(e) => panic!("open event log: {e}"),
-        }
-    };
+    let log = Arc::new(open_log(dir).await);
     let dest = KafkaClient::connect(destination)
         .await
         .expect("connect destination");
@@ -79,6 +66,23 @@ pub async fn node_with(
     )
     .await
     .expect("node start")
+}
+
+/// Opens the event log in `dir`. A node just shut down in this process
+/// frees it once its actors have stopped: waits up to 10 s for that.
+pub async fn open_log(dir: &std::path::Path) -> SledLog {
+    let start = Instant::now();
+    loop {
+        match SledLog::open(dir) {
+            Ok(log) => return log,
+            Err(kmirror_store::StoreError::Locked(_))
+                if start.elapsed() < Duration::from_secs(10) =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("open event log: {e}"),
+        }
+    }
 }
 
 pub fn mirror_props() -> BTreeMap<String, String> {

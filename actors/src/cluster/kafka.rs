@@ -218,6 +218,8 @@ struct Register {
     topic_id: uuid::Uuid,
     offset: i64,
     leader_epoch: i32,
+    /// The leader epoch of the record before `offset` (−1 unknown).
+    last_epoch: i32,
     tx: mpsc::Sender<Result<FetchedPartition, FetchError>>,
 }
 
@@ -227,6 +229,7 @@ struct Register {
 async fn broker_fetcher(mut session: FetchSession, mut rx: mpsc::UnboundedReceiver<Register>) {
     let mut parts: IndexMap<TopicPartition, mpsc::Sender<Result<FetchedPartition, FetchError>>> =
         IndexMap::new();
+    // Where a partition sitting out stands: (offset, last fetched epoch).
     let mut paused: HashMap<TopicPartition, (i64, i32)> = HashMap::new();
     // Leader epoch and topic id each partition was registered with.
     let mut epochs: HashMap<TopicPartition, (i32, uuid::Uuid)> = HashMap::new();
@@ -255,14 +258,17 @@ async fn broker_fetcher(mut session: FetchSession, mut rx: mpsc::UnboundedReceiv
             let full = tx.capacity() == 0;
             match (full, paused.contains_key(tp)) {
                 (true, false) => {
+                    let last_epoch = session.last_fetched_epoch(tp).unwrap_or(-1);
                     if let Some(offset) = session.remove(tp) {
-                        paused.insert(tp.clone(), (offset, epochs.get(tp).map_or(-1, |e| e.0)));
+                        paused.insert(tp.clone(), (offset, last_epoch));
                     }
                 }
                 (false, true) => {
-                    let (offset, epoch) = paused.remove(tp).expect("paused entry");
-                    let topic_id = epochs.get(tp).map(|e| e.1).unwrap_or_default();
+                    let (offset, last_epoch) = paused.remove(tp).expect("paused entry");
+                    let (epoch, topic_id) =
+                        epochs.get(tp).copied().unwrap_or((-1, uuid::Uuid::nil()));
                     session.add(tp.clone(), offset, epoch, topic_id);
+                    session.set_last_fetched_epoch(tp, last_epoch);
                 }
                 _ => {}
             }
@@ -315,6 +321,7 @@ fn add(
 ) {
     paused.remove(&r.tp);
     session.add(r.tp.clone(), r.offset, r.leader_epoch, r.topic_id);
+    session.set_last_fetched_epoch(&r.tp, r.last_epoch);
     epochs.insert(r.tp.clone(), (r.leader_epoch, r.topic_id));
     parts.insert(r.tp, r.tx);
 }
@@ -449,6 +456,7 @@ impl SourceCluster for KafkaCluster {
         tp: TopicPartition,
         topic_id: TopicId,
         offset: i64,
+        last_epoch: i32,
     ) -> BoxFuture<'_, Result<Box<dyn PartitionFetch>, KafkaError>> {
         Box::pin(async move {
             let (leader, epoch) = self.client.leader(&tp.topic, tp.partition).await?;
@@ -459,10 +467,24 @@ impl SourceCluster for KafkaCluster {
                     topic_id: uuid::Uuid::from_bytes(topic_id.0),
                     offset,
                     leader_epoch: epoch,
+                    last_epoch,
                     tx,
                 })
                 .map_err(|_| KafkaError::Closed)?;
             Ok(Box::new(KafkaPartitionFetch { rx }) as Box<dyn PartitionFetch>)
+        })
+    }
+
+    fn epoch_end(
+        &self,
+        tp: &TopicPartition,
+        epoch: i32,
+    ) -> BoxFuture<'_, Result<(i32, i64), KafkaError>> {
+        let tp = tp.clone();
+        Box::pin(async move {
+            self.admin
+                .offset_for_leader_epoch(&tp.topic, tp.partition, epoch)
+                .await
         })
     }
 }

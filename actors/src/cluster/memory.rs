@@ -42,8 +42,41 @@ struct SourcePartition {
     batches: Vec<StoredBatch>,
     log_start: i64,
     end: i64,
+    /// The current leader's epoch, stamped on every batch appended.
     leader_epoch: i32,
+    /// The leader's epoch cache, as a Kafka replica keeps it: (epoch,
+    /// start offset), one entry per election, the first `(0, 0)`.
+    epochs: Vec<(i32, i64)>,
     fetch_faults: VecDeque<FetchError>,
+}
+
+impl SourcePartition {
+    fn new() -> Self {
+        SourcePartition {
+            epochs: vec![(0, 0)],
+            ..SourcePartition::default()
+        }
+    }
+
+    /// OffsetForLeaderEpoch as Kafka's epoch cache answers it
+    /// (`LeaderEpochFileCache.endOffsetFor`): the current epoch ends at the
+    /// log end; an older one at the start of the next epoch the leader
+    /// knows, answered with the largest known epoch up to the one asked.
+    fn epoch_end(&self, requested: i32) -> (i32, i64) {
+        if requested < 0 {
+            return (-1, -1);
+        }
+        if requested == self.leader_epoch {
+            return (requested, self.end);
+        }
+        match self.epochs.iter().find(|e| e.0 > requested) {
+            None => (-1, -1),
+            Some(&(_, higher_start)) => match self.epochs.iter().rev().find(|e| e.0 <= requested) {
+                None => (requested, higher_start),
+                Some(&(floor, _)) => (floor, higher_start),
+            },
+        }
+    }
 }
 
 #[derive(Default, Debug)]
@@ -59,6 +92,9 @@ struct SourceState {
     /// While it holds `true`, committed-offset reads wait (a stalled broker
     /// that answers once it resumes).
     group_reads_held: Option<tokio::sync::watch::Sender<bool>>,
+    /// Answers no question about leader epochs (as a broker before
+    /// KIP-320): OffsetForLeaderEpoch knows none, fetches check none.
+    no_epochs: bool,
 }
 
 /// Groups of an in-memory cluster: state and committed offsets.
@@ -184,9 +220,7 @@ impl MemorySource {
     }
 
     pub fn create_topic(&self, name: &str, id: TopicId, partitions: i32) {
-        let parts = (0..partitions)
-            .map(|_| SourcePartition::default())
-            .collect();
+        let parts = (0..partitions).map(|_| SourcePartition::new()).collect();
         self.state
             .lock()
             .unwrap()
@@ -217,6 +251,7 @@ impl MemorySource {
             let batch = BatchBuilder {
                 codec,
                 base_offset: base,
+                partition_leader_epoch: p.leader_epoch,
                 ..BatchBuilder::new(records)
             };
             p.batches.push(StoredBatch {
@@ -248,6 +283,7 @@ impl MemorySource {
             let last = base + span - 1;
             let batch = BatchBuilder {
                 base_offset: base,
+                partition_leader_epoch: p.leader_epoch,
                 last_offset_delta: Some((span - 1) as i32),
                 ..BatchBuilder::new(records)
             };
@@ -260,13 +296,46 @@ impl MemorySource {
         })
     }
 
-    /// An unclean leader election: the log now ends at `offset` (whole
-    /// batches above it are gone; tests truncate at batch boundaries).
+    /// The log now ends at `offset` (whole batches above it are gone;
+    /// tests truncate at batch boundaries), with no new leader epoch: what
+    /// the offsets alone see of an unclean leader election.
     pub fn truncate_to(&self, tp: &TopicPartition, offset: i64) {
         self.with(tp, |p| {
             p.batches.retain(|b| b.last < offset);
             p.end = offset;
         });
+    }
+
+    /// A clean leader election: the same log, a new leader epoch (returned)
+    /// for what is appended from now on.
+    pub fn elect_leader(&self, tp: &TopicPartition) -> i32 {
+        self.with(tp, |p| {
+            p.leader_epoch += 1;
+            p.epochs.push((p.leader_epoch, p.end));
+            p.leader_epoch
+        })
+    }
+
+    /// An unclean leader election: a replica that held the log only up to
+    /// `keep` (a batch boundary) becomes leader in a new epoch (returned).
+    /// Its epoch cache is what it had replicated below `keep`; whatever is
+    /// appended next is a history of its own, at offsets the old leader had
+    /// used for other records.
+    pub fn unclean_election(&self, tp: &TopicPartition, keep: i64) -> i32 {
+        self.with(tp, |p| {
+            p.batches.retain(|b| b.last < keep);
+            p.end = keep;
+            p.epochs.retain(|e| e.1 < keep);
+            p.leader_epoch += 1;
+            p.epochs.push((p.leader_epoch, keep));
+            p.leader_epoch
+        })
+    }
+
+    /// The source answers no question about leader epochs (a broker before
+    /// KIP-320): only the offsets can show a truncation.
+    pub fn without_epochs(&self) {
+        self.state.lock().unwrap().no_epochs = true;
     }
 
     /// Retention: drops everything below `offset`.
@@ -317,7 +386,7 @@ impl MemorySource {
         let mut s = self.state.lock().unwrap();
         let (_, parts) = s.topics.get_mut(topic).expect("test topic exists");
         while (parts.len() as i32) < total {
-            parts.push(SourcePartition::default());
+            parts.push(SourcePartition::new());
         }
     }
 
@@ -376,17 +445,20 @@ impl MemorySource {
         self.create_topic(name, id, partitions);
     }
 
-    /// One fetch, as a broker answers a request naming the topic by id.
+    /// One fetch, as a broker answers a request naming the topic by id,
+    /// with `last_epoch` as its LastFetchedEpoch (−1: none).
     pub(crate) fn fetch_once(
         &self,
         tp: &TopicPartition,
         topic_id: TopicId,
         offset: i64,
+        last_epoch: i32,
     ) -> Result<FetchedPartition, FetchError> {
         let mut s = self.state.lock().unwrap();
         if s.unreachable {
             return Err(FetchError::Other(unreachable_error()));
         }
+        let check_epochs = !s.no_epochs && last_epoch >= 0;
         let parts = match s.topics.get_mut(&*tp.topic) {
             Some((id, parts)) if *id == topic_id => parts,
             _ => {
@@ -400,6 +472,22 @@ impl MemorySource {
         let p = &mut parts[tp.partition as usize];
         if let Some(e) = p.fetch_faults.pop_front() {
             return Err(e);
+        }
+        if check_epochs {
+            // Kafka's Partition.readRecords.
+            let (epoch, end_offset) = p.epoch_end(last_epoch);
+            if epoch < 0 || end_offset < 0 || offset < p.log_start {
+                return Err(FetchError::OffsetOutOfRange {
+                    fetch_offset: offset,
+                });
+            }
+            if epoch < last_epoch || end_offset < offset {
+                return Err(FetchError::Diverged {
+                    epoch,
+                    end_offset,
+                    fetch_offset: offset,
+                });
+            }
         }
         if offset < p.log_start || offset > p.end {
             return Err(FetchError::OffsetOutOfRange {
@@ -430,17 +518,25 @@ struct MemoryFetch {
     tp: TopicPartition,
     topic_id: TopicId,
     position: i64,
+    /// The leader epoch of the last batch read (−1 unknown).
+    last_epoch: i32,
 }
 
 impl PartitionFetch for MemoryFetch {
     fn next(&mut self) -> BoxFuture<'_, Result<FetchedPartition, FetchError>> {
         Box::pin(async move {
             loop {
-                let f = self
-                    .source
-                    .fetch_once(&self.tp, self.topic_id, self.position)?;
+                let f = self.source.fetch_once(
+                    &self.tp,
+                    self.topic_id,
+                    self.position,
+                    self.last_epoch,
+                )?;
                 if !f.records.is_empty() {
                     self.position = f.next_offset;
+                    if let Some(Ok(last)) = f.batches().last() {
+                        self.last_epoch = last.partition_leader_epoch();
+                    }
                     return Ok(f);
                 }
                 // Long-poll like a broker's fetch.max.wait.ms.
@@ -616,14 +712,26 @@ impl SourceCluster for MemorySource {
         tp: TopicPartition,
         topic_id: TopicId,
         offset: i64,
+        last_epoch: i32,
     ) -> BoxFuture<'_, Result<Box<dyn PartitionFetch>, KafkaError>> {
         let f = MemoryFetch {
             source: self.clone(),
             tp,
             topic_id,
             position: offset,
+            last_epoch,
         };
         Box::pin(async move { Ok(Box::new(f) as Box<dyn PartitionFetch>) })
+    }
+
+    fn epoch_end(
+        &self,
+        tp: &TopicPartition,
+        epoch: i32,
+    ) -> BoxFuture<'_, Result<(i32, i64), KafkaError>> {
+        let no_epochs = self.state.lock().unwrap().no_epochs;
+        let answer = self.with(tp, |p| p.epoch_end(epoch));
+        Box::pin(async move { Ok(if no_epochs { (-1, -1) } else { answer }) })
     }
 }
 

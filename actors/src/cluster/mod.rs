@@ -232,13 +232,27 @@ pub trait SourceCluster: ClusterView {
     /// broker with every other open partition that broker leads. Every fetch
     /// names the topic by `topic_id`: a topic deleted and re-created under
     /// the same name is another topic, and its records must never be read
-    /// as this one's.
+    /// as this one's. `last_epoch` is the leader epoch of the record before
+    /// `offset` (−1 unknown): every fetch carries the epoch of the last
+    /// record read (KIP-320's `LastFetchedEpoch`), and a leader whose log
+    /// parted from ours answers [`FetchError::Diverged`].
     fn open(
         &self,
         tp: TopicPartition,
         topic_id: TopicId,
         offset: i64,
+        last_epoch: i32,
     ) -> BoxFuture<'_, Result<Box<dyn PartitionFetch>, KafkaError>>;
+    /// OffsetForLeaderEpoch on the partition's leader: the largest leader
+    /// epoch up to `epoch` its log knows, and the offset where that epoch
+    /// ends there (its log end for the current epoch; for an epoch older
+    /// than all it knows, that epoch and where its first known one starts);
+    /// (−1, −1) for an epoch newer than all it knows.
+    fn epoch_end(
+        &self,
+        tp: &TopicPartition,
+        epoch: i32,
+    ) -> BoxFuture<'_, Result<(i32, i64), KafkaError>>;
 }
 
 /// The destination cluster, which kmirror writes.

@@ -96,6 +96,10 @@ impl Default for FetchOptions {
 struct PartState {
     offset: i64,
     leader_epoch: i32,
+    /// The leader epoch of the last batch fetched (−1 unknown), sent as
+    /// `LastFetchedEpoch` (Fetch v12+): the leader then checks that our
+    /// history is its own and answers a `DivergingEpoch` where it is not.
+    last_fetched_epoch: i32,
     /// The topic id the partition was added with: every request names the
     /// topic by it, so a topic deleted and re-created under the same name
     /// answers UNKNOWN_TOPIC_ID instead of serving the new topic's records.
@@ -159,6 +163,19 @@ pub enum FetchError {
         /// Offset the partition was at.
         offset: i64,
     },
+    /// The leader's log parted from what this partition fetched (KIP-320):
+    /// our `LastFetchedEpoch` ends at `end_offset` on the leader, whose
+    /// largest epoch up to ours is `epoch`, and `end_offset` is below the
+    /// fetch offset (or the leader never had our epoch). An unclean leader
+    /// election took the records from there back, even if the leader has
+    /// written past `fetch_offset` since. The partition stays in the
+    /// session; the caller must decide where to go on.
+    #[error("offset {fetch_offset}: the leader's log diverges from the fetched one (epoch {epoch} ends at {end_offset})")]
+    Diverged {
+        epoch: i32,
+        end_offset: i64,
+        fetch_offset: i64,
+    },
     /// Any other error for this partition.
     #[error(transparent)]
     Other(KafkaError),
@@ -184,8 +201,9 @@ pub struct FetchSession {
     /// Version the session was created with (addressing by name or id must
     /// not change within a session).
     session_version: i16,
-    /// What the broker's session holds per partition: (offset, leader epoch).
-    sent: HashMap<TopicPartition, (i64, i32)>,
+    /// What the broker's session holds per partition: (offset, leader
+    /// epoch, last fetched epoch).
+    sent: HashMap<TopicPartition, (i64, i32, i32)>,
 }
 
 impl FetchSession {
@@ -229,9 +247,29 @@ impl FetchSession {
             PartState {
                 offset,
                 leader_epoch,
+                last_fetched_epoch: -1,
                 topic_id,
             },
         );
+    }
+
+    /// Sets the leader epoch of the record before a partition's position
+    /// (−1: unknown, nothing is checked), as a partition resuming after
+    /// records it already has. Returns whether the partition is in the
+    /// session.
+    pub fn set_last_fetched_epoch(&mut self, tp: &TopicPartition, epoch: i32) -> bool {
+        self.update(tp, |p| p.last_fetched_epoch = epoch)
+    }
+
+    /// Changes a partition's state; false if it is not in the session.
+    fn update(&mut self, tp: &TopicPartition, change: impl FnOnce(&mut PartState)) -> bool {
+        self.partitions.get_mut(tp).map(change).is_some()
+    }
+
+    /// The leader epoch of the last batch fetched for a partition (−1
+    /// unknown).
+    pub fn last_fetched_epoch(&self, tp: &TopicPartition) -> Option<i32> {
+        self.partitions.get(tp).map(|p| p.last_fetched_epoch)
     }
 
     /// Removes a partition; returns its position.
@@ -241,13 +279,7 @@ impl FetchSession {
 
     /// Moves a partition's position.
     pub fn seek(&mut self, tp: &TopicPartition, offset: i64) -> bool {
-        match self.partitions.get_mut(tp) {
-            Some(p) => {
-                p.offset = offset;
-                true
-            }
-            None => false,
-        }
+        self.update(tp, |p| p.offset = offset)
     }
 
     /// Current position of a partition.
@@ -329,9 +361,16 @@ impl FetchSession {
         };
         let id_of = |t: &std::sync::Arc<str>| id_of.get(t).copied().unwrap_or_default();
         let mut topics: IndexMap<std::sync::Arc<str>, FetchTopic> = IndexMap::new();
-        let mut included: Vec<(TopicPartition, (i64, i32))> = Vec::new();
+        // LastFetchedEpoch exists from v12 on; names-only fetches stay below 13.
+        let last_epochs = version >= 12;
+        let mut included: Vec<(TopicPartition, (i64, i32, i32))> = Vec::new();
         for (tp, st) in &self.partitions {
-            let now = (st.offset, st.leader_epoch);
+            let last_fetched_epoch = if last_epochs {
+                st.last_fetched_epoch
+            } else {
+                -1
+            };
+            let now = (st.offset, st.leader_epoch, last_fetched_epoch);
             if incremental && self.sent.get(tp) == Some(&now) {
                 continue;
             }
@@ -346,6 +385,7 @@ impl FetchSession {
                 FetchPartition::default()
                     .with_partition(tp.partition)
                     .with_current_leader_epoch(st.leader_epoch)
+                    .with_last_fetched_epoch(last_fetched_epoch)
                     .with_fetch_offset(st.offset)
                     .with_partition_max_bytes(self.options.partition_max_bytes),
             );
@@ -429,14 +469,27 @@ impl FetchSession {
                     continue;
                 };
                 let fetch_offset = state.offset;
+                let diverging = &p.diverging_epoch;
                 let result = match ResponseError::try_from_code(p.error_code) {
+                    None if diverging.epoch >= 0 || diverging.end_offset >= 0 => {
+                        Err(FetchError::Diverged {
+                            epoch: diverging.epoch,
+                            end_offset: diverging.end_offset,
+                            fetch_offset,
+                        })
+                    }
                     None => {
                         let records = p.records.unwrap_or_default();
                         let mut next = fetch_offset;
                         let mut it = BatchIter::new(records.clone());
                         for b in it.by_ref() {
                             match b {
-                                Ok(b) => next = next.max(b.next_offset()),
+                                Ok(b) => {
+                                    next = next.max(b.next_offset());
+                                    if b.partition_leader_epoch() >= 0 {
+                                        state.last_fetched_epoch = b.partition_leader_epoch();
+                                    }
+                                }
                                 Err(_) => break,
                             }
                         }

@@ -3,14 +3,15 @@
 //! copy (LOG_ALIGNMENT, each retry, EPOCH_FENCING); it is where kmirror
 //! refuses to go on when the clusters are not what the map says: a source
 //! topic re-created under the same name, a foreign write above the last
-//! checkpoint, records lost on the destination, a truncated source. The
-//! same reading gives LastMirrorEpochs for a partition stopped without
-//! having run.
+//! checkpoint, records lost on the destination, a source whose history
+//! parted from the mirrored one (an unclean leader election: asked by
+//! leader epoch, KIP-320's way, then by offsets). The same reading gives
+//! LastMirrorEpochs for a partition stopped without having run.
 
 use std::time::Duration;
 
 use actix::Addr;
-use kmirror_events::{Command, GapDetected, MirrorPartitionKey, MirrorProducer};
+use kmirror_events::{Command, GapDetected, MirrorPartitionKey, MirrorProducer, SourceEpochs};
 
 use super::context::{kafka_failure, Progress, PumpContext, PumpExit};
 use super::cursor::{align as align_map, cut_divergent, Alignment, Cursor};
@@ -19,10 +20,20 @@ use crate::coordinator::{CoordinatorActor, ReadPartition};
 use crate::failback;
 use crate::kafka::fetch::TopicPartition;
 
+/// Where an aligned copy resumes.
+pub(super) struct Aligned {
+    pub cursor: Cursor,
+    /// The destination leader epoch alignment saw (what EPOCH_FENCING
+    /// watches).
+    pub destination_leader_epoch: i32,
+    /// The source leader epochs of the mirrored records before
+    /// `cursor.next_source` (as recorded).
+    pub epochs: SourceEpochs,
+}
+
 /// Aligns the map with the destination and the source, records what
-/// alignment corrected or repaired, and returns the cursor to copy from and
-/// the destination leader epoch it saw (what EPOCH_FENCING watches).
-pub(super) async fn align(cx: &PumpContext) -> Result<(Cursor, i32), PumpExit> {
+/// alignment corrected or repaired, and returns where the copy resumes.
+pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
     let view = cx
         .coordinator
         .send(ReadPartition(cx.key.clone()))
@@ -55,17 +66,40 @@ pub(super) async fn align(cx: &PumpContext) -> Result<(Cursor, i32), PumpExit> {
         .await
         .map_err(|e| kafka_failure("source offsets", e))?;
     let mut alignment = alignment;
+    let mut epochs = view.source_epochs;
     let mut next_source = alignment.next_source.unwrap_or(src.log_start);
-    if next_source > src.end {
+    // By leader epoch first: it also sees a source that has already grown
+    // past our position with other records.
+    let mut repaired = false;
+    if let Some(position) = alignment.next_source {
+        if let Some(d) = diverged(cx, &epochs, position).await? {
+            if !cx.support_unclean_leader_election {
+                return Err(d.exit);
+            }
+            repair_divergence(cx, &mut alignment, d.at).await?;
+            next_source = d.at;
+            repaired = true;
+        }
+    }
+    // By offsets: what a source without epochs (or one that no longer
+    // knows ours) still shows.
+    if !repaired && next_source > src.end {
         if !cx.support_unclean_leader_election {
             return Err(truncated(src.end, next_source));
         }
         repair_divergence(cx, &mut alignment, src.end).await?;
         next_source = src.end;
     }
-    if next_source < src.log_start {
+    let forget_from = if next_source < src.log_start {
         record_gap(cx, next_source, src.log_start).await?;
         next_source = src.log_start;
+        // The skipped records' epochs were never seen.
+        0
+    } else {
+        next_source
+    };
+    if epochs.truncate_from(forget_from) {
+        record_epochs(cx, &epochs).await?;
     }
     let cursor = Cursor::new(&alignment, next_source);
     {
@@ -76,7 +110,69 @@ pub(super) async fn align(cx: &PumpContext) -> Result<(Cursor, i32), PumpExit> {
         p.destination_leader_epoch = dest.leader_epoch;
         p.offsets_identical = cursor.identical();
     }
-    Ok((cursor, dest.leader_epoch))
+    Ok(Aligned {
+        cursor,
+        destination_leader_epoch: dest.leader_epoch,
+        epochs,
+    })
+}
+
+/// Where the source's history parted from the mirrored one, and what the
+/// partition fails with when that may not be repaired.
+pub(super) struct Divergence {
+    pub at: i64,
+    pub exit: PumpExit,
+}
+
+/// Asks the source's leader, with OffsetForLeaderEpoch, where the leader
+/// epoch of the last mirrored record (before `position`) ends on its log
+/// (KIP-320). An end below `position` means the leader's log holds other
+/// records from there: an unclean leader election, whether the leader's
+/// log is now shorter than `position` or already longer.
+async fn diverged(
+    cx: &PumpContext,
+    epochs: &SourceEpochs,
+    position: i64,
+) -> Result<Option<Divergence>, PumpExit> {
+    let Some(ours) = epochs.epoch_at(position - 1) else {
+        return Ok(None);
+    };
+    let (leader_epoch, end_offset) = cx
+        .source
+        .epoch_end(&cx.tp, ours)
+        .await
+        .map_err(|e| kafka_failure("source OffsetForLeaderEpoch", e))?;
+    Ok(divergence(epochs, ours, leader_epoch, end_offset, position))
+}
+
+/// Where a leader's answer for our epoch `ours` (its largest epoch up to
+/// ours, `leader_epoch`, ends at `end_offset`) says the histories part,
+/// below `position`; the same rule for OffsetForLeaderEpoch and a Fetch's
+/// DivergingEpoch.
+pub(super) fn divergence(
+    epochs: &SourceEpochs,
+    ours: i32,
+    leader_epoch: i32,
+    end_offset: i64,
+    position: i64,
+) -> Option<Divergence> {
+    let at = epochs.divergence(leader_epoch, end_offset, position)?;
+    let exit = PumpExit::SourceTruncated {
+        message: format!(
+            "Detected log truncation during mirroring: the source partition's leader holds the mirrored history only up to offset {at}, below the mirrored position {position} (the last mirrored record was written in leader epoch {ours}; the leader's epoch {leader_epoch} ends at {end_offset}), so its records from {at} on are not the ones mirrored. This implies unclean leader election in source cluster, but mirror.support.unclean.leader.election is disabled."
+        ),
+    };
+    Some(Divergence { at, exit })
+}
+
+/// Records the source leader epochs of the mirrored records (empty:
+/// unknown).
+pub(super) async fn record_epochs(cx: &PumpContext, epochs: &SourceEpochs) -> Result<(), PumpExit> {
+    cx.execute(Command::RecordSourceEpochs {
+        key: cx.key.clone(),
+        epochs: epochs.clone(),
+    })
+    .await
 }
 
 /// The KIP's mirror-loop rule: a mirror on the source that copies this very
@@ -208,15 +304,17 @@ pub(super) fn truncated(end: i64, position: i64) -> PumpExit {
     }
 }
 
-/// ULE recovery: the map is cut where the source now ends, the divergent
-/// range is recorded (the destination keeps those records: Kafka cannot
-/// truncate a partition), and copying resumes at the source's end.
+/// ULE recovery: the map is cut where the source's history parted from the
+/// mirrored one (`at`: where our last epoch ends on its leader, or where
+/// its log now ends), the divergent range is recorded (the destination
+/// keeps those records: Kafka cannot truncate a partition), and copying
+/// resumes there, with the source's records of its own history.
 async fn repair_divergence(
     cx: &PumpContext,
     alignment: &mut Alignment,
-    source_end: i64,
+    at: i64,
 ) -> Result<(), PumpExit> {
-    let d = cut_divergent(alignment, source_end);
+    let d = cut_divergent(alignment, at);
     tracing::warn!(
         partition = %cx.tp, source = ?d.source, destination = ?d.destination,
         "unclean leader election on the source: mirrored records no longer exist there; continuing after them"

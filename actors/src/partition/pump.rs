@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesOrdered, StreamExt};
-use kmirror_events::{Command, MirrorProducer, OffsetMapRun};
+use kmirror_events::{Command, MirrorProducer, OffsetMapRun, SourceEpochs};
 
 use super::context::{kafka_failure, PumpContext, PumpExit};
 use super::cursor::{AlignError, Cursor, Segment};
@@ -72,7 +72,11 @@ pub async fn run(mut cx: PumpContext) -> PumpExit {
 }
 
 async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
-    let (mut cursor, destination_leader_epoch) = position::align(cx).await?;
+    let position::Aligned {
+        mut cursor,
+        destination_leader_epoch,
+        mut epochs,
+    } = position::align(cx).await?;
     let max_message_bytes = cx
         .destination
         .max_message_bytes(&cx.tp.topic)
@@ -100,6 +104,7 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
             copy(
                 cx,
                 &mut cursor,
+                &mut epochs,
                 &mut *sink,
                 destination_leader_epoch,
                 max_message_bytes,
@@ -117,18 +122,18 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
 
 /// Copies from the aligned position until told to stop or something fails;
 /// in-flight produces are finished and the map made durable on a stop.
+/// `epochs` are the source leader epochs of what is mirrored (and planned):
+/// each fetch carries the last one, so the source's leader tells when its
+/// log parted from ours.
 async fn copy(
     cx: &mut PumpContext,
     cursor: &mut Cursor,
+    epochs: &mut SourceEpochs,
     sink: &mut dyn PartitionSink,
     destination_leader_epoch: i32,
     max_message_bytes: usize,
 ) -> Result<(), PumpExit> {
-    let mut fetch = cx
-        .source
-        .open(cx.tp.clone(), cx.key.topic_id, cursor.next_source)
-        .await
-        .map_err(|e| kafka_failure("open source fetch", e))?;
+    let mut fetch = open(cx, cursor, last_epoch(epochs, cursor)).await?;
 
     let mut on_healthy = cx.on_healthy.take();
     if let Some(aligned) = cx.on_aligned.take() {
@@ -191,11 +196,12 @@ async fn copy(
                 let fetched = match fetched {
                     Ok(f) => f,
                     Err(e) => {
-                        fetch = reopen(cx, cursor, e).await?;
+                        fetch = reopen(cx, cursor, epochs, e).await?;
                         continue;
                     }
                 };
-                forward(cx, cursor, sink, &mut inflight, fetched, max_message_bytes).await?;
+                forward(cx, cursor, epochs, sink, &mut inflight, fetched, max_message_bytes)
+                    .await?;
                 // A fetch that left nothing to forward proves the path healthy too.
                 healthy |= inflight.is_empty();
             }
@@ -394,10 +400,12 @@ impl Outgoing {
     }
 }
 
-/// Plans, records and sends one fetched chunk.
+/// Plans, records and sends one fetched chunk: the source leader epochs it
+/// brings and the runs it opens are durable before its first produce.
 async fn forward(
     cx: &PumpContext,
     cursor: &mut Cursor,
+    epochs: &mut SourceEpochs,
     sink: &mut dyn PartitionSink,
     inflight: &mut FuturesOrdered<PendingAck>,
     fetched: crate::kafka::fetch::FetchedPartition,
@@ -424,12 +432,17 @@ async fn forward(
     // slots are what limits the partition: merge what is not large.
     let behind = inflight.len() + batches > MAX_IN_FLIGHT;
     let mut out = Outgoing::default();
+    let mut new_epoch = false;
     for batch in fetched.batches() {
         let batch: RecordBatch = batch.map_err(|e| kafka_failure("source batch", e))?;
         let is_aborted = aborted
             .is_aborted(&batch)
             .map_err(|e| kafka_failure("source batch", e))?;
         let position = out.group_end().unwrap_or(cursor.next_source);
+        new_epoch |= epochs.observe(
+            batch.partition_leader_epoch(),
+            batch.base_offset().max(position),
+        );
         let action = classify(&batch, is_aborted, max_message_bytes, position);
         if mergeable(&batch, action, behind) {
             out.push_to_group(cursor, batch, max_message_bytes)?;
@@ -454,7 +467,11 @@ async fn forward(
         // Only dropped batches: nothing to wait for, the position moves now.
         cx.progress.lock().unwrap().source_offset = cursor.next_source;
     }
-    // The runs these produces open are durable before any of them is sent.
+    // The epochs these records were written in, and the runs these
+    // produces open, are durable before any of them is sent.
+    if new_epoch {
+        position::record_epochs(cx, epochs).await?;
+    }
     cx.record_runs(new_runs).await?;
     for (pending, ob) in to_send {
         let ack: Ack = sink
@@ -466,13 +483,49 @@ async fn forward(
     Ok(())
 }
 
+/// The leader epoch of the record before the cursor's position (−1 unknown).
+fn last_epoch(epochs: &SourceEpochs, cursor: &Cursor) -> i32 {
+    epochs.epoch_at(cursor.next_source - 1).unwrap_or(-1)
+}
+
+async fn open(
+    cx: &PumpContext,
+    cursor: &Cursor,
+    last_epoch: i32,
+) -> Result<Box<dyn PartitionFetch>, PumpExit> {
+    cx.source
+        .open(
+            cx.tp.clone(),
+            cx.key.topic_id,
+            cursor.next_source,
+            last_epoch,
+        )
+        .await
+        .map_err(|e| kafka_failure("open source fetch", e))
+}
+
 /// Reopens the source fetch after a fetch error, at the position it decides.
 async fn reopen(
     cx: &PumpContext,
     cursor: &mut Cursor,
+    epochs: &mut SourceEpochs,
     error: FetchError,
 ) -> Result<Box<dyn PartitionFetch>, PumpExit> {
+    let mut last = last_epoch(epochs, cursor);
     match error {
+        FetchError::Diverged {
+            epoch, end_offset, ..
+        } => {
+            // The leader's log parted from ours (KIP-320's DivergingEpoch):
+            // ULE_RECOVERY or FAILED; alignment asks again and repairs.
+            let d = position::divergence(epochs, last, epoch, end_offset, cursor.next_source);
+            return Err(d.map(|d| d.exit).unwrap_or_else(|| {
+                PumpExit::retryable(format!(
+                    "the source leader reports a log diverging from the fetched one (epoch {epoch} ends at {end_offset}, fetched up to {}); aligning again",
+                    cursor.next_source
+                ))
+            }));
+        }
         FetchError::OffsetOutOfRange { .. } => {
             let b = cx
                 .source
@@ -482,8 +535,19 @@ async fn reopen(
             if cursor.next_source < b.log_start {
                 position::record_gap(cx, cursor.next_source, b.log_start).await?;
                 cursor.next_source = b.log_start;
+                // The skipped records' epochs were never seen.
+                if epochs.truncate_from(0) {
+                    position::record_epochs(cx, epochs).await?;
+                }
+                last = -1;
             } else if cursor.next_source > b.end {
                 return Err(position::truncated(b.end, cursor.next_source));
+            } else if last >= 0 {
+                // In range: the leader cannot place the last fetched epoch
+                // (newer than any it knows, or no epoch cache; Kafka answers
+                // OFFSET_OUT_OF_RANGE then), so the offsets are all there is.
+                tracing::warn!(partition = %cx.tp, epoch = last, "the source leader cannot place the last mirrored record's leader epoch; fetching without the epoch check");
+                last = -1;
             }
         }
         FetchError::LeaderChanged { error, .. } => {
@@ -494,8 +558,5 @@ async fn reopen(
         }
         FetchError::Other(e) => return Err(kafka_failure("fetch from source", e)),
     }
-    cx.source
-        .open(cx.tp.clone(), cx.key.topic_id, cursor.next_source)
-        .await
-        .map_err(|e| kafka_failure("open source fetch", e))
+    open(cx, cursor, last).await
 }

@@ -12,7 +12,7 @@ use kmirror_events::{
 };
 use kmirror_store::{EventLog, LogEntry};
 
-use super::{open_ro, CliResult, Progress};
+use super::read::{open_ro, CliResult, Progress};
 
 #[derive(Args)]
 pub(super) struct AuditArgs {
@@ -255,6 +255,16 @@ fn describe(
             p.producer_epoch
         ),
         Record::MirrorProducer(k, None) => format!("{} producer record removed", partition_label(names, k)),
+        Record::SourceEpochs(k, Some(e)) => format!(
+            "{} source leader epochs of the mirrored records: {}",
+            partition_label(names, k),
+            e.entries
+                .iter()
+                .map(|e| format!("{} from offset {}", e.epoch, e.start_offset))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Record::SourceEpochs(k, None) => format!("{} source leader epochs unknown", partition_label(names, k)),
         Record::MirrorTopicDestination(k, Some(d)) => format!(
             "topic {} is copied into destination topic id {}",
             topic(&k.topic_id),

@@ -5,18 +5,20 @@
 //! read-only: they never repair, compact or otherwise write it, so they are
 //! safe to point at evidence. Only `compact` writes.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand};
 use kmirror_events::{MirrorStateImage, PartitionState};
 use kmirror_store::{verify, EventLog, SledLog};
 
 mod audit;
+mod read;
 
 use audit::{audit, entry_json, names_of, partition_label, AuditArgs};
+use read::{load_with_progress, open_ro, CliResult, Progress};
 
 #[derive(Args)]
 pub struct LogArgs {
@@ -73,8 +75,6 @@ pub fn run(args: LogArgs) -> ExitCode {
     }
 }
 
-type CliResult<T> = Result<T, Box<dyn std::error::Error>>;
-
 fn dispatch(dir: &Path, command: LogCommand) -> CliResult<ExitCode> {
     if !dir.is_dir() {
         return Err(format!(
@@ -95,88 +95,6 @@ fn dispatch(dir: &Path, command: LogCommand) -> CliResult<ExitCode> {
             tombstone_retention_ms,
         } => compact(dir, tombstone_retention_ms),
     }
-}
-
-fn open_ro(dir: &Path) -> CliResult<SledLog> {
-    let log = SledLog::open_read_only(dir)?;
-    if let Some(from) = log.open_report().damaged_from {
-        eprintln!(
-            "kmirror log: warning: damaged tail from offset {from} ({} records) is ignored; run `kmirror log verify` for details",
-            log.open_report().damaged_records
-        );
-    }
-    Ok(log)
-}
-
-/// A progress bar on stderr, drawn only when stdout is a terminal (so piped
-/// output and CI logs stay clean).
-struct Progress {
-    enabled: bool,
-    total: u64,
-    done: u64,
-    started: Instant,
-    label: &'static str,
-}
-
-impl Progress {
-    fn new(label: &'static str, total: u64) -> Self {
-        Progress {
-            enabled: std::io::stdout().is_terminal()
-                && std::io::stderr().is_terminal()
-                && total > 50_000,
-            total,
-            done: 0,
-            started: Instant::now(),
-            label,
-        }
-    }
-
-    fn tick(&mut self) {
-        self.done += 1;
-        if self.enabled && self.done.is_multiple_of(65_536) {
-            self.draw();
-        }
-    }
-
-    fn draw(&self) {
-        let frac = (self.done as f64 / self.total.max(1) as f64).min(1.0);
-        let width = 30;
-        let filled = (frac * width as f64) as usize;
-        let rate = self.done as f64 / self.started.elapsed().as_secs_f64().max(1e-9);
-        eprint!(
-            "\r{} [{}{}] {:>3.0}% {}/{} ({:.0} rec/s)",
-            self.label,
-            "=".repeat(filled),
-            " ".repeat(width - filled),
-            frac * 100.0,
-            self.done,
-            self.total,
-            rate
-        );
-        let _ = std::io::stderr().flush();
-    }
-
-    fn finish(&self) {
-        if self.enabled {
-            self.draw();
-            eprintln!();
-        }
-    }
-}
-
-fn load_with_progress(log: &SledLog) -> CliResult<MirrorStateImage> {
-    let mut image = log.latest_snapshot()?.unwrap_or_default();
-    let mut p = Progress::new(
-        "replay",
-        log.end_offset().saturating_sub(image.end_offset()),
-    );
-    for e in log.read(image.end_offset())? {
-        let e = e?;
-        image.replay(e.offset, e.record);
-        p.tick();
-    }
-    p.finish();
-    Ok(image)
 }
 
 fn replay(dir: &Path, json: bool) -> CliResult<ExitCode> {

@@ -1,5 +1,8 @@
 //! PartitionActor on the in-memory clusters: every state and transition,
 //! with injected faults. (Kafka behaviour itself is tested in `tests/`.)
+//! Unclean leader elections on the source are in [`unclean`].
+
+mod unclean;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -495,64 +498,6 @@ async fn a_destination_leader_change_goes_through_epoch_fencing() {
 }
 
 #[actix::test]
-async fn a_truncated_source_fails_unless_unclean_election_is_supported() {
-    for ule in [false, true] {
-        let mut rig = rig().await;
-        rig.ule = ule;
-        rig.append(6, 0);
-        let actor = rig.start(fast_retry());
-        eventually("6 records", async || rig.dest.records(&rig.tp).len() == 6).await;
-        actor.send(Shutdown).await.unwrap();
-        // An unclean election on the source: it now ends at 4 (below the
-        // mirrored 6); later it takes new records at offsets 4 and 5.
-        rig.source.truncate_to(&rig.tp, 4);
-        let actor = rig.start(fast_retry());
-        if !ule {
-            eventually("FAILED", async || {
-                state(&actor).await.state == PartitionState::Failed
-            })
-            .await;
-            let s = state(&actor).await;
-            assert_eq!(s.retry_attempt, -1);
-            assert!(s
-                .error
-                .unwrap()
-                .contains("mirror.support.unclean.leader.election is disabled"));
-            continue;
-        }
-        eventually("divergence recorded", async || {
-            !rig.image().await.gaps(&rig.key).is_empty()
-        })
-        .await;
-        rig.append(2, 100);
-        eventually("8 records", async || rig.dest.records(&rig.tp).len() == 8).await;
-        assert_eq!(
-            rig.values(),
-            ["v0", "v1", "v2", "v3", "v4", "v5", "v100", "v101"]
-        );
-        eventually("MIRRORING", async || {
-            state(&actor).await.state == PartitionState::Mirroring
-        })
-        .await;
-        actor.send(Shutdown).await.unwrap();
-        let image = rig.image().await;
-        assert_eq!(image.translate(&rig.key, 3), Translation::Exact(3));
-        assert_eq!(
-            image.translate(&rig.key, 4),
-            Translation::Exact(6),
-            "offset 4 is the new record"
-        );
-        let gap = &image.gaps(&rig.key)[0];
-        assert_eq!((gap.source_start, gap.source_end), (4, 6));
-        assert!(
-            gap.reason.contains("destination offsets 4..6"),
-            "{}",
-            gap.reason
-        );
-    }
-}
-
-#[actix::test]
 async fn a_source_leader_move_is_followed_without_a_failure() {
     let rig = rig().await;
     rig.append(3, 0);
@@ -600,56 +545,6 @@ async fn a_produce_timeout_is_retried_from_the_destination_end() {
     let h = history(&rig.log, &rig.key);
     let failed: Vec<_> = h.iter().filter(|s| s.0 == PartitionState::Failed).collect();
     assert_eq!(failed.len(), 1, "{h:?}");
-}
-
-#[actix::test]
-async fn an_unclean_election_repair_survives_the_next_alignment() {
-    let mut rig = rig().await;
-    rig.ule = true;
-    rig.append(6, 0);
-    let actor = rig.start(fast_retry());
-    eventually("6 records", async || rig.dest.records(&rig.tp).len() == 6).await;
-    actor.send(Shutdown).await.unwrap();
-    // The source now ends at 4; the destination keeps what it had at 4 and 5.
-    rig.source.truncate_to(&rig.tp, 4);
-    let actor = rig.start(fast_retry());
-    eventually("repaired and MIRRORING", async || {
-        !rig.image().await.gaps(&rig.key).is_empty()
-            && state(&actor).await.state == PartitionState::Mirroring
-    })
-    .await;
-    actor.send(Shutdown).await.unwrap();
-    // Restarted before any new run exists: the kept records must not be
-    // taken for source offsets 4 and 5, which the source now reuses.
-    rig.append(2, 100);
-    let actor = rig.start(fast_retry());
-    eventually("8 records", async || rig.dest.records(&rig.tp).len() == 8).await;
-    eventually("caught up", async || {
-        state(&actor).await.progress.lag() == 0
-    })
-    .await;
-    actor.send(Shutdown).await.unwrap();
-    // Restarted after the next run exists: alignment must not stretch the
-    // cut run back over the kept records either.
-    rig.append(1, 102);
-    let actor = rig.start(fast_retry());
-    eventually("9 records", async || rig.dest.records(&rig.tp).len() == 9).await;
-    eventually("MIRRORING, caught up", async || {
-        let s = state(&actor).await;
-        s.state == PartitionState::Mirroring && s.progress.lag() == 0
-    })
-    .await;
-    assert_eq!(
-        rig.values(),
-        ["v0", "v1", "v2", "v3", "v4", "v5", "v100", "v101", "v102"]
-    );
-    let s = state(&actor).await;
-    assert_eq!((s.retry_attempt, s.error), (0, None));
-    actor.send(Shutdown).await.unwrap();
-    let image = rig.image().await;
-    assert_eq!(image.translate(&rig.key, 3), Translation::Exact(3));
-    assert_eq!(image.translate(&rig.key, 4), Translation::Exact(6));
-    assert_eq!(image.translate(&rig.key, 6), Translation::Exact(8));
 }
 
 #[actix::test]

@@ -1,0 +1,93 @@
+//! What every `kmirror log` command shares: the log opened read-only and
+//! a progress bar.
+
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::time::Instant;
+
+use kmirror_events::MirrorStateImage;
+use kmirror_store::{EventLog, SledLog};
+
+pub(super) type CliResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+pub(super) fn open_ro(dir: &Path) -> CliResult<SledLog> {
+    let log = SledLog::open_read_only(dir)?;
+    if let Some(from) = log.open_report().damaged_from {
+        eprintln!(
+            "kmirror log: warning: damaged tail from offset {from} ({} records) is ignored; run `kmirror log verify` for details",
+            log.open_report().damaged_records
+        );
+    }
+    Ok(log)
+}
+
+/// A progress bar on stderr, drawn only when stdout is a terminal (so piped
+/// output and CI logs stay clean).
+pub(super) struct Progress {
+    enabled: bool,
+    total: u64,
+    done: u64,
+    started: Instant,
+    label: &'static str,
+}
+
+impl Progress {
+    pub(super) fn new(label: &'static str, total: u64) -> Self {
+        Progress {
+            enabled: std::io::stdout().is_terminal()
+                && std::io::stderr().is_terminal()
+                && total > 50_000,
+            total,
+            done: 0,
+            started: Instant::now(),
+            label,
+        }
+    }
+
+    pub(super) fn tick(&mut self) {
+        self.done += 1;
+        if self.enabled && self.done.is_multiple_of(65_536) {
+            self.draw();
+        }
+    }
+
+    fn draw(&self) {
+        let frac = (self.done as f64 / self.total.max(1) as f64).min(1.0);
+        let width = 30;
+        let filled = (frac * width as f64) as usize;
+        let rate = self.done as f64 / self.started.elapsed().as_secs_f64().max(1e-9);
+        eprint!(
+            "\r{} [{}{}] {:>3.0}% {}/{} ({:.0} rec/s)",
+            self.label,
+            "=".repeat(filled),
+            " ".repeat(width - filled),
+            frac * 100.0,
+            self.done,
+            self.total,
+            rate
+        );
+        let _ = std::io::stderr().flush();
+    }
+
+    pub(super) fn finish(&self) {
+        if self.enabled {
+            self.draw();
+            eprintln!();
+        }
+    }
+}
+
+pub(super) fn load_with_progress(log: &SledLog) -> CliResult<MirrorStateImage> {
+    let mut image = log.latest_snapshot()?.unwrap_or_default();
+    let mut p = Progress::new(
+        "replay",
+        log.end_offset().saturating_sub(image.end_offset()),
+    );
+    for e in log.read(image.end_offset())? {
+        let e = e?;
+        image.replay(e.offset, e.record);
+        p.tick();
+    }
+    p.finish();
+    Ok(image)
+}
