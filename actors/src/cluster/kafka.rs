@@ -474,19 +474,6 @@ impl SourceCluster for KafkaCluster {
             Ok(Box::new(KafkaPartitionFetch { rx }) as Box<dyn PartitionFetch>)
         })
     }
-
-    fn epoch_end(
-        &self,
-        tp: &TopicPartition,
-        epoch: i32,
-    ) -> BoxFuture<'_, Result<(i32, i64), KafkaError>> {
-        let tp = tp.clone();
-        Box::pin(async move {
-            self.admin
-                .offset_for_leader_epoch(&tp.topic, tp.partition, epoch)
-                .await
-        })
-    }
 }
 
 struct KafkaSink {

@@ -678,9 +678,9 @@ impl ClusterView for MemorySource {
         tp: &TopicPartition,
         epoch: i32,
     ) -> BoxFuture<'_, Result<(i32, i64), KafkaError>> {
-        // One epoch of history: it ends where the log ends.
-        let end = self.with(tp, |p| (epoch.min(p.leader_epoch), p.end));
-        Box::pin(async move { Ok(end) })
+        let no_epochs = self.state.lock().unwrap().no_epochs;
+        let answer = self.with(tp, |p| p.epoch_end(epoch));
+        Box::pin(async move { Ok(if no_epochs { (-1, -1) } else { answer }) })
     }
 
     fn topic_configs(
@@ -722,16 +722,6 @@ impl SourceCluster for MemorySource {
             last_epoch,
         };
         Box::pin(async move { Ok(Box::new(f) as Box<dyn PartitionFetch>) })
-    }
-
-    fn epoch_end(
-        &self,
-        tp: &TopicPartition,
-        epoch: i32,
-    ) -> BoxFuture<'_, Result<(i32, i64), KafkaError>> {
-        let no_epochs = self.state.lock().unwrap().no_epochs;
-        let answer = self.with(tp, |p| p.epoch_end(epoch));
-        Box::pin(async move { Ok(if no_epochs { (-1, -1) } else { answer }) })
     }
 }
 

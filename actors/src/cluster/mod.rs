@@ -186,9 +186,13 @@ pub trait ClusterView: Send + Sync {
     ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>>;
     /// Every ACL (SECURITY_DISABLED when the cluster has no authorizer).
     fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>>;
-    /// The offset where `epoch` ends on the partition's leader
-    /// (OffsetForLeaderEpoch), with the epoch the leader answered for:
-    /// how a failback tells whether two histories agree up to a position.
+    /// OffsetForLeaderEpoch on the partition's leader: the largest leader
+    /// epoch up to `epoch` its log knows, and the offset where that epoch
+    /// ends there (its log end for the current epoch; for an epoch older
+    /// than all it knows, that epoch and where its first known one starts);
+    /// (−1, −1) for an epoch newer than all it knows.
+    /// Both clusters answer it: alignment asks the source whether its
+    /// history still holds the last mirrored record, a failback asks both.
     fn end_offset_for_epoch(
         &self,
         tp: &TopicPartition,
@@ -243,16 +247,6 @@ pub trait SourceCluster: ClusterView {
         offset: i64,
         last_epoch: i32,
     ) -> BoxFuture<'_, Result<Box<dyn PartitionFetch>, KafkaError>>;
-    /// OffsetForLeaderEpoch on the partition's leader: the largest leader
-    /// epoch up to `epoch` its log knows, and the offset where that epoch
-    /// ends there (its log end for the current epoch; for an epoch older
-    /// than all it knows, that epoch and where its first known one starts);
-    /// (−1, −1) for an epoch newer than all it knows.
-    fn epoch_end(
-        &self,
-        tp: &TopicPartition,
-        epoch: i32,
-    ) -> BoxFuture<'_, Result<(i32, i64), KafkaError>>;
 }
 
 /// The destination cluster, which kmirror writes.

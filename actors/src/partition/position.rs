@@ -139,7 +139,7 @@ async fn diverged(
     };
     let (leader_epoch, end_offset) = cx
         .source
-        .epoch_end(&cx.tp, ours)
+        .end_offset_for_epoch(&cx.tp, ours)
         .await
         .map_err(|e| kafka_failure("source OffsetForLeaderEpoch", e))?;
     Ok(divergence(epochs, ours, leader_epoch, end_offset, position))
