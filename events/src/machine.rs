@@ -468,6 +468,12 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
                         None,
                     )
                 }));
+                // The old map's source epochs say nothing of the records the
+                // seeded map covers (another mirror wrote them, in epochs of
+                // their own): the next fetch records the epochs anew.
+                if !image.source_epochs(&key).entries.is_empty() {
+                    out.push(Record::SourceEpochs(key.clone(), None));
+                }
                 out.extend(seed.runs.iter().map(|r| {
                     Record::OffsetMapRun(
                         OffsetMapRunKey {

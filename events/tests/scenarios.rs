@@ -487,3 +487,60 @@ fn unmirrored_text_says_at_least_when_capped_and_unknown_when_unknown() {
     };
     assert_eq!(u.text(), "50 records, 5200 bytes, seconds behind unknown");
 }
+
+#[test]
+fn a_start_that_seeds_a_map_forgets_the_source_epochs_of_the_old_one() {
+    // A mirror stopped after copying offsets 0..350 in epoch 0; the mirror
+    // the other way wrote 350..390 into its source in epoch 1, and this
+    // mirror is started again with the map that failback seeds. Its old
+    // epochs would say epoch 0 runs to 390 — a truncation at 350 that
+    // never happened.
+    let (mut img, k) = setup();
+    decide_and_apply(
+        &mut img,
+        &Command::RecordSourceEpochs {
+            key: k.clone(),
+            epochs: SourceEpochs {
+                entries: vec![EpochEntry {
+                    epoch: 0,
+                    start_offset: 0,
+                }],
+            },
+        },
+    )
+    .unwrap();
+    decide_and_apply(
+        &mut img,
+        &Command::StopTopics {
+            mirror: "m1".into(),
+            topics: vec![topic_id(1)],
+        },
+    )
+    .unwrap();
+    decide_and_apply(
+        &mut img,
+        &Command::StartTopics {
+            mirror: "m1".into(),
+            topics: vec![TopicRef {
+                topic_id: topic_id(1),
+                name: "orders".into(),
+                partition_count: 2,
+                destination_topic_id: None,
+            }],
+            include: vec![],
+            exclude: vec![],
+            seeds: vec![MapSeed {
+                topic_id: topic_id(1),
+                partition: 0,
+                runs: vec![OffsetMapRun {
+                    source_start: 0,
+                    destination_start: 0,
+                    length: 390,
+                }],
+                holes: vec![],
+            }],
+        },
+    )
+    .unwrap();
+    assert_eq!(img.source_epochs(&k), SourceEpochs::default());
+}

@@ -1,5 +1,5 @@
 //! Failover and failback against real Kafka, clusters A and B: A→B with a
-//! consumer group mid-way, A lost (the disaster), failover on B, the group
+//! consumer group mid-way, A's broker killed (the disaster), failover on B, the group
 //! and producers moved to B; then A back, holding records B never got, and
 //! a fresh daemon with an empty data dir failing back B→A — in `delta` and
 //! in `from-scratch` — and once more A→B: every record where it belongs, the
@@ -17,7 +17,7 @@ use kmirror_tests::mirror::{
     connector_through, describe_group, group_read, node_with, produce_to, records,
 };
 use kmirror_tests::proxy::{FaultProxy, FETCH};
-use kmirror_tests::{create_topic, unique, PrivateBed};
+use kmirror_tests::{create_topic, unique, BrokerOp, PrivateBed};
 
 fn props(bootstrap: &str) -> BTreeMap<String, String> {
     [
@@ -130,7 +130,8 @@ async fn fail_over() -> AfterFailover {
     source_proxy.hold(&[FETCH]);
     tokio::time::sleep(Duration::from_millis(700)).await;
     produce_values(&bed.source, &topic, 50, "a-only");
-    bed.stall_source();
+    // A's broker (its only node) is killed: the disaster.
+    bed.source_broker(1, BrokerOp::Kill);
 
     // Failover on B.
     forward
@@ -168,7 +169,8 @@ async fn fail_over() -> AfterFailover {
 
 /// A back; a fresh daemon with an empty data dir mirroring B→A.
 async fn reverse(f: &AfterFailover) -> (Node, tempfile::TempDir) {
-    f.bed.resume_source();
+    // A comes back on its own data, holding the records B never got.
+    f.bed.source_broker(1, BrokerOp::Start);
     let dir = tempfile::tempdir().unwrap();
     let node = node_with(
         dir.path(),

@@ -151,6 +151,9 @@ pub struct PartitionActor {
     pump: Option<RunningPump>,
     generation: u64,
     retry_timer: Option<SpawnHandle>,
+    /// The state epoch of the FAILED state last reported as final, so each
+    /// refresh re-sending the desired state does not repeat the warning.
+    reported_final: Option<i32>,
     shutting_down: bool,
     shutdown_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
 }
@@ -179,6 +182,7 @@ impl PartitionActor {
             pump: None,
             generation: 0,
             retry_timer: None,
+            reported_final: None,
             shutting_down: false,
             shutdown_waiters: Vec::new(),
         }
@@ -445,8 +449,11 @@ impl PartitionActor {
                 ));
             }
             other => {
-                tracing::warn!(partition = %self.tp, decision = ?other, error = ?self.state.error_message,
-                    "failed partition requires manual intervention (kmirror mirror recover)");
+                if self.reported_final != Some(self.state.state_epoch) {
+                    self.reported_final = Some(self.state.state_epoch);
+                    tracing::warn!(partition = %self.tp, decision = ?other, error = ?self.state.error_message,
+                        "failed partition requires manual intervention (kmirror mirror recover)");
+                }
             }
         }
     }
