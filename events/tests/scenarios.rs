@@ -15,23 +15,24 @@ fn setup() -> (MirrorStateImage, MirrorPartitionKey) {
         },
     )
     .unwrap();
-    decide_and_apply(
-        &mut img,
-        &Command::StartTopics {
-            mirror: "m1".into(),
-            topics: vec![TopicRef {
-                topic_id: topic_id(1),
-                name: "orders".into(),
-                partition_count: 2,
-                destination_topic_id: None,
-            }],
-            include: vec![],
-            exclude: vec![],
-            seeds: vec![],
-        },
-    )
-    .unwrap();
+    decide_and_apply(&mut img, &start_orders(vec![])).unwrap();
     (img, MirrorPartitionKey::new("m1", topic_id(1), 0))
+}
+
+/// Starts `orders` (2 partitions) in `m1`, with these offset maps seeded.
+fn start_orders(seeds: Vec<MapSeed>) -> Command {
+    Command::StartTopics {
+        mirror: "m1".into(),
+        topics: vec![TopicRef {
+            topic_id: topic_id(1),
+            name: "orders".into(),
+            partition_count: 2,
+            destination_topic_id: None,
+        }],
+        include: vec![],
+        exclude: vec![],
+        seeds,
+    }
 }
 
 fn go(
@@ -517,30 +518,16 @@ fn a_start_that_seeds_a_map_forgets_the_source_epochs_of_the_old_one() {
         },
     )
     .unwrap();
-    decide_and_apply(
-        &mut img,
-        &Command::StartTopics {
-            mirror: "m1".into(),
-            topics: vec![TopicRef {
-                topic_id: topic_id(1),
-                name: "orders".into(),
-                partition_count: 2,
-                destination_topic_id: None,
-            }],
-            include: vec![],
-            exclude: vec![],
-            seeds: vec![MapSeed {
-                topic_id: topic_id(1),
-                partition: 0,
-                runs: vec![OffsetMapRun {
-                    source_start: 0,
-                    destination_start: 0,
-                    length: 390,
-                }],
-                holes: vec![],
-            }],
-        },
-    )
-    .unwrap();
+    let seed = MapSeed {
+        topic_id: topic_id(1),
+        partition: 0,
+        runs: vec![OffsetMapRun {
+            source_start: 0,
+            destination_start: 0,
+            length: 390,
+        }],
+        holes: vec![],
+    };
+    decide_and_apply(&mut img, &start_orders(vec![seed])).unwrap();
     assert_eq!(img.source_epochs(&k), SourceEpochs::default());
 }
