@@ -18,4 +18,5 @@ pub mod mirror;
 pub mod node;
 pub mod partition;
 pub mod publisher;
+pub mod shards;
 pub mod state_topic;

@@ -12,7 +12,10 @@ use actix_web::http::StatusCode;
 use actix_web::web::{self, Data, Json, Path, Query};
 use actix_web::{HttpRequest, HttpResponse, ResponseError};
 use kmirror_actors::failback::FailbackRequest;
-use kmirror_actors::node::{Node, NodeError, PartitionDescription, StopOptions, TopicChange};
+use kmirror_actors::node::{
+    MirrorListing, Node, NodeError, NodeMetrics, PartitionDescription, StopOptions, TopicChange,
+};
+use kmirror_actors::shards::{ClusterStatus, Shards};
 use kmirror_events::FailbackMode;
 use serde::{Deserialize, Serialize};
 
@@ -76,6 +79,12 @@ struct DescribeQuery {
 #[serde(deny_unknown_fields)]
 struct DeleteQuery {
     state_validation_offset: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StateOffsetQuery {
+    mirror: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -185,6 +194,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/offsets/translate").route(web::get().to(translate)))
     .service(resource("/state-offset").route(web::get().to(state_validation_offset)))
     .service(resource("/metrics").route(web::get().to(metrics)))
+    .service(resource("/cluster").route(web::get().to(cluster)))
     .service(resource("/health").route(web::get().to(health)))
     .default_service(web::to(|req: HttpRequest| async move {
         ApiError(NodeError::new(
@@ -213,34 +223,145 @@ impl actix_web::Responder for ApiError {
 
 type Reply = Result<HttpResponse, ApiError>;
 
-/// The node as HTTP handlers reach it. Every call runs on the System's
-/// main arbiter, where the node's actors live: a Kafka connection the node
-/// opened while serving a request would otherwise belong to the HTTP
-/// worker's runtime, and die with it when the admin API stops first at
-/// shutdown.
+/// The node as HTTP handlers reach it: one `Node`, or the shards of a
+/// clustered node (a request about a mirror whose shard another node owns
+/// is forwarded there, and listings fan out to every node). Every node call
+/// runs on the System's main arbiter, where the node's actors live: a Kafka
+/// connection the node opened while serving a request would otherwise
+/// belong to the HTTP worker's runtime, and die with it when the admin API
+/// stops first at shutdown.
 #[derive(Clone)]
 pub struct NodeHandle {
-    node: Node,
+    target: Target,
     home: actix::ArbiterHandle,
 }
+
+#[derive(Clone)]
+enum Target {
+    Single(Node),
+    Clustered {
+        shards: Shards,
+        status: tokio::sync::watch::Receiver<ClusterStatus>,
+    },
+}
+
+/// Where the requests about one mirror are served.
+enum Owner {
+    Here(Node),
+    /// The admin URL of the node that coordinates it.
+    There(String),
+}
+
+/// Marks a forwarded request: its receiver serves it or refuses, never
+/// forwards again (two nodes that disagree on the owner for a moment must
+/// not bounce a request between them).
+const FORWARDED: &str = "kmirror-forwarded";
+
+/// How long a forwarded request may take (a stop waits for its partitions).
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 impl NodeHandle {
     /// Must be called on the arbiter the node was started on.
     pub fn new(node: Node) -> Self {
         NodeHandle {
-            node,
+            target: Target::Single(node),
             home: actix::Arbiter::current(),
         }
     }
 
-    async fn run<T, F, Fut>(&self, call: F) -> Result<T, ApiError>
+    /// A clustered node's shards and the membership's view of who owns
+    /// what. Must be called on the arbiter the shards start on.
+    pub fn clustered(shards: Shards, status: tokio::sync::watch::Receiver<ClusterStatus>) -> Self {
+        NodeHandle {
+            target: Target::Clustered { shards, status },
+            home: actix::Arbiter::current(),
+        }
+    }
+
+    /// Where `mirror`'s requests go. A forwarded request is never forwarded
+    /// again.
+    async fn owner(&self, mirror: &str, req: &HttpRequest) -> Result<Owner, ApiError> {
+        let (shards, status) = match &self.target {
+            Target::Single(node) => return Ok(Owner::Here(node.clone())),
+            Target::Clustered { shards, status } => (shards, status),
+        };
+        let shard = shards.shard_of(mirror);
+        let status = status.borrow().clone();
+        let owner = status.owner(shard).ok_or_else(|| {
+            ApiError(NodeError::new(
+                "COORDINATOR_NOT_AVAILABLE",
+                format!("no node coordinates state partition {shard} of mirror {mirror:?} yet (a rebalance is in progress); try again"),
+            ))
+        })?;
+        if status.is_me(owner) {
+            return shards.node_for(mirror).await.map(Owner::Here).ok_or_else(|| {
+                ApiError(NodeError::new(
+                    "COORDINATOR_LOAD_IN_PROGRESS",
+                    format!("state partition {shard} of mirror {mirror:?} is still loading on this node; try again"),
+                ))
+            });
+        }
+        if req.headers().contains_key(FORWARDED) {
+            return Err(ApiError(NodeError::new(
+                "NOT_COORDINATOR",
+                format!("this node does not coordinate mirror {mirror:?} (state partition {shard}); {} does", owner.url),
+            )));
+        }
+        Ok(Owner::There(owner.url.clone()))
+    }
+
+    /// The nodes this process runs (one, or every running shard).
+    async fn locals(&self) -> Vec<Node> {
+        match &self.target {
+            Target::Single(node) => vec![node.clone()],
+            Target::Clustered { shards, .. } => {
+                shards.nodes().await.into_iter().map(|(_, n)| n).collect()
+            }
+        }
+    }
+
+    /// The other nodes' admin URLs, for a request this node did not get
+    /// forwarded (a fan-out's own parts are not fanned out again).
+    fn peers(&self, req: &HttpRequest) -> Vec<String> {
+        match &self.target {
+            Target::Clustered { status, .. } if !req.headers().contains_key(FORWARDED) => {
+                let status = status.borrow();
+                status
+                    .members
+                    .iter()
+                    .filter(|m| !status.is_me(m))
+                    .map(|m| m.url.clone())
+                    .collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn status(&self) -> Option<ClusterStatus> {
+        match &self.target {
+            Target::Clustered { status, .. } => Some(status.borrow().clone()),
+            Target::Single(_) => None,
+        }
+    }
+
+    /// One local node, for the calls that are not about a mirror (the
+    /// single node, or any shard).
+    async fn any_local(&self) -> Result<Node, ApiError> {
+        self.locals().await.into_iter().next().ok_or_else(|| {
+            ApiError(NodeError::new(
+                "COORDINATOR_NOT_AVAILABLE",
+                "this node coordinates no state partition right now",
+            ))
+        })
+    }
+
+    async fn run<T, F, Fut>(&self, node: Node, call: F) -> Result<T, ApiError>
     where
         F: FnOnce(Node) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = T> + 'static,
         T: Send + 'static,
     {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let node = self.node.clone();
         self.home.spawn_fn(move || {
             actix::spawn(async move {
                 let _ = tx.send(call(node).await);
@@ -255,36 +376,136 @@ impl NodeHandle {
     }
 }
 
-async fn list(node: Data<NodeHandle>) -> Reply {
-    let mirrors = node.run(|n| async move { n.list_mirrors().await }).await?;
+/// Sends `req` (with `body`, JSON) to the node at `url` and answers with
+/// its answer.
+async fn forward(url: &str, req: &HttpRequest, body: Option<Vec<u8>>) -> Reply {
+    let response = call_peer(url, req.method().as_str(), &path_and_query(req), body).await?;
+    Ok(HttpResponse::build(
+        StatusCode::from_u16(response.status).unwrap_or(StatusCode::BAD_GATEWAY),
+    )
+    .content_type("application/json")
+    .body(response.body))
+}
+
+fn path_and_query(req: &HttpRequest) -> String {
+    req.uri()
+        .path_and_query()
+        .map_or_else(|| req.path().to_owned(), |p| p.as_str().to_owned())
+}
+
+/// One request to another node of the cluster, marked as forwarded.
+async fn call_peer(
+    url: &str,
+    method: &str,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> Result<crate::http::Response, ApiError> {
+    let unreachable = |e: String| {
+        ApiError(NodeError::new(
+            "COORDINATOR_NOT_AVAILABLE",
+            format!("forwarding to {url}: {e}"),
+        ))
+    };
+    let base = crate::http::BaseUrl::parse(url)
+        .map_err(unreachable)?
+        .with_read_timeout(FORWARD_TIMEOUT);
+    let (method, path) = (method.to_owned(), path.to_owned());
+    tokio::task::spawn_blocking(move || {
+        base.request_with(&method, &path, body.as_deref(), &[(FORWARDED, "1")])
+    })
+    .await
+    .map_err(|e| unreachable(e.to_string()))?
+    .map_err(unreachable)
+}
+
+/// Every other node's answer to `path`, decoded; an error answer or an
+/// unreachable node fails the whole listing (a partial one would hide
+/// mirrors).
+async fn fan_out<T: serde::de::DeserializeOwned>(
+    node: &NodeHandle,
+    req: &HttpRequest,
+    path: &str,
+) -> Result<Vec<T>, ApiError> {
+    let mut all = Vec::new();
+    for url in node.peers(req) {
+        let response = call_peer(&url, "GET", path, None).await?;
+        if response.status != 200 {
+            let error = serde_json::from_slice::<NodeError>(&response.body).unwrap_or_else(|_| {
+                NodeError::new(
+                    "COORDINATOR_NOT_AVAILABLE",
+                    String::from_utf8_lossy(&response.body).into_owned(),
+                )
+            });
+            return Err(ApiError(error));
+        }
+        let part: Vec<T> = serde_json::from_slice(&response.body).map_err(|e| {
+            ApiError(NodeError::new(
+                "COORDINATOR_NOT_AVAILABLE",
+                format!("{url}{path} answered something else: {e}"),
+            ))
+        })?;
+        all.extend(part);
+    }
+    Ok(all)
+}
+
+fn to_json<T: Serialize>(body: &T) -> Option<Vec<u8>> {
+    Some(serde_json::to_vec(body).expect("bodies serialise"))
+}
+
+async fn list(node: Data<NodeHandle>, req: HttpRequest) -> Reply {
+    let mut mirrors = Vec::new();
+    for local in node.locals().await {
+        mirrors.extend(
+            node.run(local, |n| async move { n.list_mirrors().await })
+                .await?,
+        );
+    }
+    mirrors.extend(fan_out::<MirrorListing>(&node, &req, "/mirrors").await?);
+    mirrors.sort_by(|a, b| a.mirror.cmp(&b.mirror));
     Ok(HttpResponse::Ok().json(mirrors))
 }
 
-async fn create(node: Data<NodeHandle>, body: Json<CreateBody>) -> Reply {
-    let CreateBody { name, properties } = body.into_inner();
-    if name.trim().is_empty() {
+async fn create(node: Data<NodeHandle>, req: HttpRequest, body: Json<CreateBody>) -> Reply {
+    let body = body.into_inner();
+    if body.name.trim().is_empty() {
         return Err(ApiError::invalid("name: must not be empty"));
     }
+    let here = match node.owner(&body.name, &req).await? {
+        Owner::There(url) => return forward(&url, &req, to_json(&body)).await,
+        Owner::Here(here) => here,
+    };
+    let CreateBody { name, properties } = body;
     let mirror = name.clone();
     let listing = node
-        .run(|n| async move { n.create_mirror(&mirror, properties).await })
+        .run(here, |n| async move {
+            n.create_mirror(&mirror, properties).await
+        })
         .await??;
     tracing::info!(mirror = %name, "mirror created");
     Ok(HttpResponse::Created().json(listing))
 }
 
-async fn delete(node: Data<NodeHandle>, name: Path<String>, query: Query<DeleteQuery>) -> Reply {
+async fn delete(
+    node: Data<NodeHandle>,
+    req: HttpRequest,
+    name: Path<String>,
+    query: Query<DeleteQuery>,
+) -> Reply {
+    let here = match node.owner(&name, &req).await? {
+        Owner::There(url) => return forward(&url, &req, None).await,
+        Owner::Here(here) => here,
+    };
     let (mirror, offset) = (name.clone(), query.state_validation_offset);
-    node.run(move |n| async move { n.delete_mirror(&mirror, offset).await })
-        .await??;
+    node.run(here, move |n| async move {
+        n.delete_mirror(&mirror, offset).await
+    })
+    .await??;
     tracing::info!(mirror = %name, "mirror deleted");
     Ok(HttpResponse::Ok().json(serde_json::json!({ "mirror": *name, "deleted": true })))
 }
 
-async fn describe(node: &NodeHandle, mirror: Option<String>, failed: bool) -> Reply {
-    let partitions = node
-        .run(|n| async move { n.describe(mirror.as_deref()).await })
-        .await??;
+fn failed_only(partitions: Vec<PartitionDescription>, failed: bool) -> Reply {
     let partitions: Vec<PartitionDescription> = partitions
         .into_iter()
         .filter(|p| !failed || p.state == "FAILED")
@@ -294,14 +515,40 @@ async fn describe(node: &NodeHandle, mirror: Option<String>, failed: bool) -> Re
 
 async fn describe_one(
     node: Data<NodeHandle>,
+    req: HttpRequest,
     name: Path<String>,
     query: Query<DescribeQuery>,
 ) -> Reply {
-    describe(&node, Some(name.into_inner()), query.failed).await
+    let here = match node.owner(&name, &req).await? {
+        Owner::There(url) => return forward(&url, &req, None).await,
+        Owner::Here(here) => here,
+    };
+    let mirror = name.into_inner();
+    let partitions = node
+        .run(here, |n| async move { n.describe(Some(&mirror)).await })
+        .await??;
+    failed_only(partitions, query.failed)
 }
 
-async fn describe_all(node: Data<NodeHandle>, query: Query<DescribeQuery>) -> Reply {
-    describe(&node, None, query.failed).await
+/// Every partition of every mirror: this node's shards and, fanned out,
+/// every other node's (DescribeClusterMirrors answers across brokers).
+async fn describe_all(
+    node: Data<NodeHandle>,
+    req: HttpRequest,
+    query: Query<DescribeQuery>,
+) -> Reply {
+    let mut partitions = Vec::new();
+    for local in node.locals().await {
+        partitions.extend(
+            node.run(local, |n| async move { n.describe(None).await })
+                .await??,
+        );
+    }
+    partitions.extend(fan_out::<PartitionDescription>(&node, &req, "/partitions").await?);
+    partitions.sort_by(|a, b| {
+        (&a.mirror, &a.topic, a.partition).cmp(&(&b.mirror, &b.topic, b.partition))
+    });
+    failed_only(partitions, query.failed)
 }
 
 /// The verbs of `POST /mirrors/{name}/{operation}`.
@@ -313,10 +560,15 @@ fn to_value<T: Serialize>(answer: T) -> serde_json::Value {
 
 async fn operate(
     node: Data<NodeHandle>,
+    req: HttpRequest,
     path: Path<(String, String)>,
     body: Json<OperationBody>,
 ) -> Reply {
     let (mirror, operation) = path.into_inner();
+    let here = match node.owner(&mirror, &req).await? {
+        Owner::There(url) => return forward(&url, &req, to_json(&body.into_inner())).await,
+        Owner::Here(here) => here,
+    };
     let OperationBody {
         topics,
         exclude,
@@ -394,7 +646,7 @@ async fn operate(
     };
     let (m, op) = (mirror.clone(), operation.clone());
     let answer = node
-        .run(move |n| async move {
+        .run(here, move |n| async move {
             match (op.as_str(), change) {
                 (_, Some(change)) => n
                     .change_topics(&m, change, &topics, offset)
@@ -414,22 +666,46 @@ async fn operate(
     Ok(HttpResponse::Ok().json(answer))
 }
 
-async fn translate(node: Data<NodeHandle>, q: Query<TranslateQuery>) -> Reply {
+async fn translate(node: Data<NodeHandle>, req: HttpRequest, q: Query<TranslateQuery>) -> Reply {
     let TranslateQuery {
         mirror,
         topic,
         partition,
         offset,
     } = q.into_inner();
+    let here = match node.owner(&mirror, &req).await? {
+        Owner::There(url) => return forward(&url, &req, None).await,
+        Owner::Here(here) => here,
+    };
     let t = node
-        .run(move |n| async move { n.translate(&mirror, &topic, partition, offset).await })
+        .run(here, move |n| async move {
+            n.translate(&mirror, &topic, partition, offset).await
+        })
         .await??;
     Ok(HttpResponse::Ok().json(t))
 }
 
-async fn state_validation_offset(node: Data<NodeHandle>) -> Reply {
+/// The StateValidationOffset of the log that decides `mirror`'s topics. A
+/// clustered daemon has one log per shard, so it must be told the mirror.
+async fn state_validation_offset(
+    node: Data<NodeHandle>,
+    req: HttpRequest,
+    q: Query<StateOffsetQuery>,
+) -> Reply {
+    let here = match (&q.mirror, node.status()) {
+        (Some(mirror), _) => match node.owner(mirror, &req).await? {
+            Owner::There(url) => return forward(&url, &req, None).await,
+            Owner::Here(here) => here,
+        },
+        (None, None) => node.any_local().await?,
+        (None, Some(_)) => {
+            return Err(ApiError::invalid(
+                "mirror: a clustered daemon keeps one log per coordinator; name the mirror (?mirror=NAME)",
+            ))
+        }
+    };
     let offset = node
-        .run(|n| async move { n.state_validation_offset().await })
+        .run(here, |n| async move { n.state_validation_offset().await })
         .await?;
     // `state_offset` is the deprecated name, answered for one more release.
     Ok(HttpResponse::Ok().json(serde_json::json!({
@@ -438,11 +714,26 @@ async fn state_validation_offset(node: Data<NodeHandle>) -> Reply {
     })))
 }
 
+/// This node's figures (each node of a cluster is scraped on its own).
 async fn metrics(node: Data<NodeHandle>) -> Reply {
-    let figures = node.run(|n| async move { n.metrics().await }).await?;
+    let mut figures = NodeMetrics::default();
+    for local in node.locals().await {
+        figures.merge(
+            node.run(local, |n| async move { n.metrics().await })
+                .await?,
+        );
+    }
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .body(crate::metrics::render(&figures)))
+}
+
+/// Members, generation and who owns which state partition.
+async fn cluster(node: Data<NodeHandle>) -> Reply {
+    let status = node.status().ok_or_else(|| {
+        ApiError::invalid("this daemon is not clustered (no [cluster] id in its settings)")
+    })?;
+    Ok(HttpResponse::Ok().json(status))
 }
 
 async fn health() -> Reply {

@@ -70,6 +70,18 @@ impl BaseUrl {
         path: &str,
         body: Option<&[u8]>,
     ) -> Result<Response, String> {
+        self.request_with(method, path, body, &[])
+    }
+
+    /// [`Self::request`] with extra headers (a forwarding node marks what it
+    /// forwards).
+    pub fn request_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+        headers: &[(&str, &str)],
+    ) -> Result<Response, String> {
         let fail = |e: std::io::Error| {
             format!(
                 "cannot reach the kmirror daemon at http://{}: {e}",
@@ -95,6 +107,9 @@ impl BaseUrl {
         );
         if !body.is_empty() {
             request.push_str("Content-Type: application/json\r\n");
+        }
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
         }
         request.push_str("\r\n");
         stream.write_all(request.as_bytes()).map_err(fail)?;

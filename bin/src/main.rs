@@ -33,6 +33,8 @@ enum Command {
     Offsets(cli::OffsetsArgs),
     /// Inspect, verify, export and compact the event log.
     Log(log_cmd::LogArgs),
+    /// A clustered daemon's members and who coordinates what.
+    Cluster(cli::ClusterArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -54,5 +56,6 @@ fn main() -> std::process::ExitCode {
         Command::Mirror(args) => cli::run_mirror(args),
         Command::Offsets(args) => cli::run_offsets(args),
         Command::Log(args) => log_cmd::run(args),
+        Command::Cluster(args) => cli::run_cluster(args),
     }
 }

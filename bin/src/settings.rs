@@ -24,6 +24,17 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "state_topic",
     "state_topic_num_partitions",
     "destination",
+    "cluster",
+];
+
+/// The keys of `[cluster]`.
+const CLUSTER_KEYS: &[&str] = &[
+    "id",
+    "advertised_url",
+    "capacity",
+    "session_timeout_ms",
+    "heartbeat_interval_ms",
+    "rebalance_timeout_ms",
 ];
 
 /// How log lines are written: text for people, JSON for log shippers.
@@ -36,6 +47,8 @@ pub enum LogFormat {
 /// Validated daemon settings.
 #[derive(Debug, Clone)]
 pub struct DaemonSettings {
+    /// The sled event log's directory (unused by a clustered node, whose
+    /// log is the state topic).
     pub data_dir: PathBuf,
     pub admin_listen: SocketAddr,
     /// Kafka client properties of the destination, with Kafka's own keys
@@ -48,6 +61,22 @@ pub struct DaemonSettings {
     pub state_topic: Option<String>,
     /// Its partitions when kmirror creates it (None: 50).
     pub state_topic_partitions: Option<i32>,
+    /// Set: this node is one of a clustered daemon's (`[cluster]`).
+    pub cluster: Option<ClusterSettings>,
+}
+
+/// `[cluster]`: nodes with the same `id` share the work through a group on
+/// the destination cluster. Timeouts default to Kafka Connect's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterSettings {
+    pub id: String,
+    /// The admin URL the other nodes forward requests to.
+    pub advertised_url: String,
+    /// This node's share of the work, relative to the others'.
+    pub capacity: u32,
+    pub session_timeout: Duration,
+    pub heartbeat_interval: Duration,
+    pub rebalance_timeout: Duration,
 }
 
 /// What the `daemon` command line says; it wins over the file and the
@@ -92,7 +121,9 @@ fn setting_vars(env: impl IntoIterator<Item = (String, String)>) -> config::Map<
                 return false;
             };
             let rest = rest.to_ascii_lowercase();
-            rest.starts_with("destination__") || TOP_LEVEL_KEYS.contains(&rest.as_str())
+            rest.starts_with("destination__")
+                || rest.starts_with("cluster__")
+                || TOP_LEVEL_KEYS.contains(&rest.as_str())
         })
         .collect()
 }
@@ -166,13 +197,6 @@ fn from_table(table: config::Map<String, Value>) -> Result<DaemonSettings, Setti
         }
     };
 
-    let data_dir = string("data_dir")?.map(PathBuf::from).ok_or_else(|| {
-        err(
-            "data_dir",
-            "is required (in the config file, KMIRROR_DATA_DIR or --data-dir)",
-        )
-    })?;
-
     let listen = string("admin_listen")?.unwrap_or_else(|| DEFAULT_ADMIN_LISTEN.into());
     let admin_listen = listen.parse::<SocketAddr>().map_err(|_| {
         err(
@@ -180,6 +204,18 @@ fn from_table(table: config::Map<String, Value>) -> Result<DaemonSettings, Setti
             format!("`{listen}` is not an address like {DEFAULT_ADMIN_LISTEN}"),
         )
     })?;
+    let cluster = cluster_settings(table.get("cluster"), admin_listen)?;
+
+    let data_dir = match string("data_dir")? {
+        Some(dir) => PathBuf::from(dir),
+        None if cluster.is_some() => PathBuf::new(),
+        None => {
+            return Err(err(
+                "data_dir",
+                "is required (in the config file, KMIRROR_DATA_DIR or --data-dir)",
+            ))
+        }
+    };
 
     let log_format = match string("log_format")?.as_deref() {
         None | Some("text") => LogFormat::Text,
@@ -250,7 +286,92 @@ fn from_table(table: config::Map<String, Value>) -> Result<DaemonSettings, Setti
         metadata_refresh_interval,
         state_topic,
         state_topic_partitions,
+        cluster,
     })
+}
+
+fn cluster_settings(
+    value: Option<&Value>,
+    admin_listen: SocketAddr,
+) -> Result<Option<ClusterSettings>, SettingsError> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let table = value
+        .clone()
+        .into_table()
+        .map_err(|_| err("cluster", "must be a table ([cluster])"))?;
+    if let Some(key) = table.keys().find(|k| !CLUSTER_KEYS.contains(&k.as_str())) {
+        return Err(err(
+            format!("cluster.{key}"),
+            format!("unknown key; expected one of {}", CLUSTER_KEYS.join(", ")),
+        ));
+    }
+    let text = |key: &str| -> Result<Option<String>, SettingsError> {
+        table
+            .get(key)
+            .map(|v| {
+                v.clone()
+                    .into_string()
+                    .map(|s| s.trim().to_owned())
+                    .map_err(|e| err(format!("cluster.{key}"), e.to_string()))
+            })
+            .transpose()
+    };
+    let number = |key: &str, default: i64, range: std::ops::RangeInclusive<i64>| {
+        let Some(v) = table.get(key) else {
+            return Ok(default);
+        };
+        let n = v
+            .clone()
+            .into_int()
+            .map_err(|_| err(format!("cluster.{key}"), format!("`{v}` is not a number")))?;
+        if !range.contains(&n) {
+            return Err(err(
+                format!("cluster.{key}"),
+                format!("{n} is outside {}..={}", range.start(), range.end()),
+            ));
+        }
+        Ok(n)
+    };
+    let id = text("id")?.unwrap_or_default();
+    let legal = !id.is_empty()
+        && id.len() <= 200
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if !legal {
+        return Err(err(
+            "cluster.id",
+            format!("`{id}`: required, letters, digits, '.', '_' and '-' only"),
+        ));
+    }
+    let advertised_url = text("advertised_url")?
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| format!("http://{admin_listen}"));
+    if !advertised_url.starts_with("http://") {
+        return Err(err(
+            "cluster.advertised_url",
+            format!("`{advertised_url}`: expected http://HOST:PORT"),
+        ));
+    }
+    let ms = |n: i64| Duration::from_millis(n as u64);
+    let session = number("session_timeout_ms", 10_000, 1_000..=3_600_000)?;
+    let heartbeat = number("heartbeat_interval_ms", 3_000, 100..=3_600_000)?;
+    if heartbeat >= session {
+        return Err(err(
+            "cluster.heartbeat_interval_ms",
+            format!("{heartbeat} must be below cluster.session_timeout_ms ({session})"),
+        ));
+    }
+    Ok(Some(ClusterSettings {
+        id,
+        advertised_url,
+        capacity: number("capacity", 1, 1..=1_000)? as u32,
+        session_timeout: ms(session),
+        heartbeat_interval: ms(heartbeat),
+        rebalance_timeout: ms(number("rebalance_timeout_ms", 60_000, 1_000..=3_600_000)?),
+    }))
 }
 
 /// `[destination]` keys are Kafka's with `.` written as `_` (so that they
@@ -455,6 +576,36 @@ request_timeout_ms = 15000
         assert_eq!(
             key_of("data_dir = \"/d\"\n[destination]\nbootstrap_servers = \"no-port\"\n"),
             "destination.bootstrap_servers"
+        );
+    }
+
+    #[test]
+    fn a_cluster_section_makes_a_clustered_node() {
+        let dest = "[destination]\nbootstrap_servers = \"127.0.0.1:9092\"\n";
+        let s = load_file(
+            &format!("admin_listen = \"127.0.0.1:9700\"\n{dest}[cluster]\nid = \"dr-1\"\n"),
+            &[("KMIRROR_CLUSTER__CAPACITY", "2")],
+        )
+        .unwrap();
+        let c = s.cluster.unwrap();
+        assert_eq!(c.id, "dr-1");
+        assert_eq!(c.advertised_url, "http://127.0.0.1:9700");
+        assert_eq!(c.capacity, 2);
+        assert_eq!(c.session_timeout, Duration::from_secs(10));
+        assert_eq!(c.heartbeat_interval, Duration::from_secs(3));
+        assert_eq!(c.rebalance_timeout, Duration::from_secs(60));
+        let bad = |cluster: &str| key_of(&format!("{dest}[cluster]\n{cluster}"));
+        assert_eq!(bad("id = \"a b\"\n"), "cluster.id");
+        assert_eq!(bad("capacity = 1\n"), "cluster.id");
+        assert_eq!(bad("id = \"x\"\nport = 1\n"), "cluster.port");
+        assert_eq!(bad("id = \"x\"\ncapacity = 0\n"), "cluster.capacity");
+        assert_eq!(
+            bad("id = \"x\"\nheartbeat_interval_ms = 20000\n"),
+            "cluster.heartbeat_interval_ms"
+        );
+        assert_eq!(
+            bad("id = \"x\"\nadvertised_url = \"ftp://h\"\n"),
+            "cluster.advertised_url"
         );
     }
 

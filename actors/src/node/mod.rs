@@ -61,6 +61,10 @@ pub struct NodeSettings {
     pub state_topic: String,
     /// Partitions the state topic is created with.
     pub state_topic_partitions: i32,
+    /// In a clustered daemon: the state-topic partition whose coordinator
+    /// this node is. Its log *is* that partition, so nothing is published
+    /// beside it, and only mirrors routed to it may be created here.
+    pub shard: Option<i32>,
 }
 
 impl Default for NodeSettings {
@@ -69,6 +73,7 @@ impl Default for NodeSettings {
             refresh_interval: std::time::Duration::from_secs(5),
             state_topic: crate::state_topic::DEFAULT_STATE_TOPIC.to_string(),
             state_topic_partitions: crate::state_topic::DEFAULT_PARTITIONS,
+            shard: None,
         }
     }
 }
@@ -82,7 +87,8 @@ pub struct Node {
 struct Inner {
     log: Arc<dyn EventLog>,
     coordinator: Addr<CoordinatorActor>,
-    publisher: Addr<StatePublisher>,
+    /// None when the log is the state topic itself (a clustered shard).
+    publisher: Option<Addr<StatePublisher>>,
     destination: Arc<dyn DestinationCluster>,
     connect_source: SourceConnector,
     settings: NodeSettings,
@@ -178,22 +184,26 @@ impl Node {
         connect_source: SourceConnector,
         settings: NodeSettings,
     ) -> Result<Node, NodeError> {
-        let publisher = StatePublisher::new(PublisherSpec {
-            destination: destination.clone(),
-            topic: settings.state_topic.clone(),
-            partitions: settings.state_topic_partitions,
-        })
-        .start();
+        let publisher = settings.shard.is_none().then(|| {
+            StatePublisher::new(PublisherSpec {
+                destination: destination.clone(),
+                topic: settings.state_topic.clone(),
+                partitions: settings.state_topic_partitions,
+            })
+            .start()
+        });
         let loading = log.clone();
-        let coordinator = tokio::task::spawn_blocking(move || CoordinatorActor::load(loading))
+        let mut loaded = tokio::task::spawn_blocking(move || CoordinatorActor::load(loading))
             .await
             .map_err(unavailable)?
             .map_err(|e| {
                 NodeError::new("KAFKA_STORAGE_ERROR", format!("loading the event log: {e}"))
-            })?
-            .publish_to(publisher.clone().recipient())
-            .start();
-        republish(log.clone(), publisher.clone());
+            })?;
+        if let Some(publisher) = &publisher {
+            loaded = loaded.publish_to(publisher.clone().recipient());
+            republish(log.clone(), publisher.clone());
+        }
+        let coordinator = loaded.start();
         let node = Node {
             inner: Arc::new(Inner {
                 log,
@@ -251,7 +261,7 @@ impl Node {
             coordinator: self.inner.coordinator.clone(),
             retry,
             refresh_interval: self.inner.settings.refresh_interval,
-            published: Some(self.inner.publisher.clone().recipient()),
+            published: self.inner.publisher.as_ref().map(|p| p.clone().recipient()),
             history: Some(Arc::new(SourceHistory::new(
                 &self.inner.settings.state_topic,
             ))),

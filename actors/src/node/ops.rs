@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use kmirror_events::{
-    decide, join_lists, Command, FailbackMode, MapSeed, MirrorConfig, MirrorPartitionKey,
-    MirrorStateImage, PatternList, StateValidation, TopicFilter, TopicId,
+    coordinator_partition, decide, join_lists, Command, FailbackMode, MapSeed, MirrorConfig,
+    MirrorPartitionKey, MirrorStateImage, PatternList, StateValidation, TopicFilter, TopicId,
 };
 
 use super::fence::check_lock;
@@ -51,6 +51,17 @@ impl Node {
                 )
             })?;
         retry_policy(&properties)?;
+        if let Some(shard) = self.inner.settings.shard {
+            let routed = coordinator_partition(name, self.inner.settings.state_topic_partitions);
+            if routed != shard {
+                return Err(NodeError::new(
+                    "NOT_COORDINATOR",
+                    format!(
+                        "cluster mirror {name:?} belongs to state partition {routed}, not {shard}"
+                    ),
+                ));
+            }
+        }
         if self.image().await?.mirror(name).is_some() {
             return Err(NodeError::new(
                 "CLUSTER_MIRROR_ALREADY_EXISTS",

@@ -139,6 +139,23 @@ pub struct NodeMetrics {
     pub sync: Vec<SyncMetrics>,
 }
 
+impl NodeMetrics {
+    /// Adds another shard's figures (a clustered node runs several). Each
+    /// shard has a log of its own, so the StateValidationOffset kept is the
+    /// highest, a figure that only grows.
+    pub fn merge(&mut self, other: NodeMetrics) {
+        self.partitions.extend(other.partitions);
+        for (state, n) in other.partitions_by_state {
+            *self.partitions_by_state.entry(state).or_insert(0) += n;
+        }
+        self.mirrors += other.mirrors;
+        self.state_validation_offset = self
+            .state_validation_offset
+            .max(other.state_validation_offset);
+        self.sync.extend(other.sync);
+    }
+}
+
 /// The answer of `stop`: the operation, and per partition where its copy
 /// stopped (LastMirrorEpochs) and what the source held beyond it. A superset
 /// of [`OperationReport`].

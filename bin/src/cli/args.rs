@@ -1,4 +1,5 @@
-//! The command line of `kmirror mirror …` and `kmirror offsets …`: clap
+//! The command line of `kmirror mirror …`, `kmirror offsets …` and
+//! `kmirror cluster …`: clap
 //! definitions only, named after the KIP's `kafka-cluster-mirrors.sh` flags.
 
 use std::path::PathBuf;
@@ -163,6 +164,24 @@ pub(super) enum MirrorCommand {
         mirror: String,
         #[command(flatten)]
         lock: Lock,
+        #[command(flatten)]
+        output: Output,
+    },
+}
+
+#[derive(Args)]
+pub struct ClusterArgs {
+    #[command(flatten)]
+    pub(super) admin: AdminArg,
+    #[command(subcommand)]
+    pub(super) command: ClusterCommand,
+}
+
+#[derive(Subcommand)]
+pub(super) enum ClusterCommand {
+    /// The members of a clustered daemon, its generation, and which node
+    /// coordinates which state partition.
+    Status {
         #[command(flatten)]
         output: Output,
     },

@@ -19,11 +19,13 @@ use kmirror_events::{join_lists, list_items};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-pub use args::{MirrorArgs, OffsetsArgs};
+pub use args::{ClusterArgs, MirrorArgs, OffsetsArgs};
 
 use crate::api::{CreateBody, OperationBody};
 use crate::http::{encode, BaseUrl};
-use args::{AdminArg, Lock, MirrorCommand, OffsetsCommand, Operation, Output, Topics};
+use args::{
+    AdminArg, ClusterCommand, Lock, MirrorCommand, OffsetsCommand, Operation, Output, Topics,
+};
 
 /// Prints the outcome and picks the exit code; the one place CLI errors
 /// reach the terminal, as `CODE: message` with the KIP error name first.
@@ -46,6 +48,10 @@ pub fn run_mirror(args: MirrorArgs) -> ExitCode {
 
 pub fn run_offsets(args: OffsetsArgs) -> ExitCode {
     finish(offsets(args))
+}
+
+pub fn run_cluster(args: ClusterArgs) -> ExitCode {
+    finish(cluster(args))
 }
 
 struct Client {
@@ -275,6 +281,13 @@ fn operate(
             render::report_text(verb, &op.mirror, &r)
         }),
     }
+}
+
+fn cluster(args: ClusterArgs) -> Result<String, NodeError> {
+    let client = Client::new(&args.admin)?;
+    let ClusterCommand::Status { output } = args.command;
+    let answer = client.call("GET", "/cluster", None)?;
+    show(answer, &output, |s| render::cluster_status(&s))
 }
 
 fn offsets(args: OffsetsArgs) -> Result<String, NodeError> {

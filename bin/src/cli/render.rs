@@ -5,6 +5,7 @@ use kmirror_actors::node::{
     FailbackView, MirrorListing, OffsetTranslation, OperationReport, PartitionDescription,
     StopReport, UnfenceReport,
 };
+use kmirror_actors::shards::ClusterStatus;
 use serde_json::Value;
 
 pub(super) fn pretty(v: &Value) -> String {
@@ -64,6 +65,62 @@ pub(super) fn list_table(mirrors: &[MirrorListing]) -> String {
         ],
         rows,
     )
+}
+
+pub(super) fn cluster_status(s: &ClusterStatus) -> String {
+    let mut out = format!(
+        "Cluster {}: generation {}, leader {}, {} member(s).\n",
+        s.cluster_id,
+        s.generation,
+        or_dash(&s.leader),
+        s.members.len()
+    );
+    let rows = s
+        .members
+        .iter()
+        .map(|m| {
+            let me = if s.is_me(m) { " (this node)" } else { "" };
+            vec![
+                format!("{}{me}", m.member_id),
+                m.url.clone(),
+                m.capacity.to_string(),
+                m.shards.len().to_string(),
+                or_dash(&ranges(&m.shards)),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &[
+            "MEMBER",
+            "ADMIN-URL",
+            "CAPACITY",
+            "SHARDS",
+            "STATE-PARTITIONS",
+        ],
+        rows,
+    ));
+    out
+}
+
+/// `0-3,7,9-10`: sorted shard numbers as ranges.
+fn ranges(shards: &[i32]) -> String {
+    let mut sorted = shards.to_vec();
+    sorted.sort_unstable();
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let start = sorted[i];
+        while i + 1 < sorted.len() && sorted[i + 1] == sorted[i] + 1 {
+            i += 1;
+        }
+        parts.push(if sorted[i] == start {
+            start.to_string()
+        } else {
+            format!("{start}-{}", sorted[i])
+        });
+        i += 1;
+    }
+    parts.join(",")
 }
 
 pub(super) fn describe_table(partitions: &[PartitionDescription], failed: bool) -> String {
@@ -533,5 +590,37 @@ mod tests {
             report_text("start", "m", &r),
             "Dry run: nothing was changed. Starting topics a of mirror m now would copy them, with nothing to take back.\n"
         );
+    }
+
+    #[test]
+    fn cluster_status_names_every_member_and_its_shards() {
+        use kmirror_actors::shards::MemberStatus;
+        let status = ClusterStatus {
+            cluster_id: "dr".into(),
+            generation: 7,
+            member_id: "b".into(),
+            leader: "a".into(),
+            members: vec![
+                MemberStatus {
+                    member_id: "a".into(),
+                    url: "http://127.0.0.1:1".into(),
+                    capacity: 1,
+                    shards: vec![3, 0, 1, 2, 7],
+                },
+                MemberStatus {
+                    member_id: "b".into(),
+                    url: "http://127.0.0.1:2".into(),
+                    capacity: 2,
+                    shards: vec![],
+                },
+            ],
+        };
+        let text = cluster_status(&status);
+        assert!(
+            text.starts_with("Cluster dr: generation 7, leader a, 2 member(s).\n"),
+            "{text}"
+        );
+        assert!(text.contains("0-3,7"), "{text}");
+        assert!(text.contains("b (this node)"), "{text}");
     }
 }

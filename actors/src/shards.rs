@@ -1,0 +1,235 @@
+//! Shards: the state-topic partitions a clustered node coordinates.
+//!
+//! In a clustered daemon each partition of the state topic is a shard: one
+//! coordinator (a [`Node`] whose event log *is* that partition) and the
+//! mirrors routed to it by `coordinator_partition(mirror)`, with all their
+//! partitions. Membership decides which shards a node owns; [`Shards`]
+//! makes the running set follow it. A shard is started only once its log is
+//! open — opening it fences the previous owner at the broker — and a shard
+//! taken away is shut down (every pump closed and awaited) before
+//! `reconcile` returns, so nothing of it still acts when its new owner
+//! starts.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use kmirror_events::coordinator_partition;
+use kmirror_store::EventLog;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::{BoxFuture, DestinationCluster};
+use crate::node::{Node, NodeError, NodeSettings, SourceConnector};
+
+/// Who owns which shard, as the group's latest generation assigned them:
+/// what `kmirror cluster status` shows and where requests are forwarded.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    /// The `[cluster] id` the nodes share.
+    pub cluster_id: String,
+    /// The group generation the assignment belongs to (−1: not a member).
+    pub generation: i32,
+    /// This node's member id.
+    pub member_id: String,
+    pub leader: String,
+    pub members: Vec<MemberStatus>,
+}
+
+/// One node of the cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberStatus {
+    pub member_id: String,
+    /// Its admin API (`[cluster] advertised_url`).
+    pub url: String,
+    pub capacity: u32,
+    /// The state-topic partitions it coordinates.
+    pub shards: Vec<i32>,
+}
+
+impl ClusterStatus {
+    /// The member that owns `shard`, if any does.
+    pub fn owner(&self, shard: i32) -> Option<&MemberStatus> {
+        self.members.iter().find(|m| m.shards.contains(&shard))
+    }
+
+    /// Whether `member` is this node.
+    pub fn is_me(&self, member: &MemberStatus) -> bool {
+        member.member_id == self.member_id
+    }
+}
+
+/// Opens (and fences) the log of one shard.
+pub type ShardLogOpener =
+    Arc<dyn Fn(i32) -> BoxFuture<'static, Result<Arc<dyn EventLog>, NodeError>> + Send + Sync>;
+
+/// What every shard of this node is started with.
+#[derive(Clone)]
+pub struct ShardsSpec {
+    pub destination: Arc<dyn DestinationCluster>,
+    pub connect_source: SourceConnector,
+    /// The node settings; `shard` is set per shard.
+    pub settings: NodeSettings,
+    pub open_log: ShardLogOpener,
+}
+
+/// The shards running on this node (see the module docs). A cheap handle.
+#[derive(Clone)]
+pub struct Shards {
+    spec: Arc<ShardsSpec>,
+    running: Arc<tokio::sync::Mutex<BTreeMap<i32, Node>>>,
+}
+
+impl Shards {
+    pub fn new(spec: ShardsSpec) -> Self {
+        Shards {
+            spec: Arc::new(spec),
+            running: Arc::default(),
+        }
+    }
+
+    /// The shard (state-topic partition) that coordinates `mirror`.
+    pub fn shard_of(&self, mirror: &str) -> i32 {
+        coordinator_partition(mirror, self.spec.settings.state_topic_partitions)
+    }
+
+    /// The running node of `mirror`'s shard, if this node owns it.
+    pub async fn node_for(&self, mirror: &str) -> Option<Node> {
+        self.running
+            .lock()
+            .await
+            .get(&self.shard_of(mirror))
+            .cloned()
+    }
+
+    /// Every running shard, copied out.
+    pub async fn nodes(&self) -> Vec<(i32, Node)> {
+        let running = self.running.lock().await;
+        running.iter().map(|(s, n)| (*s, n.clone())).collect()
+    }
+
+    /// Makes the running shards equal `owned`: stops the ones no longer
+    /// owned first (their new owners may be waiting), then starts the new
+    /// ones. A shard that cannot start is left out and named in the answer;
+    /// the next call tries it again.
+    pub async fn reconcile(&self, owned: &BTreeSet<i32>) -> Vec<(i32, NodeError)> {
+        let mut running = self.running.lock().await;
+        let revoked: Vec<i32> = running
+            .keys()
+            .filter(|s| !owned.contains(s))
+            .copied()
+            .collect();
+        let stopping: Vec<(i32, Node)> = revoked
+            .iter()
+            .filter_map(|s| running.remove(s).map(|n| (*s, n)))
+            .collect();
+        futures_util::future::join_all(stopping.iter().map(|(s, n)| async move {
+            n.shutdown().await;
+            tracing::info!(shard = s, "shard released");
+        }))
+        .await;
+        let mut failed = Vec::new();
+        let acquired: Vec<i32> = owned
+            .iter()
+            .filter(|s| !running.contains_key(s))
+            .copied()
+            .collect();
+        for shard in acquired {
+            match self.start(shard).await {
+                Ok(node) => {
+                    tracing::info!(shard, "shard acquired");
+                    running.insert(shard, node);
+                }
+                Err(e) => {
+                    tracing::warn!(shard, error = %e, "shard could not start");
+                    failed.push((shard, e));
+                }
+            }
+        }
+        failed
+    }
+
+    async fn start(&self, shard: i32) -> Result<Node, NodeError> {
+        let log = (self.spec.open_log)(shard).await?;
+        Node::start(
+            log,
+            self.spec.destination.clone(),
+            self.spec.connect_source.clone(),
+            NodeSettings {
+                shard: Some(shard),
+                ..self.spec.settings.clone()
+            },
+        )
+        .await
+    }
+
+    /// Stops every shard (a node leaving the cluster).
+    pub async fn shutdown(&self) {
+        self.reconcile(&BTreeSet::new()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use kmirror_store::MemLog;
+
+    use super::*;
+    use crate::cluster::memory::{MemoryDestination, MemorySource};
+    use crate::cluster::SourceCluster;
+
+    fn shards(logs: Arc<std::sync::Mutex<BTreeMap<i32, Arc<MemLog>>>>) -> Shards {
+        let source: Arc<dyn SourceCluster> = Arc::new(MemorySource::new("src"));
+        Shards::new(ShardsSpec {
+            destination: Arc::new(MemoryDestination::new("dst")),
+            connect_source: Arc::new(move |_| {
+                let source = source.clone();
+                Box::pin(async move { Ok(source) })
+            }),
+            settings: NodeSettings {
+                refresh_interval: Duration::from_millis(100),
+                state_topic_partitions: 4,
+                ..NodeSettings::default()
+            },
+            open_log: Arc::new(move |shard| {
+                let log = logs.lock().unwrap().entry(shard).or_default().clone();
+                Box::pin(async move { Ok(log as Arc<dyn EventLog>) })
+            }),
+        })
+    }
+
+    fn props() -> BTreeMap<String, String> {
+        BTreeMap::from([("bootstrap.servers".to_string(), "src:9092".to_string())])
+    }
+
+    #[actix::test]
+    async fn a_mirror_lives_in_its_shard_and_moves_with_it() {
+        let logs = Arc::default();
+        let a = shards(Arc::clone(&logs));
+        let home = a.shard_of("m");
+        let other = (home + 1) % 4;
+        a.reconcile(&BTreeSet::from([home, other])).await;
+        // Created through the wrong shard: refused, naming the right one.
+        let wrong = a.nodes().await.into_iter().find(|(s, _)| *s == other);
+        let err = wrong
+            .unwrap()
+            .1
+            .create_mirror("m", props())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, "NOT_COORDINATOR", "{err:?}");
+        let node = a.node_for("m").await.expect("own shard runs");
+        node.create_mirror("m", props()).await.unwrap();
+        // The shard moves to another node: the mirror goes with its log.
+        a.reconcile(&BTreeSet::from([other])).await;
+        assert!(a.node_for("m").await.is_none());
+        let b = shards(logs);
+        b.reconcile(&BTreeSet::from([home])).await;
+        let listed = b.node_for("m").await.unwrap().list_mirrors().await;
+        assert_eq!(
+            listed.iter().map(|m| m.mirror.as_str()).collect::<Vec<_>>(),
+            ["m"]
+        );
+    }
+}

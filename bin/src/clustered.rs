@@ -1,0 +1,222 @@
+//! A clustered daemon's node: membership in the group on the destination,
+//! the shards it owns, each with its log in the state topic.
+//!
+//! The group's units are the state topic's partitions (`state-N`); the
+//! leader spreads them over the members (balanced by capacity, sticky,
+//! incremental). A node runs exactly the shards its membership assigns:
+//! every change of assignment reconciles [`Shards`], and a node that is
+//! told it is out stops every shard at once. A shard's log is opened under
+//! the shard's own transactional id (`kmirror-<cluster>-state-<N>`): the
+//! new owner bumps the producer epoch and writes an abort marker on the
+//! partition *before* loading it, so nothing the previous owner still
+//! sends lands after the new owner read the log — the broker refuses it.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kmirror_actors::cluster::kafka::KafkaCluster;
+use kmirror_actors::kafka::fence::{acquire, fence_partitions};
+use kmirror_actors::kafka::fetch::{FetchOptions, TopicPartition};
+use kmirror_actors::kafka::membership::{
+    MemberMetadata, MemberSettings, Membership, MembershipHandle,
+};
+use kmirror_actors::kafka::produce::IdempotentProducer;
+use kmirror_actors::kafka::KafkaClient;
+use kmirror_actors::node::{NodeError, NodeSettings, SourceConnector};
+use kmirror_actors::shards::{ClusterStatus, MemberStatus, Shards, ShardsSpec};
+use kmirror_actors::state_log::{KafkaLog, StateLogOptions};
+use kmirror_store::EventLog;
+use tokio::sync::watch;
+
+use crate::settings::{ClusterSettings, DaemonSettings};
+
+/// How long the one transaction a fence opens may stay open.
+const FENCE_TXN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How soon a shard that could not start is tried again.
+const RETRY_SHARDS: Duration = Duration::from_secs(5);
+
+/// The unit name of a shard in the group's assignment.
+fn unit(shard: i32) -> String {
+    format!("state-{shard}")
+}
+
+fn shard_of_unit(unit: &str) -> Option<i32> {
+    unit.strip_prefix("state-")?.parse().ok()
+}
+
+/// The transactional id that fences a shard's log.
+fn state_transactional_id(cluster: &str, shard: i32) -> String {
+    format!("kmirror-{cluster}-state-{shard}")
+}
+
+/// A running clustered node.
+pub struct Clustered {
+    pub shards: Shards,
+    pub status: watch::Receiver<ClusterStatus>,
+    membership: MembershipHandle,
+    follower: tokio::task::JoinHandle<()>,
+}
+
+impl Clustered {
+    /// Joins the group and starts following its assignment. Must run on
+    /// the arbiter the node's actors live on.
+    pub async fn start(
+        settings: &DaemonSettings,
+        cluster: &ClusterSettings,
+        node_settings: NodeSettings,
+        connect_source: SourceConnector,
+    ) -> Result<Clustered, String> {
+        let bootstrap = &settings.destination["bootstrap.servers"];
+        let connect = || async {
+            KafkaClient::from_properties(&settings.destination)
+                .await
+                .map_err(|e| format!("NETWORK_EXCEPTION: destination {bootstrap}: {e}"))
+        };
+        let destination = Arc::new(KafkaCluster::new(connect().await?, FetchOptions::default()));
+        let mut log_options = StateLogOptions::new(bootstrap);
+        log_options.client = settings.destination.clone();
+        log_options.topic = node_settings.state_topic.clone();
+        log_options.partitions = node_settings.state_topic_partitions;
+        let cluster_id = cluster.id.clone();
+        let open_log: kmirror_actors::shards::ShardLogOpener = Arc::new(move |shard| {
+            let options = log_options.clone();
+            let tid = state_transactional_id(&cluster_id, shard);
+            Box::pin(async move {
+                let opened = tokio::task::spawn_blocking(move || {
+                    let topic = options.topic.clone();
+                    KafkaLog::open_fenced(
+                        &options,
+                        shard,
+                        Box::new(move |client: KafkaClient| {
+                            Box::pin(async move {
+                                let fence = acquire(&client, &tid, FENCE_TXN_TIMEOUT).await?;
+                                fence_partitions(
+                                    &client,
+                                    &fence,
+                                    &[TopicPartition::new(&topic, shard)],
+                                )
+                                .await?;
+                                Ok(IdempotentProducer::under_fence(client, &fence))
+                            })
+                        }),
+                    )
+                })
+                .await
+                .map_err(|e| NodeError::new("KAFKA_STORAGE_ERROR", e.to_string()))?;
+                let log = opened.map_err(|e| {
+                    NodeError::new(
+                        "KAFKA_STORAGE_ERROR",
+                        format!("opening state partition {shard}: {e}"),
+                    )
+                })?;
+                Ok(Arc::new(log) as Arc<dyn EventLog>)
+            })
+        });
+        let partitions = node_settings.state_topic_partitions;
+        let shards = Shards::new(ShardsSpec {
+            destination,
+            connect_source,
+            settings: node_settings,
+            open_log,
+        });
+        let (_units_tx, units) = watch::channel((0..partitions).map(unit).collect());
+        let membership = MembershipHandle::start(
+            connect().await?,
+            &format!("kmirror-{}", cluster.id),
+            MemberMetadata {
+                admin_url: cluster.advertised_url.clone(),
+                capacity: cluster.capacity,
+            },
+            MemberSettings {
+                session_timeout: cluster.session_timeout,
+                heartbeat_interval: cluster.heartbeat_interval,
+                rebalance_timeout: cluster.rebalance_timeout,
+            },
+            units,
+        );
+        let (status_tx, status) = watch::channel(ClusterStatus {
+            cluster_id: cluster.id.clone(),
+            generation: -1,
+            ..ClusterStatus::default()
+        });
+        let follower = actix::spawn(follow(
+            membership.membership(),
+            shards.clone(),
+            status_tx,
+            cluster.id.clone(),
+        ));
+        Ok(Clustered {
+            shards,
+            status,
+            membership,
+            follower,
+        })
+    }
+
+    /// Stops every shard (each pump closed, each log flushed), then leaves
+    /// the group, so the others take the work over at once.
+    pub async fn shutdown(self) {
+        self.follower.abort();
+        let _ = self.follower.await;
+        self.shards.shutdown().await;
+        self.membership.close().await;
+    }
+}
+
+/// Makes the running shards follow the membership, and publishes who owns
+/// what for routing and `kmirror cluster status`.
+async fn follow(
+    mut membership: watch::Receiver<Membership>,
+    shards: Shards,
+    status: watch::Sender<ClusterStatus>,
+    cluster_id: String,
+) {
+    loop {
+        let m = membership.borrow_and_update().clone();
+        let owned: BTreeSet<i32> = m
+            .assignment
+            .iter()
+            .filter_map(|u| shard_of_unit(u))
+            .collect();
+        // Routing first when shards go (requests stop coming here), after
+        // the start when they come (requests find them running).
+        let view = status_of(&m, &cluster_id);
+        let _ = status.send(view);
+        let failed = shards.reconcile(&owned).await;
+        for (shard, e) in &failed {
+            tracing::warn!(shard, error = %e, "state partition not started; trying again");
+        }
+        let changed = if failed.is_empty() {
+            membership.changed().await
+        } else {
+            tokio::select! {
+                changed = membership.changed() => changed,
+                () = tokio::time::sleep(RETRY_SHARDS) => Ok(()),
+            }
+        };
+        if changed.is_err() {
+            return;
+        }
+    }
+}
+
+fn status_of(m: &Membership, cluster_id: &str) -> ClusterStatus {
+    ClusterStatus {
+        cluster_id: cluster_id.to_owned(),
+        generation: m.generation_id,
+        member_id: m.member_id.clone(),
+        leader: m.leader.clone(),
+        members: m
+            .members
+            .iter()
+            .map(|g| MemberStatus {
+                member_id: g.member_id.clone(),
+                url: g.admin_url.clone(),
+                capacity: g.capacity,
+                shards: g.units.iter().filter_map(|u| shard_of_unit(u)).collect(),
+            })
+            .collect(),
+    }
+}
