@@ -123,6 +123,19 @@ pub enum KafkaError {
         /// Why.
         reason: String,
     },
+    /// Lost ownership: a newer owner acquired the transactional id this
+    /// write ran under and fenced the partition (the broker answered
+    /// INVALID_PRODUCER_EPOCH or PRODUCER_FENCED to a producer built by
+    /// `IdempotentProducer::under_fence`, or the coordinator did to a
+    /// fence of ours). Unlike [`KafkaError::ProducerFenced`], starting a new
+    /// producer is wrong: the unit of work belongs to someone else now.
+    #[error("fenced: {resource} is owned by a newer producer epoch ({reason})")]
+    Fenced {
+        /// The partition (`topic-partition`) or transactional id.
+        resource: String,
+        /// What the broker said.
+        reason: String,
+    },
     /// The client, producer or session was shut down.
     #[error("closed")]
     Closed,
@@ -225,6 +238,10 @@ impl KafkaError {
             KafkaError::Unknown(m) => KafkaError::Unknown(m.clone()),
             KafkaError::ProducerFenced { partition, reason } => KafkaError::ProducerFenced {
                 partition: partition.clone(),
+                reason: reason.clone(),
+            },
+            KafkaError::Fenced { resource, reason } => KafkaError::Fenced {
+                resource: resource.clone(),
                 reason: reason.clone(),
             },
             KafkaError::Closed => KafkaError::Closed,

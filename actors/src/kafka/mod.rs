@@ -13,6 +13,8 @@
 //! - [`fetch`]: multi-partition fetch stream per broker.
 //! - [`produce`]: idempotent producer with per-partition pipelines.
 //! - [`admin`]: admin RPCs.
+//! - [`fence`]: ownership of a unit of work by transactional id, enforced
+//!   by the brokers' producer epochs (the clustered daemon's fencing).
 //!
 //! # The data path, as the PartitionActor drives it
 //!
@@ -36,7 +38,8 @@
 //! to do: [`fetch::FetchError::LeaderChanged`] → re-route the partition;
 //! `OffsetOutOfRange` → consult ListOffsets and the offset map;
 //! [`KafkaError::ProducerFenced`] → reconcile with the destination end
-//! offset and start a new producer; anything `is_retriable()` → back off.
+//! offset and start a new producer; [`KafkaError::Fenced`] → ownership is
+//! lost, stop writing; anything `is_retriable()` → back off.
 
 pub mod admin;
 pub mod batch;
@@ -44,6 +47,7 @@ pub mod client;
 pub mod config;
 pub mod conn;
 pub mod error;
+pub mod fence;
 pub mod fetch;
 pub mod produce;
 mod sasl;

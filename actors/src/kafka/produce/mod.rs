@@ -1,4 +1,5 @@
-//! The idempotent producer: our own producer id and epoch (InitProducerId),
+//! The idempotent producer: our own producer id and epoch (InitProducerId,
+//! or an acquired [`ProducerFence`]),
 //! our own sequence per partition, acks=all, up to 5 batches in flight per
 //! partition with order kept, and retries that never duplicate.
 //!
@@ -35,6 +36,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::batch::{stamp_producer, OutgoingBatch, SourceOffsets};
 use super::client::KafkaClient;
 use super::error::{KafkaError, ResponseError, Result};
+use super::fence::ProducerFence;
 use super::fetch::TopicPartition;
 
 /// The broker's deduplication window; also our in-flight limit per partition.
@@ -64,6 +66,9 @@ pub struct IdempotentProducer {
     client: KafkaClient,
     producer_id: i64,
     producer_epoch: i16,
+    /// Set when running under a [`ProducerFence`]: an epoch error then
+    /// means lost ownership ([`KafkaError::Fenced`]), not a broken producer.
+    fence: Option<Arc<str>>,
     active: Arc<Mutex<HashSet<TopicPartition>>>,
     dispatchers: Arc<Mutex<HashMap<i32, mpsc::Sender<Submission>>>>,
     stats: Arc<Counters>,
@@ -137,14 +142,12 @@ impl IdempotentProducer {
             let resp = client.send_any(&req).await;
             let err = match resp {
                 Ok(r) if r.error_code == 0 => {
-                    return Ok(IdempotentProducer {
+                    return Ok(Self::with_id(
                         client,
-                        producer_id: r.producer_id.0,
-                        producer_epoch: r.producer_epoch,
-                        active: Arc::new(Mutex::new(HashSet::new())),
-                        dispatchers: Arc::new(Mutex::new(HashMap::new())),
-                        stats: Arc::new(Counters::default()),
-                    })
+                        r.producer_id.0,
+                        r.producer_epoch,
+                        None,
+                    ))
                 }
                 Ok(r) => {
                     KafkaError::from_code(r.error_code, "InitProducerId", None).expect("non-zero")
@@ -156,6 +159,37 @@ impl IdempotentProducer {
             }
             tokio::time::sleep(client.retry_backoff(attempt)).await;
             attempt += 1;
+        }
+    }
+
+    /// A producer writing under an acquired [`ProducerFence`] instead of
+    /// a fresh producer id: its batches stay idempotent and
+    /// non-transactional, sequences start at 0 on every partition (the
+    /// epoch is new there), and once a newer owner fences a partition,
+    /// its produce fails with [`KafkaError::Fenced`].
+    pub fn under_fence(client: KafkaClient, fence: &ProducerFence) -> Self {
+        Self::with_id(
+            client,
+            fence.producer_id,
+            fence.producer_epoch,
+            Some(fence.transactional_id.clone()),
+        )
+    }
+
+    fn with_id(
+        client: KafkaClient,
+        producer_id: i64,
+        producer_epoch: i16,
+        fence: Option<Arc<str>>,
+    ) -> Self {
+        IdempotentProducer {
+            client,
+            producer_id,
+            producer_epoch,
+            fence,
+            active: Arc::new(Mutex::new(HashSet::new())),
+            dispatchers: Arc::new(Mutex::new(HashMap::new())),
+            stats: Arc::new(Counters::default()),
         }
     }
 
@@ -202,6 +236,7 @@ impl IdempotentProducer {
             queue: VecDeque::new(),
             sent: 0,
             failed: None,
+            fenced: false,
             attempts: 0,
         };
         let task = tokio::spawn(driver.run());
@@ -286,6 +321,8 @@ struct Driver {
     /// Leader node and destination topic id, until a leader error.
     node: Option<(i32, uuid::Uuid)>,
     failed: Option<String>,
+    /// The failure was lost ownership: every later batch fails as fenced too.
+    fenced: bool,
     attempts: u32,
 }
 
@@ -373,10 +410,7 @@ impl Driver {
 
     fn enqueue(&mut self, batch: OutgoingBatch, ack: oneshot::Sender<Result<ProduceAck>>) {
         if let Some(reason) = &self.failed {
-            let _ = ack.send(Err(KafkaError::ProducerFenced {
-                partition: self.tp.to_string(),
-                reason: reason.clone(),
-            }));
+            let _ = ack.send(Err(self.after_failure(reason.clone())));
             return;
         }
         let OutgoingBatch {
@@ -484,6 +518,14 @@ impl Driver {
         match err {
             // Older brokers report a retried duplicate this way; it was written.
             ResponseError::DuplicateSequenceNumber => Outcome::Ok(r),
+            ResponseError::InvalidProducerEpoch | ResponseError::ProducerFenced
+                if self.producer.fence.is_some() =>
+            {
+                Outcome::Fatal(KafkaError::Fenced {
+                    resource: self.tp.to_string(),
+                    reason: e.to_string(),
+                })
+            }
             ResponseError::OutOfOrderSequenceNumber
             | ResponseError::InvalidProducerEpoch
             | ResponseError::UnknownProducerId
@@ -520,16 +562,31 @@ impl Driver {
 
     fn fail_all(&mut self, e: KafkaError) {
         let reason = e.to_string();
+        self.fenced = matches!(e, KafkaError::Fenced { .. });
         let mut first = Some(e);
-        for job in self.queue.drain(..) {
-            let err = first.take().unwrap_or_else(|| KafkaError::ProducerFenced {
-                partition: self.tp.to_string(),
-                reason: format!("an earlier batch failed: {reason}"),
+        for job in std::mem::take(&mut self.queue) {
+            let err = first.take().unwrap_or_else(|| {
+                self.after_failure(format!("an earlier batch failed: {reason}"))
             });
             let _ = job.ack.send(Err(err));
         }
         self.sent = 0;
         self.failed = Some(reason);
+    }
+
+    /// The error of a batch behind a fatal failure.
+    fn after_failure(&self, reason: String) -> KafkaError {
+        if self.fenced {
+            KafkaError::Fenced {
+                resource: self.tp.to_string(),
+                reason,
+            }
+        } else {
+            KafkaError::ProducerFenced {
+                partition: self.tp.to_string(),
+                reason,
+            }
+        }
     }
 }
 

@@ -1,0 +1,375 @@
+//! Broker-enforced fencing ("fence on acquire") for the clustered daemon.
+//!
+//! Membership alone is no fence: a paused process keeps writing until it
+//! learns it is out. So each unit of work (a destination partition, a
+//! state-topic partition) has a transactional id, and its owner writes
+//! under that id's producer id and epoch. A new owner [`acquire`]s the id
+//! (InitProducerId: the coordinator bumps the epoch and aborts any open
+//! transaction of the old owner), then [`fence_partitions`] raises the
+//! epoch the partition leaders hold by aborting an empty transaction over
+//! the partitions it will write: one abort marker per partition, at the new
+//! epoch. From then on a batch of the old owner fails with
+//! INVALID_PRODUCER_EPOCH, which an [`IdempotentProducer`] built with
+//! [`IdempotentProducer::under_fence`] reports as [`KafkaError::Fenced`].
+//! The data itself stays idempotent and non-transactional, so consumers of
+//! either isolation level read it at once and no transaction ever stays
+//! open. Cost: one offset (the marker) per partition per unclean takeover.
+//!
+//! Why these request versions: a Kafka 4 broker runs transactions v2
+//! (KIP-890) by default, and for v2 a client adds partitions only by
+//! producing transactional batches, and EndTxn bumps the epoch once more at
+//! its end. The broker takes the transaction version from the EndTxn
+//! version (v5 and later are v2), so we send AddPartitionsToTxn at
+//! [`ADD_PARTITIONS_VERSION`] (the last client version; v4 and later are
+//! the brokers' own, batched, verify-only form) and EndTxn at most
+//! [`END_TXN_MAX_VERSION`]: the abort markers then carry exactly the epoch
+//! [`acquire`] returned. `tests/tests/fencing.rs` proves it on Kafka 4.1.
+//!
+//! A partition's producer state expires `producer.id.expiration.ms` after
+//! the *timestamp* of the last batch or marker of that producer id; after
+//! that the leader accepts any epoch again (an old CreateTime expires it at
+//! the next check). And a transactional id without transactions for
+//! `transactional.id.expiration.ms` expires: the next [`acquire`] gets a new
+//! producer id, which fences nothing of the old one. An owner therefore
+//! fences its partitions again well within both times.
+//!
+//! [`IdempotentProducer`]: super::produce::IdempotentProducer
+//! [`IdempotentProducer::under_fence`]: super::produce::IdempotentProducer::under_fence
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest, FindCoordinatorRequest,
+    InitProducerIdRequest, ProducerId, TopicName, TransactionalId,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::client::KafkaClient;
+use super::error::{KafkaError, ResponseError, Result};
+use super::fetch::TopicPartition;
+
+/// AddPartitionsToTxn version sent: the last one meant for clients.
+pub const ADD_PARTITIONS_VERSION: i16 = 3;
+
+/// Highest EndTxn version sent: v5 would make the transaction a v2 one,
+/// whose end bumps the epoch past the one [`acquire`] returned.
+pub const END_TXN_MAX_VERSION: i16 = 4;
+
+/// FindCoordinator's key type for a transactional id.
+const TRANSACTION_KEY_TYPE: i8 = 1;
+
+/// Ownership of one unit of work: the producer id and epoch its
+/// transactional id got at [`acquire`]. Data written under it is refused
+/// once a later owner has acquired the id and fenced the partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerFence {
+    /// The unit's transactional id.
+    pub transactional_id: Arc<str>,
+    /// Stays the same across owners (until the coordinator rotates it when
+    /// the epoch is exhausted, or the id expires).
+    pub producer_id: i64,
+    /// One higher per acquisition.
+    pub producer_epoch: i16,
+}
+
+/// The node id of the transaction coordinator of `transactional_id`,
+/// retried while the coordinator loads or moves, within the client's
+/// `delivery.timeout.ms`.
+pub async fn find_transaction_coordinator(
+    client: &KafkaClient,
+    transactional_id: &str,
+) -> Result<i32> {
+    bounded(client, "FindCoordinator", async {
+        let mut attempt = 0;
+        loop {
+            match find_once(client, transactional_id).await {
+                Err(e) if retry_on_coordinator(&e) => {
+                    tokio::time::sleep(client.retry_backoff(attempt)).await;
+                    attempt += 1;
+                }
+                r => return r,
+            }
+        }
+    })
+    .await
+}
+
+async fn find_once(client: &KafkaClient, transactional_id: &str) -> Result<i32> {
+    let conn = client.any_connection().await?;
+    let v = conn.version::<FindCoordinatorRequest>()?;
+    let key = StrBytes::from_string(transactional_id.to_owned());
+    let req = FindCoordinatorRequest::default().with_key_type(TRANSACTION_KEY_TYPE);
+    let req = if v >= 4 {
+        req.with_coordinator_keys(vec![key])
+    } else {
+        req.with_key(key)
+    };
+    let resp = conn.send(&req).await?;
+    let (code, message, node) = if v >= 4 {
+        let c =
+            resp.coordinators.into_iter().next().ok_or_else(|| {
+                KafkaError::Protocol("FindCoordinator without coordinators".into())
+            })?;
+        (c.error_code, c.error_message, c.node_id.0)
+    } else {
+        (resp.error_code, resp.error_message, resp.node_id.0)
+    };
+    KafkaError::check(
+        code,
+        || format!("FindCoordinator (transaction) {transactional_id}"),
+        message.as_deref(),
+    )?;
+    if !client.metadata().brokers.contains_key(&node) {
+        client.refresh_metadata(Some(&[])).await?;
+    }
+    Ok(node)
+}
+
+/// Takes ownership of `transactional_id`: InitProducerId on its
+/// coordinator, which bumps the epoch and aborts an open transaction of
+/// the previous owner (answering CONCURRENT_TRANSACTIONS until that abort
+/// is done, which is retried). `txn_timeout` bounds how long a transaction
+/// of ours may stay open before the coordinator aborts it; only
+/// [`fence_partitions`] opens one, for a moment.
+pub async fn acquire(
+    client: &KafkaClient,
+    transactional_id: &str,
+    txn_timeout: Duration,
+) -> Result<ProducerFence> {
+    let req = InitProducerIdRequest::default()
+        .with_transactional_id(Some(txn_id(transactional_id)))
+        .with_transaction_timeout_ms(txn_timeout.as_millis().min(i32::MAX as u128) as i32)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    let resp = on_coordinator(client, transactional_id, "InitProducerId", |node| {
+        let req = req.clone();
+        async move {
+            let r = client.send_to(node, &req).await?;
+            KafkaError::check(
+                r.error_code,
+                || format!("InitProducerId {transactional_id}"),
+                None,
+            )?;
+            Ok(r)
+        }
+    })
+    .await?;
+    Ok(ProducerFence {
+        transactional_id: transactional_id.into(),
+        producer_id: resp.producer_id.0,
+        producer_epoch: resp.producer_epoch,
+    })
+}
+
+/// Raises the epoch every leader of `partitions` holds for the fence's
+/// producer id to the fence's epoch: AddPartitionsToTxn, EndTxn(abort),
+/// then waits until the coordinator reports CompleteAbort (EndTxn answers
+/// before the markers are written). Each partition's end moves by one
+/// offset, the abort marker. A newer owner having acquired the id in the
+/// meantime is [`KafkaError::Fenced`].
+pub async fn fence_partitions(
+    client: &KafkaClient,
+    fence: &ProducerFence,
+    partitions: &[TopicPartition],
+) -> Result<()> {
+    if partitions.is_empty() {
+        return Ok(());
+    }
+    let tid = &*fence.transactional_id;
+    let mut topics: Vec<AddPartitionsToTxnTopic> = Vec::new();
+    for tp in partitions {
+        match topics.iter_mut().find(|t| t.name.0.as_str() == &*tp.topic) {
+            Some(t) => t.partitions.push(tp.partition),
+            None => topics.push(
+                AddPartitionsToTxnTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(tp.topic.to_string())))
+                    .with_partitions(vec![tp.partition]),
+            ),
+        }
+    }
+    let add = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(txn_id(tid))
+        .with_v3_and_below_producer_id(ProducerId(fence.producer_id))
+        .with_v3_and_below_producer_epoch(fence.producer_epoch)
+        .with_v3_and_below_topics(topics);
+    on_coordinator(client, tid, "AddPartitionsToTxn", |node| {
+        let add = add.clone();
+        async move {
+            let conn = client.connection(node).await?;
+            if !conn.supports::<AddPartitionsToTxnRequest>(ADD_PARTITIONS_VERSION) {
+                return Err(KafkaError::UnsupportedVersion {
+                    api: "AddPartitionsToTxn",
+                    broker: conn.broker().to_owned(),
+                    broker_range: format!("{:?}", conn.broker_versions(24)),
+                    our_range: ADD_PARTITIONS_VERSION.to_string(),
+                });
+            }
+            let resp = conn
+                .send_versioned(&add, ADD_PARTITIONS_VERSION, conn.request_timeout())
+                .await?;
+            for t in &resp.results_by_topic_v3_and_below {
+                for p in &t.results_by_partition {
+                    KafkaError::check(
+                        p.partition_error_code,
+                        || {
+                            format!(
+                                "AddPartitionsToTxn {tid} {}-{}",
+                                t.name.0, p.partition_index
+                            )
+                        },
+                        None,
+                    )
+                    .map_err(|e| lost_ownership(e, fence))?;
+                }
+            }
+            Ok(())
+        }
+    })
+    .await?;
+    let end = EndTxnRequest::default()
+        .with_transactional_id(txn_id(tid))
+        .with_producer_id(ProducerId(fence.producer_id))
+        .with_producer_epoch(fence.producer_epoch)
+        .with_committed(false);
+    on_coordinator(client, tid, "EndTxn", |node| {
+        let end = end.clone();
+        async move {
+            let conn = client.connection(node).await?;
+            let v = conn.version::<EndTxnRequest>()?.min(END_TXN_MAX_VERSION);
+            let resp = conn.send_versioned(&end, v, conn.request_timeout()).await?;
+            KafkaError::check(resp.error_code, || format!("EndTxn(abort) {tid}"), None)
+                .map_err(|e| lost_ownership(e, fence))
+        }
+    })
+    .await?;
+    wait_complete_abort(client, fence).await
+}
+
+/// Polls DescribeTransactions until the abort's markers are all written.
+async fn wait_complete_abort(client: &KafkaClient, fence: &ProducerFence) -> Result<()> {
+    let tid = &*fence.transactional_id;
+    let req = DescribeTransactionsRequest::default().with_transactional_ids(vec![txn_id(tid)]);
+    on_coordinator(client, tid, "DescribeTransactions", |node| {
+        let req = req.clone();
+        async move {
+            let resp = client.send_to(node, &req).await?;
+            let s = resp.transaction_states.into_iter().next().ok_or_else(|| {
+                KafkaError::Protocol("DescribeTransactions without a state".into())
+            })?;
+            KafkaError::check(s.error_code, || format!("DescribeTransactions {tid}"), None)?;
+            if s.producer_id.0 != fence.producer_id || s.producer_epoch != fence.producer_epoch {
+                return Err(KafkaError::Fenced {
+                    resource: tid.to_owned(),
+                    reason: format!(
+                        "the coordinator holds producer {} epoch {}, ours is {} epoch {}",
+                        s.producer_id.0, s.producer_epoch, fence.producer_id, fence.producer_epoch
+                    ),
+                });
+            }
+            match s.transaction_state.as_str() {
+                "CompleteAbort" => Ok(()),
+                // Markers still being written: the same retry as a busy coordinator.
+                "PrepareAbort" => Err(KafkaError::Broker {
+                    error: ResponseError::ConcurrentTransactions,
+                    context: format!("abort of {tid} under way"),
+                    message: None,
+                }),
+                other => Err(KafkaError::Protocol(format!(
+                    "transaction {tid} is {other} after our abort"
+                ))),
+            }
+        }
+    })
+    .await
+}
+
+/// Whether an error of a coordinator RPC is worth another try, after
+/// finding the coordinator again.
+fn retry_on_coordinator(e: &KafkaError) -> bool {
+    matches!(
+        e.response_error(),
+        Some(
+            ResponseError::CoordinatorLoadInProgress
+                | ResponseError::NotCoordinator
+                | ResponseError::CoordinatorNotAvailable
+                | ResponseError::ConcurrentTransactions
+        )
+    ) || matches!(
+        e,
+        KafkaError::Io { .. } | KafkaError::Timeout { .. } | KafkaError::Disconnected { .. }
+    )
+}
+
+/// Runs `f` on the coordinator of `transactional_id`, finding it again and
+/// backing off while [`retry_on_coordinator`] says so, within the client's
+/// `delivery.timeout.ms` overall.
+async fn on_coordinator<T, F, Fut>(
+    client: &KafkaClient,
+    transactional_id: &str,
+    api: &'static str,
+    f: F,
+) -> Result<T>
+where
+    F: Fn(i32) -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    bounded(client, api, async {
+        let mut attempt = 0;
+        loop {
+            let r = match find_once(client, transactional_id).await {
+                Ok(node) => f(node).await,
+                Err(e) => Err(e),
+            };
+            match r {
+                Err(e) if retry_on_coordinator(&e) => {
+                    tracing::debug!(transactional_id, api, error = %e, attempt, "transaction coordinator retry");
+                    tokio::time::sleep(client.retry_backoff(attempt)).await;
+                    attempt += 1;
+                }
+                r => return r,
+            }
+        }
+    })
+    .await
+}
+
+/// `fut` under the client's `delivery.timeout.ms`: the most a produce
+/// may take, and fencing stands in the way of producing.
+async fn bounded<T>(
+    client: &KafkaClient,
+    api: &'static str,
+    fut: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    let timeout = client.config().delivery_timeout;
+    let started = Instant::now();
+    tokio::time::timeout(timeout, fut)
+        .await
+        .unwrap_or_else(|_| {
+            Err(KafkaError::Timeout {
+                api,
+                broker: "transaction coordinator (delivery.timeout.ms)".into(),
+                timeout: started.elapsed(),
+            })
+        })
+}
+
+/// PRODUCER_FENCED / INVALID_PRODUCER_EPOCH from the coordinator: a newer
+/// owner acquired the id between our acquire and this call.
+fn lost_ownership(e: KafkaError, fence: &ProducerFence) -> KafkaError {
+    match e.response_error() {
+        Some(ResponseError::ProducerFenced | ResponseError::InvalidProducerEpoch) => {
+            KafkaError::Fenced {
+                resource: fence.transactional_id.to_string(),
+                reason: e.to_string(),
+            }
+        }
+        _ => e,
+    }
+}
+
+fn txn_id(s: &str) -> TransactionalId {
+    TransactionalId(StrBytes::from_string(s.to_owned()))
+}
