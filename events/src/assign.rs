@@ -69,13 +69,13 @@ pub fn shares(capacities: &BTreeMap<String, u32>, units: usize) -> BTreeMap<Stri
     capacities
         .iter()
         .map(|(m, &c)| {
-            let share = if total == 0 {
-                Share { floor: 0, ceil: 0 }
-            } else {
-                let scaled = units as u64 * u64::from(c);
-                let floor = (scaled / total) as usize;
-                let ceil = floor + usize::from(scaled % total != 0);
-                Share { floor, ceil }
+            let scaled = units as u64 * u64::from(c);
+            let share = match scaled.checked_div(total) {
+                None => Share { floor: 0, ceil: 0 },
+                Some(floor) => Share {
+                    floor: floor as usize,
+                    ceil: floor as usize + usize::from(!scaled.is_multiple_of(total)),
+                },
             };
             (m.clone(), share)
         })

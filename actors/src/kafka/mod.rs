@@ -13,6 +13,7 @@
 //! - [`fetch`]: multi-partition fetch stream per broker.
 //! - [`produce`]: idempotent producer with per-partition pipelines.
 //! - [`admin`]: admin RPCs.
+//! - [`membership`]: a member of a kmirror group on the destination (Connect-style).
 //!
 //! # The data path, as the PartitionActor drives it
 //!
@@ -45,6 +46,7 @@ pub mod config;
 pub mod conn;
 pub mod error;
 pub mod fetch;
+pub mod membership;
 pub mod produce;
 mod sasl;
 mod tls;
