@@ -5,6 +5,7 @@
 //! Nothing here does I/O, reads a clock or draws random numbers: callers pass
 //! time and jitter in. That keeps every decision replayable and testable.
 
+pub mod assign;
 pub mod backoff;
 pub mod codec;
 pub mod command;

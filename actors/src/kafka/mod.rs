@@ -15,6 +15,7 @@
 //! - [`admin`]: admin RPCs.
 //! - [`fence`]: ownership of a unit of work by transactional id, enforced
 //!   by the brokers' producer epochs (the clustered daemon's fencing).
+//! - [`membership`]: a member of a kmirror group on the destination (Connect-style).
 //!
 //! # The data path, as the PartitionActor drives it
 //!
@@ -49,6 +50,7 @@ pub mod conn;
 pub mod error;
 pub mod fence;
 pub mod fetch;
+pub mod membership;
 pub mod produce;
 mod sasl;
 mod tls;

@@ -1,0 +1,267 @@
+//! The assignor: given/when/then cases and properties over random groups.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kmirror_events::assign::{assign, shares, MemberReport, Plan};
+use proptest::prelude::*;
+
+type Assignment = BTreeMap<String, BTreeSet<String>>;
+
+fn units(n: usize) -> BTreeSet<String> {
+    (0..n).map(|i| format!("u-{i:03}")).collect()
+}
+
+fn member(id: &str, capacity: u32, owned: &BTreeSet<String>, generation: i32) -> MemberReport {
+    MemberReport {
+        member_id: id.into(),
+        capacity,
+        owned: owned.clone(),
+        owned_generation: generation,
+    }
+}
+
+/// Members that obey: each reports what the last plan gave it.
+fn comply(members: &[MemberReport], plan: &Plan, generation: i32) -> Vec<MemberReport> {
+    members
+        .iter()
+        .map(|m| {
+            member(
+                &m.member_id,
+                m.capacity,
+                &plan.assignment[&m.member_id],
+                generation,
+            )
+        })
+        .collect()
+}
+
+fn counts(plan: &Plan) -> Vec<usize> {
+    plan.assignment.values().map(BTreeSet::len).collect()
+}
+
+fn moved(plan: &Plan) -> usize {
+    plan.revoked.values().map(BTreeSet::len).sum()
+}
+
+#[test]
+fn given_three_new_members_when_fifty_units_are_placed_then_17_17_16_at_once() {
+    let none = BTreeSet::new();
+    let ms = ["a", "b", "c"].map(|m| member(m, 1, &none, -1));
+    let plan = assign(&ms, &units(50), &Assignment::new());
+    assert_eq!(counts(&plan), vec![17, 17, 16]);
+    assert!(!plan.revokes());
+}
+
+#[test]
+fn given_one_owner_of_everything_when_two_join_then_it_revokes_first_and_they_get_work_next_round()
+{
+    let all = units(50);
+    let none = BTreeSet::new();
+    let ms = vec![
+        member("a", 1, &all, 1),
+        member("b", 1, &none, -1),
+        member("c", 1, &none, -1),
+    ];
+    let first = assign(&ms, &all, &Assignment::new());
+    // Round 1: a keeps its quota; nothing goes to b or c while a reports it.
+    assert_eq!(counts(&first), vec![17, 0, 0]);
+    assert_eq!(first.revoked["a"].len(), 33);
+    let second = assign(&comply(&ms, &first, 2), &all, &first.assignment);
+    assert_eq!(counts(&second), vec![17, 17, 16]);
+    assert!(!second.revokes());
+    assert!(first.assignment["a"].is_subset(&second.assignment["a"]));
+}
+
+#[test]
+fn given_a_departed_member_when_the_rest_rebalance_then_its_units_are_placed_at_once() {
+    let all = units(50);
+    let none = BTreeSet::new();
+    let three = assign(
+        &["a", "b", "c"].map(|m| member(m, 1, &none, -1)),
+        &all,
+        &Assignment::new(),
+    );
+    let survivors: Vec<MemberReport> = ["a", "b"]
+        .iter()
+        .map(|m| member(m, 1, &three.assignment[*m], 1))
+        .collect();
+    let plan = assign(&survivors, &all, &three.assignment);
+    assert_eq!(counts(&plan), vec![25, 25]);
+    assert!(!plan.revokes(), "nothing of a live member moves");
+    for m in ["a", "b"] {
+        assert!(three.assignment[m].is_subset(&plan.assignment[m]), "sticky");
+    }
+}
+
+#[test]
+fn given_a_member_that_rejoins_empty_when_two_rounds_pass_then_it_has_its_share_back() {
+    let all = units(50);
+    let none = BTreeSet::new();
+    let two = assign(
+        &["a", "b"].map(|m| member(m, 1, &none, -1)),
+        &all,
+        &Assignment::new(),
+    );
+    let ms = vec![
+        member("a", 1, &two.assignment["a"], 1),
+        member("b", 1, &two.assignment["b"], 1),
+        member("z", 1, &none, -1),
+    ];
+    let first = assign(&ms, &all, &two.assignment);
+    assert_eq!(moved(&first), 16, "25+25 → 17+17+16 moves 8+8");
+    let second = assign(&comply(&ms, &first, 3), &all, &first.assignment);
+    assert_eq!(counts(&second), vec![17, 17, 16]);
+}
+
+#[test]
+fn given_capacities_1_and_3_when_40_units_are_placed_then_10_and_30() {
+    let none = BTreeSet::new();
+    let plan = assign(
+        &[member("a", 1, &none, -1), member("b", 3, &none, -1)],
+        &units(40),
+        &Assignment::new(),
+    );
+    assert_eq!(counts(&plan), vec![10, 30]);
+}
+
+#[test]
+fn given_two_members_reporting_one_unit_then_the_later_grant_keeps_it() {
+    let one: BTreeSet<String> = ["u-000".to_string()].into();
+    let plan = assign(
+        &[member("a", 1, &one, 3), member("b", 1, &one, 5)],
+        &one,
+        &Assignment::new(),
+    );
+    assert_eq!(plan.assignment["b"], one);
+    assert_eq!(plan.revoked["a"], one);
+}
+
+#[test]
+fn given_a_unit_that_no_longer_exists_then_its_owner_releases_it() {
+    let owned: BTreeSet<String> = ["gone".to_string(), "u-000".to_string()].into();
+    let plan = assign(&[member("a", 1, &owned, 1)], &units(1), &Assignment::new());
+    assert_eq!(plan.assignment["a"], units(1));
+    assert_eq!(plan.revoked["a"], ["gone".to_string()].into());
+}
+
+/// The fewest units that must leave their owners for every member to end
+/// within its share, by trying every way of handing out the rounding surplus.
+fn minimal_moves(members: &[MemberReport], n: usize) -> usize {
+    let caps = members
+        .iter()
+        .map(|m| (m.member_id.clone(), m.capacity))
+        .collect();
+    let shares: Vec<_> = shares(&caps, n).into_values().collect();
+    let held: Vec<usize> = members.iter().map(|m| m.owned.len()).collect();
+    let surplus = n - shares.iter().map(|s| s.floor).sum::<usize>();
+    let open: Vec<usize> = (0..shares.len())
+        .filter(|&i| shares[i].ceil > shares[i].floor)
+        .collect();
+    let mut best = usize::MAX;
+    for mask in 0u32..(1 << open.len()) {
+        if mask.count_ones() as usize != surplus {
+            continue;
+        }
+        let cost = (0..shares.len())
+            .map(|i| {
+                let extra = open
+                    .iter()
+                    .position(|&j| j == i)
+                    .is_some_and(|k| mask & (1 << k) != 0);
+                held[i].saturating_sub(shares[i].floor + usize::from(extra))
+            })
+            .sum();
+        best = best.min(cost);
+    }
+    if best == usize::MAX {
+        // No capacity at all: every share is 0, and everything moves.
+        best = (0..shares.len())
+            .map(|i| held[i].saturating_sub(shares[i].floor))
+            .sum();
+    }
+    best
+}
+
+/// A group of 1..=5 members whose units are a disjoint random split of
+/// `0..n` (some unowned), with random capacities.
+fn group() -> impl Strategy<Value = (Vec<MemberReport>, usize)> {
+    (1usize..=5, 0usize..60).prop_flat_map(|(members, n)| {
+        (
+            prop::collection::vec(0u32..4, members),
+            prop::collection::vec(0usize..=members, n),
+        )
+            .prop_map(move |(caps, owner_of)| {
+                let all: Vec<String> = units(n).into_iter().collect();
+                let ms = caps
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &c)| {
+                        let owned = (0..n)
+                            .filter(|&u| owner_of[u] == i)
+                            .map(|u| all[u].clone())
+                            .collect();
+                        member(&format!("m{i}"), c, &owned, 1)
+                    })
+                    .collect();
+                (ms, n)
+            })
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// No unit is given twice, nor to a member while another still reports it.
+    #[test]
+    fn a_unit_has_one_owner_and_never_two_at_once(
+        (ms, n) in group(),
+        extra in prop::collection::vec((0usize..5, 0usize..60), 0..10),
+    ) {
+        // Conflicting reports too: some units claimed by a second member.
+        let mut ms = ms;
+        let len = ms.len();
+        for (m, u) in extra {
+            ms[m % len].owned.insert(format!("u-{u:03}"));
+        }
+        let all = units(n);
+        let plan = assign(&ms, &all, &Assignment::new());
+        let mut seen = BTreeSet::new();
+        for (m, a) in &plan.assignment {
+            for u in a {
+                prop_assert!(all.contains(u));
+                prop_assert!(seen.insert(u.clone()), "{u} twice");
+                let mine = ms.iter().any(|r| &r.member_id == m && r.owned.contains(u));
+                let others = ms.iter().any(|r| &r.member_id != m && r.owned.contains(u));
+                prop_assert!(mine || !others, "{u} to {m} while another reports it");
+            }
+        }
+    }
+
+    /// Members that obey are balanced after two rounds, and a third changes
+    /// nothing; a member within its floor loses nothing (sticky); only the
+    /// fewest possible units are revoked.
+    #[test]
+    fn balanced_within_two_rounds_sticky_and_minimal((ms, n) in group()) {
+        let all = units(n);
+        let first = assign(&ms, &all, &Assignment::new());
+        let caps = ms.iter().map(|m| (m.member_id.clone(), m.capacity)).collect();
+        let shares = shares(&caps, n);
+        for m in &ms {
+            if m.owned.len() <= shares[&m.member_id].floor {
+                prop_assert!(m.owned.is_subset(&first.assignment[&m.member_id]), "sticky");
+            }
+        }
+        prop_assert_eq!(moved(&first), minimal_moves(&ms, n));
+        let second = assign(&comply(&ms, &first, 2), &all, &first.assignment);
+        prop_assert!(!second.revokes(), "round 2 revokes nothing");
+        let total_capacity: u32 = ms.iter().map(|m| m.capacity).sum();
+        let placed: usize = counts(&second).iter().sum();
+        prop_assert_eq!(placed, if total_capacity == 0 { 0 } else { n });
+        for (m, a) in &second.assignment {
+            let s = shares[m];
+            prop_assert!(s.floor <= a.len() && a.len() <= s.ceil, "{} holds {} of [{}, {}]", m, a.len(), s.floor, s.ceil);
+        }
+        let third = assign(&comply(&ms, &second, 3), &all, &second.assignment);
+        prop_assert_eq!(third, second);
+    }
+}
