@@ -21,6 +21,8 @@ use kmirror_actors::node::{Node, NodeSettings, SourceConnector};
 use kmirror_store::{EventLog, SledLog};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
+use crate::api::NodeHandle;
+use crate::clustered::Clustered;
 use crate::settings::{self, DaemonSettings, LogFormat, Overrides};
 
 #[derive(Args)]
@@ -59,9 +61,11 @@ pub fn run(args: DaemonArgs) -> ExitCode {
         }
     };
     init_logging(settings.log_format);
-    let log = match open_log(&settings) {
-        Ok(log) => log,
-        Err(e) => {
+    // A clustered node's log is the state topic, opened per shard it owns.
+    let log = match settings.cluster.is_none().then(|| open_log(&settings)) {
+        None => None,
+        Some(Ok(log)) => Some(log),
+        Some(Err(e)) => {
             eprintln!("{e}");
             return ExitCode::from(2);
         }
@@ -128,7 +132,41 @@ impl Signals {
     }
 }
 
-async fn serve(settings: DaemonSettings, log: Arc<dyn EventLog>) -> Result<(), String> {
+/// What the daemon runs: one node over its sled log, or a clustered node.
+enum Running {
+    Single(Node),
+    Clustered(Clustered),
+}
+
+impl Running {
+    fn handle(&self) -> NodeHandle {
+        match self {
+            Running::Single(node) => NodeHandle::new(node.clone()),
+            Running::Clustered(c) => NodeHandle::clustered(c.shards.clone(), c.status.clone()),
+        }
+    }
+
+    async fn shutdown(self) {
+        match self {
+            Running::Single(node) => node.shutdown().await,
+            Running::Clustered(c) => c.shutdown().await,
+        }
+    }
+}
+
+async fn start(settings: &DaemonSettings, log: Option<Arc<dyn EventLog>>) -> Result<Running, String> {
+    match (log, &settings.cluster) {
+        (Some(log), _) => start_node(settings, log).await.map(Running::Single),
+        (None, Some(cluster)) => {
+            Clustered::start(settings, cluster, node_settings(settings), source_connector())
+                .await
+                .map(Running::Clustered)
+        }
+        (None, None) => Err("INTERNAL: no event log and no [cluster]".into()),
+    }
+}
+
+async fn serve(settings: DaemonSettings, log: Option<Arc<dyn EventLog>>) -> Result<(), String> {
     let mut signals = Signals::new()?;
     // Bound before the slow part, so a busy port fails at once; connections
     // that arrive before the node is up wait in the backlog.
@@ -139,15 +177,15 @@ async fn serve(settings: DaemonSettings, log: Arc<dyn EventLog>) -> Result<(), S
         )
     })?;
 
-    let node = tokio::select! {
-        node = start_node(&settings, log) => node?,
+    let running = tokio::select! {
+        running = start(&settings, log) => running?,
         why = signals.recv() => {
             tracing::info!(signal = why, "stopped during start-up");
             return Ok(());
         }
     };
 
-    let data = Data::new(crate::api::NodeHandle::new(node.clone()));
+    let data = Data::new(running.handle());
     let server = HttpServer::new(move || {
         App::new()
             .app_data(data.clone())
@@ -161,7 +199,10 @@ async fn serve(settings: DaemonSettings, log: Arc<dyn EventLog>) -> Result<(), S
     .run();
     let handle = server.handle();
     let mut server = actix_web::rt::spawn(server);
-    tracing::info!(admin = %settings.admin_listen, data_dir = %settings.data_dir.display(), "kmirror daemon ready");
+    match &settings.cluster {
+        None => tracing::info!(admin = %settings.admin_listen, data_dir = %settings.data_dir.display(), "kmirror daemon ready"),
+        Some(c) => tracing::info!(admin = %settings.admin_listen, cluster = %c.id, "kmirror daemon ready, joining its cluster"),
+    }
 
     let outcome = tokio::select! {
         why = signals.recv() => {
@@ -172,17 +213,13 @@ async fn serve(settings: DaemonSettings, log: Arc<dyn EventLog>) -> Result<(), S
     };
     handle.stop(true).await;
     tokio::select! {
-        _ = node.shutdown() => tracing::info!("node stopped; state is durable"),
+        _ = running.shutdown() => tracing::info!("node stopped; state is durable"),
         why = signals.recv() => return Err(format!("INTERNAL: second {why} during shutdown; exiting at once")),
     }
     outcome
 }
 
-async fn start_node(settings: &DaemonSettings, log: Arc<dyn EventLog>) -> Result<Node, String> {
-    let bootstrap = &settings.destination["bootstrap.servers"];
-    let client = KafkaClient::from_properties(&settings.destination)
-        .await
-        .map_err(|e| format!("NETWORK_EXCEPTION: destination {bootstrap}: {e}"))?;
+fn node_settings(settings: &DaemonSettings) -> NodeSettings {
     let mut node_settings = NodeSettings::default();
     if let Some(interval) = settings.metadata_refresh_interval {
         node_settings.refresh_interval = interval;
@@ -193,6 +230,15 @@ async fn start_node(settings: &DaemonSettings, log: Arc<dyn EventLog>) -> Result
     if let Some(n) = settings.state_topic_partitions {
         node_settings.state_topic_partitions = n;
     }
+    node_settings
+}
+
+async fn start_node(settings: &DaemonSettings, log: Arc<dyn EventLog>) -> Result<Node, String> {
+    let bootstrap = &settings.destination["bootstrap.servers"];
+    let client = KafkaClient::from_properties(&settings.destination)
+        .await
+        .map_err(|e| format!("NETWORK_EXCEPTION: destination {bootstrap}: {e}"))?;
+    let node_settings = node_settings(settings);
     Node::start(
         log,
         Arc::new(KafkaCluster::new(client, FetchOptions::default())),

@@ -2,6 +2,7 @@
 
 mod api;
 mod cli;
+mod clustered;
 mod daemon;
 mod http;
 mod log_cmd;

@@ -2,56 +2,15 @@
 //! the real test bed, the admin API over HTTP, the CLI's exit codes and
 //! error names, and a graceful SIGTERM.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+mod common;
+
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::*;
 use kmirror_tests::{bed, create_topic, kafka_tool, kafka_tool_stdin, unique};
 use serde_json::Value;
-
-const KMIRROR: &str = env!("CARGO_BIN_EXE_kmirror");
-
-fn kmirror(args: &[&str]) -> Output {
-    Command::new(KMIRROR)
-        .args(args)
-        .env_remove("KMIRROR_DATA_DIR")
-        .env_remove("KMIRROR_ADMIN_LISTEN")
-        .env_remove("KMIRROR_ADMIN_URL")
-        .env_remove("KMIRROR_DESTINATION__BOOTSTRAP_SERVERS")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run kmirror")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Asserts a failure whose stderr starts with `CODE: ` and mentions `word`.
-fn assert_fails(out: &Output, code: &str, word: &str) {
-    let err = stderr(out);
-    assert!(
-        !out.status.success(),
-        "expected failure, got success: {}",
-        stdout(out)
-    );
-    assert!(
-        err.starts_with(&format!("{code}: ")),
-        "stderr should start with {code}: {err}"
-    );
-    assert!(err.contains(word), "stderr should mention `{word}`: {err}");
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
 
 #[test]
 fn settings_errors_name_the_key_and_exit_non_zero() {
@@ -145,142 +104,6 @@ fn cli_errors_have_a_name_and_a_non_zero_exit() {
     assert_fails(&out, "INVALID_REQUEST", "--partition");
 }
 
-/// A running daemon, killed if a test fails before it stops it.
-struct Daemon {
-    child: Child,
-    port: u16,
-}
-
-impl Daemon {
-    /// A daemon on `dir` (its config and data dir); a second one on the
-    /// same `dir` is a restart.
-    fn start(dir: &Path) -> Daemon {
-        let port = free_port();
-        let config = dir.join("kmirror.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "data_dir = \"{}\"\nadmin_listen = \"127.0.0.1:{port}\"\nmetadata_refresh_interval_ms = 1000\n[destination]\nbootstrap_servers = \"{}\"\n",
-                dir.join("data").display(),
-                bed().destination
-            ),
-        )
-        .unwrap();
-        let child = Command::new(KMIRROR)
-            .args(["daemon", "--config", config.to_str().unwrap()])
-            .env("KMIRROR_LOG_FORMAT", "json")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn kmirror daemon");
-        let mut daemon = Daemon { child, port };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok((200, _)) = daemon.try_http("GET", "/health", None) {
-                return daemon;
-            }
-            if let Some(status) = daemon.child.try_wait().unwrap() {
-                let mut err = String::new();
-                daemon
-                    .child
-                    .stderr
-                    .take()
-                    .unwrap()
-                    .read_to_string(&mut err)
-                    .unwrap();
-                panic!("daemon exited during start-up ({status}): {err}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "daemon did not answer /health within 60 s"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn admin(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    fn try_http(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<&str>,
-    ) -> std::io::Result<(u16, String)> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
-        s.set_read_timeout(Some(Duration::from_secs(60)))?;
-        let body = body.unwrap_or("");
-        write!(
-            s,
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        )?;
-        let mut text = String::new();
-        s.read_to_string(&mut text)?;
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default();
-        Ok((status, body))
-    }
-
-    fn http(&self, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
-        self.try_http(method, path, body)
-            .expect("admin API answers")
-    }
-
-    /// Runs the CLI against this daemon and asserts it succeeded.
-    fn cli_ok(&self, args: &[&str]) -> Output {
-        let out = self.cli(args);
-        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
-        out
-    }
-
-    fn cli(&self, args: &[&str]) -> Output {
-        let admin = self.admin();
-        let mut all = args.to_vec();
-        all.extend(["--admin", admin.as_str()]);
-        kmirror(&all)
-    }
-
-    /// SIGTERM, then the exit status (within 30 s).
-    fn terminate(mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "daemon did not exit within 30 s of SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 #[test]
 fn daemon_serves_the_admin_api_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
@@ -324,14 +147,6 @@ fn daemon_serves_the_admin_api_and_stops_on_sigterm() {
     assert_eq!(status.code(), Some(0), "SIGTERM must exit 0");
 }
 
-fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
 fn describe(daemon: &Daemon, mirror: &str) -> Vec<Value> {
     let out = daemon.cli_ok(&["mirror", "describe", "--mirror", mirror, "--json"]);
     serde_json::from_slice::<Value>(&out.stdout)
@@ -339,30 +154,6 @@ fn describe(daemon: &Daemon, mirror: &str) -> Vec<Value> {
         .as_array()
         .unwrap()
         .clone()
-}
-
-fn write_properties(dir: &Path) -> String {
-    let file = dir.join("source.properties");
-    std::fs::write(
-        &file,
-        format!("# the source\nbootstrap.servers={}\n", bed().source),
-    )
-    .unwrap();
-    file.to_str().unwrap().to_owned()
-}
-
-fn produce(topic: &str, from: usize, to: usize) {
-    let input: String = (from..to).map(|i| format!("record-{i}\n")).collect();
-    let out = kafka_tool_stdin(
-        "kafka-console-producer",
-        &["--bootstrap-server", &bed().source, "--topic", topic],
-        input.as_bytes(),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn mirrored(daemon: &Daemon, mirror: &str, records: i64) -> bool {
@@ -531,35 +322,6 @@ fn a_mirror_lifecycle_through_the_cli() {
         "{}",
         stdout(&out)
     );
-}
-
-/// Records in `topic` on a cluster (sum of end offsets), read with Kafka's tool.
-fn records_on(bootstrap: &str, topic: &str) -> usize {
-    let out = kmirror_tests::kafka_tool_ok(
-        "kafka-get-offsets",
-        &["--bootstrap-server", bootstrap, "--topic", topic],
-    );
-    out.lines()
-        .filter_map(|l| l.rsplit(':').next()?.trim().parse::<usize>().ok())
-        .sum()
-}
-
-/// Kills a helper process if the test fails early.
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-/// SIGKILL, no grace.
-fn kill9(mut daemon: Daemon) {
-    let _ = daemon.child.kill();
-    let _ = daemon.child.wait();
 }
 
 /// A pseudo-random delay in `lo..hi` ms (no RNG crate needed for a test).

@@ -89,6 +89,9 @@ pub struct GroupMember {
     pub admin_url: String,
     /// Its capacity.
     pub capacity: u32,
+    /// The units it was assigned in this generation (what routing needs:
+    /// which node to send a request about a unit to).
+    pub units: BTreeSet<String>,
 }
 
 /// This member's view of the group. While out of the group (joining, or
@@ -439,6 +442,7 @@ impl Member {
                 member_id: id,
                 admin_url: meta.admin_url,
                 capacity: meta.capacity,
+                units: BTreeSet::new(),
             });
         }
         members.sort_by(|a, b| a.member_id.cmp(&b.member_id));
@@ -452,6 +456,9 @@ impl Member {
             revoked = plan.revoked.values().map(BTreeSet::len).sum::<usize>(),
             "assigned"
         );
+        for m in &mut members {
+            m.units = plan.assignment.get(&m.member_id).cloned().unwrap_or_default();
+        }
         self.previous = plan.assignment.clone();
         plan.assignment
             .iter()
@@ -697,6 +704,7 @@ pub fn encode_assignment(
         put_str(&mut buf, &m.member_id);
         put_str(&mut buf, &m.admin_url);
         buf.put_i32(m.capacity.min(i32::MAX as u32) as i32);
+        put_units(&mut buf, &m.units);
     }
     buf.freeze()
 }
@@ -718,6 +726,7 @@ pub fn decode_assignment(bytes: &Bytes) -> Result<(i32, BTreeSet<String>, Vec<Gr
                 member_id: get_str(&mut buf, "assignment")?,
                 admin_url: get_str(&mut buf, "assignment")?,
                 capacity: get_i32(&mut buf, "assignment")?.max(0) as u32,
+                units: get_units(&mut buf, "assignment")?,
             })
         })
         .collect::<Result<_>>()?;
@@ -742,6 +751,7 @@ mod tests {
             member_id: "m-1".into(),
             admin_url: "http://a".into(),
             capacity: 1,
+            units: owned.clone(),
         }];
         let mut v2 = BytesMut::from(&encode_assignment(4, &owned, &members)[..]);
         v2[1] = 2; // version 2 …
