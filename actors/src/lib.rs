@@ -19,4 +19,5 @@ pub mod node;
 pub mod partition;
 pub mod publisher;
 pub mod shards;
+pub mod state_log;
 pub mod state_topic;
