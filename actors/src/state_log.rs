@@ -212,17 +212,20 @@ impl KafkaLog {
                         options.topic
                     ));
                 }
-                let (index, report) = load(&client, &tp, options.fetch_bytes)
-                    .await
-                    .map_err(|e| format!("loading: {e}"))?;
+                // The producer first: under a fence it raises the epoch on
+                // the partition, so nothing the previous writer still sends
+                // lands after the load below has read to the end.
                 let producer = tokio::time::timeout(
-                    client.config().request_timeout * 2,
+                    client.config().delivery_timeout + client.config().request_timeout,
                     make_producer(client.clone()),
                 )
                 .await
-                .map_err(|_| "no producer id within the request timeout".to_string())?
+                .map_err(|_| "no producer id within the delivery timeout".to_string())?
                 .and_then(|p| p.partition(&tp.topic, tp.partition))
                 .map_err(|e| format!("producer: {e}"))?;
+                let (index, report) = load(&client, &tp, options.fetch_bytes)
+                    .await
+                    .map_err(|e| format!("loading: {e}"))?;
                 Ok((client, producer, index, report))
             })
             .map_err(|e: String| broker_error(&tp, e))?;

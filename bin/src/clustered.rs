@@ -86,7 +86,7 @@ impl Clustered {
             Box::pin(async move {
                 let opened = tokio::task::spawn_blocking(move || {
                     let topic = options.topic.clone();
-                    KafkaLog::open_fenced(
+                    KafkaLog::open_with(
                         &options,
                         shard,
                         Box::new(move |client: KafkaClient| {
