@@ -18,4 +18,5 @@ pub mod mirror;
 pub mod node;
 pub mod partition;
 pub mod publisher;
+pub mod state_log;
 pub mod state_topic;

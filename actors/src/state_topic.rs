@@ -161,9 +161,26 @@ pub async fn read_image(
 
 /// A record from its Kafka key and value (null: a tombstone).
 fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Record, codec::CodecError> {
+    decode_stamped(key, value, -1).map(|(record, _)| record)
+}
+
+/// A record and the wall-clock time its writer stamped on it: the
+/// envelope's, or for a tombstone (which has no envelope) the Kafka
+/// record's `record_timestamp`, which the Kafka event log sets to the same.
+pub(crate) fn decode_stamped(
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    record_timestamp: i64,
+) -> Result<(Record, i64), codec::CodecError> {
     match value {
-        Some(v) => Ok(codec::decode_record(v)?.record),
-        None => Ok(codec::decode_key(key.unwrap_or_default())?.tombstone()),
+        Some(v) => {
+            let envelope = codec::decode_record(v)?;
+            Ok((envelope.record, envelope.timestamp_ms))
+        }
+        None => Ok((
+            codec::decode_key(key.unwrap_or_default())?.tombstone(),
+            record_timestamp,
+        )),
     }
 }
 

@@ -18,7 +18,7 @@ pub use mem::MemLog;
 #[doc(hidden)]
 pub use sled_log::encode_batch_blob as sled_log_blob;
 pub use sled_log::{FsyncPolicy, OpenReport, SledLog, SledOptions};
-pub use verify::{verify, VerifyReport};
+pub use verify::{verify, verify_entries, VerifyReport};
 
 /// One stored record with its position and the caller-stamped time.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,6 +69,10 @@ pub enum StoreError {
     SnapshotAhead { snapshot: Offset, end: Offset },
     #[error("the log was opened read-only")]
     ReadOnly,
+    /// A log kept in a Kafka partition (the clustered daemon's) could not
+    /// read or write it; `partition` is `topic-partition`.
+    #[error("state topic partition {partition}: {message}")]
+    Broker { partition: String, message: String },
 }
 
 impl StoreError {
@@ -166,8 +170,9 @@ pub trait EventLog: Send + Sync {
 
 /// Enforces the StateValidationOffset (KIP §5.3) for both implementations:
 /// `last_change` answers the offset of a key's newest record, read under
-/// the same write lock as the append that follows.
-fn check_state_validation(
+/// the same write lock as the append that follows. Public so that a log
+/// kept outside this crate (the Kafka one) enforces exactly the same rule.
+pub fn check_state_validation(
     validation: &StateValidation,
     mut last_change: impl FnMut(&RecordKey) -> Result<Option<Offset>>,
 ) -> Result<()> {

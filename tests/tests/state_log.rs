@@ -1,0 +1,378 @@
+//! `KafkaLog`, the event log in one partition of the compacted state topic,
+//! against real Kafka: it keeps the `EventLog` contract (the same image as
+//! an in-memory log fed the same records), its StateValidationOffset lock,
+//! a load that survives the broker compacting the partition meanwhile, how
+//! long 10 000 partitions' state takes to load, and that Kafka's own
+//! console consumer reads the records.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use kmirror_actors::state_log::{KafkaLog, StateLogOptions};
+use kmirror_events::{
+    LastMirrorEpochsValue, MirrorConfig, MirrorConfigKey, MirrorPartitionKey,
+    MirrorPartitionStateValue, MirrorTopicStateChange, MirrorTopicStateKey, OffsetMapRun,
+    OffsetMapRunKey, PartitionState, Record, StateValidation, TopicId,
+};
+use kmirror_store::{EventLog, MemLog, StoreError};
+use kmirror_tests::{bed, create_topic, kafka_tool_ok, unique};
+
+fn options(topic: &str, partitions: i32) -> StateLogOptions {
+    StateLogOptions {
+        topic: topic.to_string(),
+        partitions,
+        ..StateLogOptions::new(&bed().destination)
+    }
+}
+
+fn config(mirror: &str) -> Record {
+    Record::MirrorConfig(
+        MirrorConfigKey {
+            mirror_name: mirror.into(),
+        },
+        Some(MirrorConfig {
+            source_bootstrap: "127.0.0.1:1".into(),
+            ..Default::default()
+        }),
+    )
+}
+
+fn topic_change(id: TopicId, mirror: &str, state: PartitionState) -> Record {
+    Record::MirrorTopicStateChange(
+        MirrorTopicStateKey { topic_id: id },
+        Some(MirrorTopicStateChange {
+            topic_id: id,
+            mirror_name: mirror.into(),
+            desired_state: state,
+            topic_name: "orders".into(),
+            partition_count: 4,
+        }),
+    )
+}
+
+fn partition_state(key: &MirrorPartitionKey, state: PartitionState, epoch: i32) -> Record {
+    Record::MirrorPartitionState(
+        key.clone(),
+        Some(MirrorPartitionStateValue {
+            state,
+            leader_epoch: 0,
+            state_epoch: epoch,
+            error_message: None,
+            retry_attempt: 0,
+            previous_state: PartitionState::default(),
+        }),
+    )
+}
+
+fn epochs(key: &MirrorPartitionKey, offset: i64) -> Record {
+    Record::LastMirrorEpochs(
+        key.clone(),
+        Some(LastMirrorEpochsValue {
+            last_mirror_epoch: 0,
+            last_mirror_offset: offset,
+            source_offset: offset,
+            source_leader_epoch: -1,
+            destination_end_offset: offset,
+            destination_leader_epoch: -1,
+        }),
+    )
+}
+
+fn run(key: &MirrorPartitionKey, length: i64) -> Record {
+    Record::OffsetMapRun(
+        OffsetMapRunKey {
+            partition: key.clone(),
+            source_start: 0,
+        },
+        Some(OffsetMapRun {
+            source_start: 0,
+            destination_start: 0,
+            length,
+        }),
+    )
+}
+
+/// The batches of a small mirror's life: created, started, copying,
+/// checkpointed, a partition removed (tombstones), paused.
+fn history(mirror: &str) -> Vec<Vec<Record>> {
+    let id = TopicId([7; 16]);
+    let keys: Vec<_> = (0..4)
+        .map(|p| MirrorPartitionKey::new(mirror, id, p))
+        .collect();
+    let mut batches = vec![
+        vec![config(mirror)],
+        vec![topic_change(id, mirror, PartitionState::Mirroring)],
+        keys.iter()
+            .map(|k| partition_state(k, PartitionState::LogAlignment, 1))
+            .collect(),
+        keys.iter()
+            .map(|k| partition_state(k, PartitionState::Mirroring, 2))
+            .collect(),
+    ];
+    for len in [10, 20, 30] {
+        batches.push(keys.iter().map(|k| run(k, len)).collect());
+    }
+    batches.push(vec![
+        keys[3].clone().tombstone_of_state(),
+        epochs(&keys[0], 30),
+    ]);
+    batches.push(vec![topic_change(id, mirror, PartitionState::Paused)]);
+    batches
+}
+
+trait TombstoneOfState {
+    fn tombstone_of_state(self) -> Record;
+}
+impl TombstoneOfState for MirrorPartitionKey {
+    fn tombstone_of_state(self) -> Record {
+        Record::MirrorPartitionState(self, None)
+    }
+}
+
+#[test]
+fn appends_read_back_and_reopen_to_the_image_of_a_memory_log() {
+    let topic = unique("state-log");
+    let log = KafkaLog::open(&options(&topic, 3), 1).expect("open");
+    assert_eq!(log.end_offset(), 0);
+    let mem = MemLog::new();
+    for (i, batch) in history("east").iter().enumerate() {
+        let ts = 1_700_000_000_000 + i as i64;
+        let a = log.append(ts, batch).expect("append");
+        let b = mem.append(ts, batch).unwrap();
+        assert_eq!(a, b, "batch {i} lands at the offset a memory log gives it");
+    }
+    assert_eq!(log.append(0, &[]).unwrap(), mem.end_offset());
+    assert_eq!(log.end_offset(), mem.end_offset());
+    let read: Vec<_> = log.read(0).unwrap().map(Result::unwrap).collect();
+    assert_eq!(read, mem.entries(), "read(0) gives back every record");
+    let tail: Vec<_> = log.read(5).unwrap().map(Result::unwrap).collect();
+    assert_eq!(tail.first().map(|e| e.offset), Some(5));
+    let mem_image = mem.load_image().unwrap();
+    assert_eq!(log.load_image().unwrap(), mem_image);
+
+    // latest: a value (fetched from the broker) and a tombstone (from the index).
+    let id = TopicId([7; 16]);
+    let change_key = topic_change(id, "east", PartitionState::Paused).key();
+    assert_eq!(
+        log.latest(&change_key).unwrap(),
+        mem.latest(&change_key).unwrap()
+    );
+    let gone = MirrorPartitionKey::new("east", id, 3)
+        .tombstone_of_state()
+        .key();
+    assert_eq!(log.latest(&gone).unwrap(), mem.latest(&gone).unwrap());
+    assert!(log.latest(&gone).unwrap().unwrap().record.is_tombstone());
+
+    // The StateValidationOffset lock: a view older than the last change of
+    // the topic is refused, a current one is taken.
+    let last_change = mem.latest(&change_key).unwrap().unwrap().offset;
+    let stale = StateValidation {
+        offset: last_change,
+        topics: vec![id],
+    };
+    let refused = log
+        .append_if_unchanged(
+            1,
+            &stale,
+            &[topic_change(id, "east", PartitionState::Mirroring)],
+        )
+        .unwrap_err();
+    assert!(
+        matches!(refused, StoreError::InvalidClusterMirrorStates { changed_at, .. } if changed_at == last_change),
+        "{refused}"
+    );
+    let end_before = log.end_offset();
+    let fresh = StateValidation {
+        offset: end_before,
+        topics: vec![id],
+    };
+    let at = log
+        .append_if_unchanged(
+            1_700_000_000_100,
+            &fresh,
+            &[topic_change(id, "east", PartitionState::Mirroring)],
+        )
+        .unwrap();
+    assert_eq!(at, end_before);
+    mem.append(
+        1_700_000_000_100,
+        &[topic_change(id, "east", PartitionState::Mirroring)],
+    )
+    .unwrap();
+    let end = log.end_offset();
+    drop(log);
+
+    // Reopen: the same end and image, from the broker alone.
+    let t = Instant::now();
+    let log = KafkaLog::open(&options(&topic, 3), 1).expect("reopen");
+    let report = log.load_report();
+    let image = log.load_image().unwrap();
+    println!(
+        "reopened {topic}-1: {} records, {} keys, end {} in {:?} (load_image {:?})",
+        report.records,
+        report.keys,
+        report.end,
+        report.elapsed,
+        t.elapsed()
+    );
+    assert_eq!(log.end_offset(), end);
+    assert_eq!(image, mem.load_image().unwrap());
+    let refused = log.append_if_unchanged(1, &stale, &[]).unwrap_err();
+    assert!(matches!(
+        refused,
+        StoreError::InvalidClusterMirrorStates { .. }
+    ));
+
+    // Kafka's own consumer reads the records where the log put them.
+    let out = kafka_tool_ok(
+        "kafka-console-consumer",
+        &[
+            "--bootstrap-server",
+            &bed().destination,
+            "--topic",
+            &topic,
+            "--partition",
+            "1",
+            "--offset",
+            "earliest",
+            "--property",
+            "print.key=true",
+            "--property",
+            "print.offset=true",
+            "--timeout-ms",
+            "10000",
+        ],
+    );
+    let lines: Vec<&str> = out.lines().filter(|l| l.contains("Offset:")).collect();
+    println!(
+        "kafka-console-consumer read {} records of {topic}-1; last: {:?}",
+        lines.len(),
+        lines.last().map(|l| l.chars().take(80).collect::<String>())
+    );
+    assert_eq!(lines.len() as u64, end, "{out}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("127.0.0.1:1") && l.contains("east")),
+        "the mirror config's key and value: {out}"
+    );
+    assert!(
+        lines.iter().any(|l| l.ends_with("null")),
+        "the tombstone has a null value: {out}"
+    );
+    // Nothing went to the other partitions.
+    let other = KafkaLog::open_read_only(&options(&topic, 3), Some(0)).unwrap();
+    assert_eq!(other.end_offset(), 0);
+}
+
+#[test]
+fn an_existing_topic_that_is_not_compacted_is_refused() {
+    let topic = unique("state-delete");
+    create_topic(&bed().destination, &topic, 1, &["cleanup.policy=delete"]);
+    let err = KafkaLog::open(&options(&topic, 1), 0)
+        .err()
+        .expect("refused");
+    let text = err.to_string();
+    println!("{text}");
+    assert!(
+        text.contains("cleanup.policy") && text.contains(&topic),
+        "{text}"
+    );
+    let err = KafkaLog::open(&options(&unique("state-none"), 2), 5)
+        .err()
+        .expect("no partition 5");
+    assert!(err.to_string().contains("no partition 5"), "{err}");
+}
+
+#[test]
+fn a_load_while_the_broker_compacts_gives_the_newest_image() {
+    let topic = unique("state-compacting");
+    let mut opts = options(&topic, 1);
+    opts.topic_configs = BTreeMap::from([
+        ("segment.ms".into(), "100".into()),
+        ("min.cleanable.dirty.ratio".into(), "0.01".into()),
+        ("delete.retention.ms".into(), "3600000".into()),
+        ("min.compaction.lag.ms".into(), "0".into()),
+    ]);
+    let log = KafkaLog::open(&opts, 0).expect("open");
+    let mem = MemLog::new();
+    let id = TopicId([3; 16]);
+    let keys: Vec<_> = (0..50)
+        .map(|p| MirrorPartitionKey::new("busy", id, p))
+        .collect();
+    // Rounds of superseding records, spaced so segments roll (segment.ms)
+    // and the cleaner, which never touches the active segment, has work.
+    let started = Instant::now();
+    let mut rounds = 0;
+    while started.elapsed().as_secs() < 8 {
+        rounds += 1;
+        let batch: Vec<Record> = keys.iter().map(|k| run(k, rounds)).collect();
+        log.append(rounds, &batch).unwrap();
+        mem.append(rounds, &batch).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let appended = log.end_offset();
+    let want = mem.load_image().unwrap();
+    // Load again and again while the cleaner runs.
+    let mut fewest = u64::MAX;
+    let t = Instant::now();
+    let mut loads = 0;
+    while t.elapsed().as_secs() < 10 {
+        let reopened = KafkaLog::open(&opts, 0).expect("reopen while compacting");
+        let image = reopened.load_image().unwrap();
+        assert_eq!(image.offset_maps().count(), want.offset_maps().count());
+        assert_eq!(image, want, "load {loads} folds to the newest state");
+        fewest = fewest.min(reopened.load_report().records);
+        loads += 1;
+        if fewest < appended / 2 && loads >= 3 {
+            break;
+        }
+    }
+    println!(
+        "{rounds} rounds, {appended} records appended; {loads} loads while compacting, the smallest read {fewest} records"
+    );
+    assert!(
+        fewest < appended,
+        "the broker compacted the partition during the loads ({fewest} of {appended} left)"
+    );
+}
+
+#[test]
+fn ten_thousand_partitions_of_state_load() {
+    let topic = unique("state-10k");
+    let log = KafkaLog::open(&options(&topic, 1), 0).expect("open");
+    let id = TopicId([5; 16]);
+    let t = Instant::now();
+    let mut mem = MemLog::new();
+    let mut batch = Vec::new();
+    for p in 0..10_000 {
+        let k = MirrorPartitionKey::new("big", id, p);
+        batch.push(epochs(&k, p as i64));
+        batch.push(partition_state(&k, PartitionState::Mirroring, 2));
+        batch.push(run(&k, 1000 + p as i64));
+        if batch.len() >= 3000 {
+            log.append(1, &batch).unwrap();
+            mem.append(1, &batch).unwrap();
+            batch.clear();
+        }
+    }
+    println!("appended 30 000 records in {:?}", t.elapsed());
+    drop(log);
+    let t = Instant::now();
+    let log = KafkaLog::open(&options(&topic, 1), 0).expect("reopen");
+    let opened = t.elapsed();
+    let image = log.load_image().unwrap();
+    let total = t.elapsed();
+    let r = log.load_report();
+    println!(
+        "10 000 partitions: open (index of {} keys from {} records) {:?}, load_image {:?}, total {:?}",
+        r.keys,
+        r.records,
+        opened,
+        total - opened,
+        total
+    );
+    assert_eq!(r.records, 30_000);
+    assert_eq!(image, std::mem::take(&mut mem).load_image().unwrap());
+    assert_eq!(image.offset_maps().count(), 10_000);
+}
