@@ -3,16 +3,15 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Args;
 use kmirror_events::{
     MirrorPartitionKey, MirrorStateImage, Offset, PartitionState, Record, TopicId,
 };
-use kmirror_store::{EventLog, LogEntry};
+use kmirror_store::LogEntry;
 
-use super::read::{open_ro, CliResult, Progress};
+use super::read::{open_ro, CliResult, Progress, Source};
 
 #[derive(Args)]
 pub(super) struct AuditArgs {
@@ -326,7 +325,7 @@ pub(super) fn entry_json(e: &LogEntry) -> serde_json::Value {
     })
 }
 
-pub(super) fn audit(dir: &Path, a: AuditArgs) -> CliResult<ExitCode> {
+pub(super) fn audit(source: &Source, a: AuditArgs) -> CliResult<ExitCode> {
     let since = a
         .since
         .as_deref()
@@ -337,7 +336,7 @@ pub(super) fn audit(dir: &Path, a: AuditArgs) -> CliResult<ExitCode> {
         .as_deref()
         .map(|s| parse_bound("--until", s))
         .transpose()?;
-    let log = open_ro(dir)?;
+    let log = open_ro(source)?;
     // Names come from the folded image so records written before a topic's
     // latest state change still show its name.
     let image = log.load_image()?;

@@ -2,15 +2,47 @@
 //! a progress bar.
 
 use std::io::{IsTerminal, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use kmirror_actors::state_log::{KafkaLog, StateLogOptions};
 use kmirror_events::MirrorStateImage;
 use kmirror_store::{EventLog, SledLog};
 
 pub(super) type CliResult<T> = Result<T, Box<dyn std::error::Error>>;
 
-pub(super) fn open_ro(dir: &Path) -> CliResult<SledLog> {
+/// Where the event log is: a daemon's data directory (sled), or the state
+/// topic on a cluster (the clustered daemon's log, or a one-node daemon's
+/// published copy).
+pub(super) enum Source {
+    Dir(PathBuf),
+    Topic {
+        options: StateLogOptions,
+        /// One partition (a coordinator shard's log), or all of them.
+        partition: Option<i32>,
+    },
+}
+
+impl Source {
+    /// How the output names the log.
+    pub(super) fn label(&self) -> String {
+        match self {
+            Source::Dir(d) => d.display().to_string(),
+            Source::Topic { options, partition } => {
+                let bootstrap = options
+                    .client
+                    .get("bootstrap.servers")
+                    .map_or("", String::as_str);
+                match partition {
+                    Some(p) => format!("{bootstrap} topic {} partition {p}", options.topic),
+                    None => format!("{bootstrap} topic {}", options.topic),
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn open_sled_ro(dir: &Path) -> CliResult<SledLog> {
     let log = SledLog::open_read_only(dir)?;
     if let Some(from) = log.open_report().damaged_from {
         eprintln!(
@@ -19,6 +51,16 @@ pub(super) fn open_ro(dir: &Path) -> CliResult<SledLog> {
         );
     }
     Ok(log)
+}
+
+/// The log opened read-only: nothing is repaired, created or written.
+pub(super) fn open_ro(source: &Source) -> CliResult<Box<dyn EventLog>> {
+    Ok(match source {
+        Source::Dir(dir) => Box::new(open_sled_ro(dir)?),
+        Source::Topic { options, partition } => {
+            Box::new(KafkaLog::open_read_only(options, *partition)?)
+        }
+    })
 }
 
 /// A progress bar on stderr, drawn only when stdout is a terminal (so piped
@@ -77,7 +119,7 @@ impl Progress {
     }
 }
 
-pub(super) fn load_with_progress(log: &SledLog) -> CliResult<MirrorStateImage> {
+pub(super) fn load_with_progress(log: &dyn EventLog) -> CliResult<MirrorStateImage> {
     let mut image = log.latest_snapshot()?.unwrap_or_default();
     let mut p = Progress::new(
         "replay",
