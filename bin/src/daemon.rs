@@ -154,14 +154,20 @@ impl Running {
     }
 }
 
-async fn start(settings: &DaemonSettings, log: Option<Arc<dyn EventLog>>) -> Result<Running, String> {
+async fn start(
+    settings: &DaemonSettings,
+    log: Option<Arc<dyn EventLog>>,
+) -> Result<Running, String> {
     match (log, &settings.cluster) {
         (Some(log), _) => start_node(settings, log).await.map(Running::Single),
-        (None, Some(cluster)) => {
-            Clustered::start(settings, cluster, node_settings(settings), source_connector())
-                .await
-                .map(Running::Clustered)
-        }
+        (None, Some(cluster)) => Clustered::start(
+            settings,
+            cluster,
+            node_settings(settings),
+            source_connector(),
+        )
+        .await
+        .map(Running::Clustered),
         (None, None) => Err("INTERNAL: no event log and no [cluster]".into()),
     }
 }
@@ -200,8 +206,12 @@ async fn serve(settings: DaemonSettings, log: Option<Arc<dyn EventLog>>) -> Resu
     let handle = server.handle();
     let mut server = actix_web::rt::spawn(server);
     match &settings.cluster {
-        None => tracing::info!(admin = %settings.admin_listen, data_dir = %settings.data_dir.display(), "kmirror daemon ready"),
-        Some(c) => tracing::info!(admin = %settings.admin_listen, cluster = %c.id, "kmirror daemon ready, joining its cluster"),
+        None => {
+            tracing::info!(admin = %settings.admin_listen, data_dir = %settings.data_dir.display(), "kmirror daemon ready")
+        }
+        Some(c) => {
+            tracing::info!(admin = %settings.admin_listen, cluster = %c.id, "kmirror daemon ready, joining its cluster")
+        }
     }
 
     let outcome = tokio::select! {

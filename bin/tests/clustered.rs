@@ -77,6 +77,10 @@ fn mirrored(daemon: &Daemon, mirror: &str, partitions: usize, records: i64) -> b
             == records
 }
 
+fn node(nodes: &[Option<Daemon>], i: usize) -> &Daemon {
+    nodes[i].as_ref().expect("a running node")
+}
+
 #[test]
 fn clustered_nodes_share_the_work_and_take_over_a_killed_one() {
     let cluster = unique("kc");
@@ -86,7 +90,6 @@ fn clustered_nodes_share_the_work_and_take_over_a_killed_one() {
         .iter()
         .map(|d| Some(start_node(d.path(), &cluster, &state_topic)))
         .collect();
-    let node = |nodes: &[Option<Daemon>], i: usize| -> &Daemon { nodes[i].as_ref().unwrap() };
     wait_for("three members owning every shard", || {
         settled(node(&nodes, 0), 3)
     });

@@ -457,7 +457,11 @@ impl Member {
             "assigned"
         );
         for m in &mut members {
-            m.units = plan.assignment.get(&m.member_id).cloned().unwrap_or_default();
+            m.units = plan
+                .assignment
+                .get(&m.member_id)
+                .cloned()
+                .unwrap_or_default();
         }
         self.previous = plan.assignment.clone();
         plan.assignment

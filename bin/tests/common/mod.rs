@@ -52,7 +52,6 @@ pub fn free_port() -> u16 {
     listener.local_addr().unwrap().port()
 }
 
-
 /// A running daemon, killed if a test fails before it stops it.
 pub struct Daemon {
     pub child: Child,
@@ -192,7 +191,6 @@ impl Drop for Daemon {
     }
 }
 
-
 pub fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !check() {
@@ -200,7 +198,6 @@ pub fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(250));
     }
 }
-
 
 pub fn write_properties(dir: &Path) -> String {
     let file = dir.join("source.properties");
@@ -225,7 +222,6 @@ pub fn produce(topic: &str, from: usize, to: usize) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
-
 
 /// Records in `topic` on a cluster (sum of end offsets), read with Kafka's tool.
 pub fn records_on(bootstrap: &str, topic: &str) -> usize {
@@ -255,4 +251,3 @@ pub fn kill9(mut daemon: Daemon) {
     let _ = daemon.child.kill();
     let _ = daemon.child.wait();
 }
-
