@@ -93,6 +93,10 @@ fn clustered_nodes_share_the_work_and_take_over_a_killed_one() {
     wait_for("three members owning every shard", || {
         settled(node(&nodes, 0), 3)
     });
+    let out = node(&nodes, 1).cli_ok(&["cluster", "status"]);
+    let text = stdout(&out);
+    assert!(text.contains("3 member(s)"), "{text}");
+    assert!(text.contains("(this node)"), "{text}");
     let status = json(node(&nodes, 1), "/cluster");
     for m in status["members"].as_array().unwrap() {
         assert!(

@@ -8,15 +8,21 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use actix_web::http::StatusCode;
 use actix_web::web::{self, Data, Json, Path, Query};
-use actix_web::{HttpRequest, HttpResponse, ResponseError};
+use actix_web::{HttpRequest, HttpResponse};
 use kmirror_actors::failback::FailbackRequest;
 use kmirror_actors::node::{
-    MirrorListing, Node, NodeError, NodeMetrics, PartitionDescription, StopOptions, TopicChange,
+    MirrorListing, NodeError, NodeMetrics, PartitionDescription, StopOptions, TopicChange,
 };
-use kmirror_actors::shards::{ClusterStatus, Shards};
 use kmirror_events::FailbackMode;
+
+mod error;
+mod route;
+
+pub use error::ApiError;
+use error::Reply;
+pub use route::NodeHandle;
+use route::{fan_out, forward, to_json, Owner};
 use serde::{Deserialize, Serialize};
 
 /// Body of `POST /mirrors`.
@@ -96,77 +102,6 @@ struct TranslateQuery {
     offset: i64,
 }
 
-/// An error on its way to the client.
-#[derive(Debug)]
-pub struct ApiError(pub NodeError);
-
-impl ApiError {
-    fn invalid(message: impl Into<String>) -> Self {
-        ApiError(NodeError::new("INVALID_REQUEST", message))
-    }
-}
-
-impl From<NodeError> for ApiError {
-    fn from(e: NodeError) -> Self {
-        ApiError(e)
-    }
-}
-
-impl std::fmt::Display for ApiError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-/// The one mapping from KIP / Kafka error names to HTTP statuses.
-pub fn status_for(code: &str) -> StatusCode {
-    match code {
-        "INVALID_REQUEST"
-        | "INVALID_CONFIG"
-        | "INVALID_CLUSTER_MIRROR_NAME"
-        | "INVALID_TOPIC_EXCEPTION" => StatusCode::BAD_REQUEST,
-        "CLUSTER_MIRROR_AUTHORIZATION_FAILED"
-        | "TOPIC_AUTHORIZATION_FAILED"
-        | "CLUSTER_AUTHORIZATION_FAILED" => StatusCode::FORBIDDEN,
-        "UNKNOWN_CLUSTER_MIRROR"
-        | "TOPIC_NOT_IN_CLUSTER_MIRROR"
-        | "UNKNOWN_TOPIC_OR_PARTITION"
-        | "NOT_FOUND" => StatusCode::NOT_FOUND,
-        "METHOD_NOT_ALLOWED" => StatusCode::METHOD_NOT_ALLOWED,
-        "CLUSTER_MIRROR_ALREADY_EXISTS"
-        | "TOPIC_ALREADY_IN_CLUSTER_MIRROR"
-        | "MIRROR_TOPIC_ALREADY_PAUSED"
-        | "MIRROR_TOPIC_NOT_PAUSED"
-        | "MIRROR_TOPIC_BEING_STOPPED"
-        | "MIRROR_TOPIC_NOT_STOPPED"
-        | "CLUSTER_MIRROR_NOT_EMPTY"
-        | "INVALID_CLUSTER_MIRROR_STATES"
-        | "INVALID_CLUSTER_MIRROR_STATE"
-        | "FENCED_STATE_EPOCH"
-        | "TOPIC_ALREADY_EXISTS"
-        | "READ_ONLY_TOPIC" => StatusCode::CONFLICT,
-        "UNSUPPORTED_VERSION" => StatusCode::NOT_IMPLEMENTED,
-        "NOT_COORDINATOR"
-        | "COORDINATOR_NOT_AVAILABLE"
-        | "COORDINATOR_LOAD_IN_PROGRESS"
-        | "SOURCE_METADATA_NOT_AVAILABLE"
-        | "MIRROR_CONFIG_NOT_AVAILABLE"
-        | "NETWORK_EXCEPTION"
-        | "REQUEST_TIMED_OUT" => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    }
-}
-
-impl ResponseError for ApiError {
-    fn status_code(&self) -> StatusCode {
-        status_for(&self.0.code)
-    }
-
-    fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status_code()).json(&self.0)
-    }
-}
-
 /// Registers every route; the daemon and the tests share it.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.app_data(
@@ -211,246 +146,6 @@ fn resource(path: &str) -> actix_web::Resource {
             format!("{} is not supported on {}", req.method(), req.path()),
         ))
     }))
-}
-
-impl actix_web::Responder for ApiError {
-    type Body = actix_web::body::BoxBody;
-
-    fn respond_to(self, _: &HttpRequest) -> HttpResponse {
-        self.error_response()
-    }
-}
-
-type Reply = Result<HttpResponse, ApiError>;
-
-/// The node as HTTP handlers reach it: one `Node`, or the shards of a
-/// clustered node (a request about a mirror whose shard another node owns
-/// is forwarded there, and listings fan out to every node). Every node call
-/// runs on the System's main arbiter, where the node's actors live: a Kafka
-/// connection the node opened while serving a request would otherwise
-/// belong to the HTTP worker's runtime, and die with it when the admin API
-/// stops first at shutdown.
-#[derive(Clone)]
-pub struct NodeHandle {
-    target: Target,
-    home: actix::ArbiterHandle,
-}
-
-#[derive(Clone)]
-enum Target {
-    Single(Node),
-    Clustered {
-        shards: Shards,
-        status: tokio::sync::watch::Receiver<ClusterStatus>,
-    },
-}
-
-/// Where the requests about one mirror are served.
-enum Owner {
-    Here(Node),
-    /// The admin URL of the node that coordinates it.
-    There(String),
-}
-
-/// Marks a forwarded request: its receiver serves it or refuses, never
-/// forwards again (two nodes that disagree on the owner for a moment must
-/// not bounce a request between them).
-const FORWARDED: &str = "kmirror-forwarded";
-
-/// How long a forwarded request may take (a stop waits for its partitions).
-const FORWARD_TIMEOUT: Duration = Duration::from_secs(30 * 60);
-
-impl NodeHandle {
-    /// Must be called on the arbiter the node was started on.
-    pub fn new(node: Node) -> Self {
-        NodeHandle {
-            target: Target::Single(node),
-            home: actix::Arbiter::current(),
-        }
-    }
-
-    /// A clustered node's shards and the membership's view of who owns
-    /// what. Must be called on the arbiter the shards start on.
-    pub fn clustered(shards: Shards, status: tokio::sync::watch::Receiver<ClusterStatus>) -> Self {
-        NodeHandle {
-            target: Target::Clustered { shards, status },
-            home: actix::Arbiter::current(),
-        }
-    }
-
-    /// Where `mirror`'s requests go. A forwarded request is never forwarded
-    /// again.
-    async fn owner(&self, mirror: &str, req: &HttpRequest) -> Result<Owner, ApiError> {
-        let (shards, status) = match &self.target {
-            Target::Single(node) => return Ok(Owner::Here(node.clone())),
-            Target::Clustered { shards, status } => (shards, status),
-        };
-        let shard = shards.shard_of(mirror);
-        let status = status.borrow().clone();
-        let owner = status.owner(shard).ok_or_else(|| {
-            ApiError(NodeError::new(
-                "COORDINATOR_NOT_AVAILABLE",
-                format!("no node coordinates state partition {shard} of mirror {mirror:?} yet (a rebalance is in progress); try again"),
-            ))
-        })?;
-        if status.is_me(owner) {
-            return shards.node_for(mirror).await.map(Owner::Here).ok_or_else(|| {
-                ApiError(NodeError::new(
-                    "COORDINATOR_LOAD_IN_PROGRESS",
-                    format!("state partition {shard} of mirror {mirror:?} is still loading on this node; try again"),
-                ))
-            });
-        }
-        if req.headers().contains_key(FORWARDED) {
-            return Err(ApiError(NodeError::new(
-                "NOT_COORDINATOR",
-                format!("this node does not coordinate mirror {mirror:?} (state partition {shard}); {} does", owner.url),
-            )));
-        }
-        Ok(Owner::There(owner.url.clone()))
-    }
-
-    /// The nodes this process runs (one, or every running shard).
-    async fn locals(&self) -> Vec<Node> {
-        match &self.target {
-            Target::Single(node) => vec![node.clone()],
-            Target::Clustered { shards, .. } => {
-                shards.nodes().await.into_iter().map(|(_, n)| n).collect()
-            }
-        }
-    }
-
-    /// The other nodes' admin URLs, for a request this node did not get
-    /// forwarded (a fan-out's own parts are not fanned out again).
-    fn peers(&self, req: &HttpRequest) -> Vec<String> {
-        match &self.target {
-            Target::Clustered { status, .. } if !req.headers().contains_key(FORWARDED) => {
-                let status = status.borrow();
-                status
-                    .members
-                    .iter()
-                    .filter(|m| !status.is_me(m))
-                    .map(|m| m.url.clone())
-                    .collect()
-            }
-            _ => Vec::new(),
-        }
-    }
-
-    fn status(&self) -> Option<ClusterStatus> {
-        match &self.target {
-            Target::Clustered { status, .. } => Some(status.borrow().clone()),
-            Target::Single(_) => None,
-        }
-    }
-
-    /// One local node, for the calls that are not about a mirror (the
-    /// single node, or any shard).
-    async fn any_local(&self) -> Result<Node, ApiError> {
-        self.locals().await.into_iter().next().ok_or_else(|| {
-            ApiError(NodeError::new(
-                "COORDINATOR_NOT_AVAILABLE",
-                "this node coordinates no state partition right now",
-            ))
-        })
-    }
-
-    async fn run<T, F, Fut>(&self, node: Node, call: F) -> Result<T, ApiError>
-    where
-        F: FnOnce(Node) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = T> + 'static,
-        T: Send + 'static,
-    {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.home.spawn_fn(move || {
-            actix::spawn(async move {
-                let _ = tx.send(call(node).await);
-            });
-        });
-        rx.await.map_err(|_| {
-            ApiError(NodeError::new(
-                "COORDINATOR_NOT_AVAILABLE",
-                "the node is shutting down",
-            ))
-        })
-    }
-}
-
-/// Sends `req` (with `body`, JSON) to the node at `url` and answers with
-/// its answer.
-async fn forward(url: &str, req: &HttpRequest, body: Option<Vec<u8>>) -> Reply {
-    let response = call_peer(url, req.method().as_str(), &path_and_query(req), body).await?;
-    Ok(HttpResponse::build(
-        StatusCode::from_u16(response.status).unwrap_or(StatusCode::BAD_GATEWAY),
-    )
-    .content_type("application/json")
-    .body(response.body))
-}
-
-fn path_and_query(req: &HttpRequest) -> String {
-    req.uri()
-        .path_and_query()
-        .map_or_else(|| req.path().to_owned(), |p| p.as_str().to_owned())
-}
-
-/// One request to another node of the cluster, marked as forwarded.
-async fn call_peer(
-    url: &str,
-    method: &str,
-    path: &str,
-    body: Option<Vec<u8>>,
-) -> Result<crate::http::Response, ApiError> {
-    let unreachable = |e: String| {
-        ApiError(NodeError::new(
-            "COORDINATOR_NOT_AVAILABLE",
-            format!("forwarding to {url}: {e}"),
-        ))
-    };
-    let base = crate::http::BaseUrl::parse(url)
-        .map_err(unreachable)?
-        .with_read_timeout(FORWARD_TIMEOUT);
-    let (method, path) = (method.to_owned(), path.to_owned());
-    tokio::task::spawn_blocking(move || {
-        base.request_with(&method, &path, body.as_deref(), &[(FORWARDED, "1")])
-    })
-    .await
-    .map_err(|e| unreachable(e.to_string()))?
-    .map_err(unreachable)
-}
-
-/// Every other node's answer to `path`, decoded; an error answer or an
-/// unreachable node fails the whole listing (a partial one would hide
-/// mirrors).
-async fn fan_out<T: serde::de::DeserializeOwned>(
-    node: &NodeHandle,
-    req: &HttpRequest,
-    path: &str,
-) -> Result<Vec<T>, ApiError> {
-    let mut all = Vec::new();
-    for url in node.peers(req) {
-        let response = call_peer(&url, "GET", path, None).await?;
-        if response.status != 200 {
-            let error = serde_json::from_slice::<NodeError>(&response.body).unwrap_or_else(|_| {
-                NodeError::new(
-                    "COORDINATOR_NOT_AVAILABLE",
-                    String::from_utf8_lossy(&response.body).into_owned(),
-                )
-            });
-            return Err(ApiError(error));
-        }
-        let part: Vec<T> = serde_json::from_slice(&response.body).map_err(|e| {
-            ApiError(NodeError::new(
-                "COORDINATOR_NOT_AVAILABLE",
-                format!("{url}{path} answered something else: {e}"),
-            ))
-        })?;
-        all.extend(part);
-    }
-    Ok(all)
-}
-
-fn to_json<T: Serialize>(body: &T) -> Option<Vec<u8>> {
-    Some(serde_json::to_vec(body).expect("bodies serialise"))
 }
 
 async fn list(node: Data<NodeHandle>, req: HttpRequest) -> Reply {
@@ -742,13 +437,15 @@ async fn health() -> Reply {
 
 #[cfg(test)]
 mod tests {
+    use super::error::status_for;
     use super::*;
+    use actix_web::http::StatusCode;
     use actix_web::{test as web_test, App};
     use std::sync::Arc;
 
     use kmirror_actors::cluster::memory::{MemoryDestination, MemorySource};
     use kmirror_actors::cluster::SourceCluster;
-    use kmirror_actors::node::{NodeSettings, SourceConnector};
+    use kmirror_actors::node::{Node, NodeSettings, SourceConnector};
 
     async fn node() -> Node {
         let connect: SourceConnector = Arc::new(|_props| {
