@@ -13,6 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use futures_util::StreamExt;
 use kmirror_events::coordinator_partition;
 use kmirror_store::EventLog;
 
@@ -57,6 +58,10 @@ impl ClusterStatus {
         member.member_id == self.member_id
     }
 }
+
+/// How many shards a node opens at once (each: a fence round trip to the
+/// transaction coordinator, then a load).
+pub const PARALLEL_STARTS: usize = 8;
 
 /// Opens (and fences) the log of one shard.
 pub type ShardLogOpener =
@@ -109,41 +114,54 @@ impl Shards {
 
     /// Makes the running shards equal `owned`: stops the ones no longer
     /// owned first (their new owners may be waiting), then starts the new
-    /// ones. A shard that cannot start is left out and named in the answer;
-    /// the next call tries it again.
+    /// ones, [`PARALLEL_STARTS`] at a time, each answering requests as soon
+    /// as it runs (the lock is not held while shards stop or start). A
+    /// shard that cannot start is left out and named in the answer; the
+    /// next call tries it again. Calls must not overlap (one follower
+    /// calls it).
     pub async fn reconcile(&self, owned: &BTreeSet<i32>) -> Vec<(i32, NodeError)> {
-        let mut running = self.running.lock().await;
-        let revoked: Vec<i32> = running
-            .keys()
-            .filter(|s| !owned.contains(s))
-            .copied()
-            .collect();
-        let stopping: Vec<(i32, Node)> = revoked
-            .iter()
-            .filter_map(|s| running.remove(s).map(|n| (*s, n)))
-            .collect();
+        let (stopping, acquired) = {
+            let mut running = self.running.lock().await;
+            let revoked: Vec<i32> = running
+                .keys()
+                .filter(|s| !owned.contains(s))
+                .copied()
+                .collect();
+            let stopping: Vec<(i32, Node)> = revoked
+                .iter()
+                .filter_map(|s| running.remove(s).map(|n| (*s, n)))
+                .collect();
+            let acquired: Vec<i32> = owned
+                .iter()
+                .filter(|s| !running.contains_key(s))
+                .copied()
+                .collect();
+            (stopping, acquired)
+        };
         futures_util::future::join_all(stopping.iter().map(|(s, n)| async move {
             n.shutdown().await;
             tracing::info!(shard = s, "shard released");
         }))
         .await;
-        let mut failed = Vec::new();
-        let acquired: Vec<i32> = owned
-            .iter()
-            .filter(|s| !running.contains_key(s))
-            .copied()
-            .collect();
-        for shard in acquired {
-            match self.start(shard).await {
-                Ok(node) => {
+        let started: Vec<(i32, Result<Node, NodeError>)> =
+            futures_util::stream::iter(acquired.into_iter().map(|shard| async move {
+                let started = self.start(shard).await;
+                if let Ok(node) = &started {
+                    self.running.lock().await.insert(shard, node.clone());
                     tracing::info!(shard, "shard acquired");
-                    running.insert(shard, node);
                 }
-                Err(e) => {
-                    tracing::warn!(shard, error = %e, "shard could not start");
-                    failed.push((shard, e));
-                }
-            }
+                (shard, started)
+            }))
+            .buffer_unordered(PARALLEL_STARTS)
+            .collect()
+            .await;
+        let mut failed: Vec<(i32, NodeError)> = started
+            .into_iter()
+            .filter_map(|(shard, r)| r.err().map(|e| (shard, e)))
+            .collect();
+        failed.sort_by_key(|(shard, _)| *shard);
+        for (shard, e) in &failed {
+            tracing::warn!(shard, error = %e, "shard could not start");
         }
         failed
     }
