@@ -244,7 +244,11 @@ impl KafkaCluster {
     /// epoch, refused if another node took `tp`), or — for a partition
     /// this node never fenced, which only it ever wrote (see `Node::start`)
     /// — a first acquisition.
-    async fn sink_fence(&self, f: &Fenced, tp: &TopicPartition) -> Result<ProducerFence, KafkaError> {
+    async fn sink_fence(
+        &self,
+        f: &Fenced,
+        tp: &TopicPartition,
+    ) -> Result<ProducerFence, KafkaError> {
         let held = f.held.lock().expect("fence map poisoned").get(tp).cloned();
         let fence = match held {
             Some(held) => fence::renew(&self.client, &held, FENCE_TXN_TIMEOUT).await?,

@@ -1077,12 +1077,7 @@ impl ClusterView for MemoryDestination {
         tp: &TopicPartition,
         epoch: i32,
     ) -> BoxFuture<'_, Result<(i32, i64), KafkaError>> {
-        let end = self.with(tp, |p| {
-            (
-                epoch.min(p.leader_epoch),
-                p.end(),
-            )
-        });
+        let end = self.with(tp, |p| (epoch.min(p.leader_epoch), p.end()));
         Box::pin(async move { Ok(end) })
     }
 

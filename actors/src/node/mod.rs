@@ -182,9 +182,7 @@ fn republish(log: Arc<dyn EventLog>, publisher: Addr<StatePublisher>) {
 /// not fenced: no node wrote it before this one (starting it is a state
 /// write, which only the shard's current owner makes), so it has no
 /// previous owner to shut out; its first sink acquires its id.
-fn writable_partitions(
-    image: &MirrorStateImage,
-) -> Vec<crate::kafka::fetch::TopicPartition> {
+fn writable_partitions(image: &MirrorStateImage) -> Vec<crate::kafka::fetch::TopicPartition> {
     let mut out = Vec::new();
     for (mirror, _) in image.mirrors() {
         for entry in image.topics_of(mirror) {

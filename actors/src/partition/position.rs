@@ -88,7 +88,6 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
         .bounds(&cx.tp)
         .await
         .map_err(|e| kafka_failure("source offsets", e))?;
-    let mut alignment = alignment;
     let mut epochs = view.source_epochs;
     let mut next_source = alignment.next_source.unwrap_or(src.log_start);
     // By leader epoch first: it also sees a source that has already grown

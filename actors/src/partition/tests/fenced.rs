@@ -139,7 +139,11 @@ async fn lost_ownership_stops_the_partition_without_writing_state() {
         "log records before the fenced produce: {before}, after: {}",
         after.len()
     );
-    assert_eq!(after.len(), before, "no state written after losing the partition");
+    assert_eq!(
+        after.len(),
+        before,
+        "no state written after losing the partition"
+    );
     assert_eq!(rig.dest.records(&rig.tp).len(), 2);
     let h = history(&rig.log, &rig.key);
     assert!(
