@@ -21,6 +21,7 @@ use super::{
 };
 use crate::kafka::admin::{AclFilter, Admin, AlterConfigOp, ConfigResource, NewTopic, OffsetSpec};
 use crate::kafka::batch::{OutgoingBatch, RecordBatch};
+use crate::kafka::fence::{self, ProducerFence};
 use crate::kafka::fetch::{
     FetchError, FetchOptions, FetchSession, FetchedPartition, IsolationLevel, TopicPartition,
 };
@@ -32,6 +33,14 @@ const PARTITION_BUFFER: usize = 2;
 /// How long a settled-bounds check waits for the destination's high
 /// watermark to reach its log end before giving up (retryable).
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a fence's transaction may stay open before the coordinator
+/// aborts it; it is open only between AddPartitionsToTxn and EndTxn.
+const FENCE_TXN_TIMEOUT: Duration = Duration::from_secs(60);
+/// Partitions fenced at once when a node takes over a shard.
+const FENCE_CONCURRENCY: usize = 8;
+/// The most fencing one partition may take (each of its calls is bounded by
+/// `delivery.timeout.ms` too).
+const FENCE_TIMEOUT: Duration = Duration::from_secs(120);
 
 fn topic_id(uuid: uuid::Uuid) -> TopicId {
     TopicId(*uuid.as_bytes())
@@ -186,6 +195,17 @@ pub struct KafkaCluster {
     /// How partitions are fetched when this cluster is read as a source.
     options: FetchOptions,
     fetchers: Mutex<HashMap<i32, mpsc::UnboundedSender<Register>>>,
+    /// Set in a clustered daemon: every destination partition is written
+    /// under a transactional id of its own (see [`KafkaCluster::fenced`]).
+    fenced: Option<Fenced>,
+}
+
+/// A clustered node's ownership of the destination partitions it writes.
+struct Fenced {
+    /// `{prefix}-{topic}-{partition}` is a partition's transactional id.
+    prefix: String,
+    /// The fence each partition was last acquired or renewed under here.
+    held: Mutex<HashMap<TopicPartition, ProducerFence>>,
 }
 
 impl KafkaCluster {
@@ -195,7 +215,53 @@ impl KafkaCluster {
             client,
             options,
             fetchers: Mutex::new(HashMap::new()),
+            fenced: None,
         }
+    }
+
+    /// This cluster as a clustered node's destination: each partition is
+    /// written under the transactional id `{prefix}-{topic}-{partition}`
+    /// (deterministic, so every node names it alike; Kafka takes ids of
+    /// any length a string holds), and [`DestinationCluster::fence`] takes
+    /// partitions from their previous owner at the brokers. A sink reopened
+    /// after a failure renews the epoch it holds instead of acquiring the
+    /// id anew, so a node that lost a partition cannot take it back by
+    /// retrying: only a [`DestinationCluster::fence`] does that.
+    pub fn fenced(mut self, prefix: &str) -> Self {
+        self.fenced = Some(Fenced {
+            prefix: prefix.to_string(),
+            held: Mutex::new(HashMap::new()),
+        });
+        self
+    }
+
+    /// The transactional id of a destination partition under `prefix`.
+    pub fn transactional_id(prefix: &str, tp: &TopicPartition) -> String {
+        format!("{prefix}-{}-{}", tp.topic, tp.partition)
+    }
+
+    /// The fence a sink of `tp` writes under: the held one renewed (a new
+    /// epoch, refused if another node took `tp`), or — for a partition
+    /// this node never fenced, which only it ever wrote (see `Node::start`)
+    /// — a first acquisition.
+    async fn sink_fence(
+        &self,
+        f: &Fenced,
+        tp: &TopicPartition,
+    ) -> Result<ProducerFence, KafkaError> {
+        let held = f.held.lock().expect("fence map poisoned").get(tp).cloned();
+        let fence = match held {
+            Some(held) => fence::renew(&self.client, &held, FENCE_TXN_TIMEOUT).await?,
+            None => {
+                let tid = Self::transactional_id(&f.prefix, tp);
+                fence::acquire(&self.client, &tid, FENCE_TXN_TIMEOUT).await?
+            }
+        };
+        f.held
+            .lock()
+            .expect("fence map poisoned")
+            .insert(tp.clone(), fence.clone());
+        Ok(fence)
     }
 
     /// The fetch task of broker `node`, started on first use.
@@ -628,15 +694,63 @@ impl DestinationCluster for KafkaCluster {
         tp: TopicPartition,
     ) -> BoxFuture<'_, Result<Box<dyn PartitionSink>, KafkaError>> {
         Box::pin(async move {
-            // A fresh producer id per opened sink: a sink is reopened after a
-            // failure, and sequences restart at 0 only under a new producer id
-            // (the broker would refuse them as out of order otherwise).
-            let producer = IdempotentProducer::new(self.client.clone()).await?;
+            // A fresh producer id (or, fenced, a new epoch) per opened sink:
+            // a sink is reopened after a failure, and sequences restart at 0
+            // only under a new producer id or epoch (the broker would refuse
+            // them as out of order otherwise).
+            let producer = match &self.fenced {
+                Some(f) => {
+                    let fence = self.sink_fence(f, &tp).await?;
+                    IdempotentProducer::under_fence(self.client.clone(), &fence)
+                }
+                None => IdempotentProducer::new(self.client.clone()).await?,
+            };
             let p = producer.partition(&tp.topic, tp.partition)?;
             Ok(Box::new(KafkaSink {
                 producer: p,
                 id: producer.id(),
             }) as Box<dyn PartitionSink>)
         })
+    }
+    fn fence(&self, partitions: Vec<TopicPartition>) -> BoxFuture<'_, Result<(), KafkaError>> {
+        use futures_util::stream::{self, StreamExt, TryStreamExt};
+        Box::pin(async move {
+            let Some(f) = &self.fenced else {
+                return Ok(());
+            };
+            stream::iter(partitions)
+                .map(|tp| async move {
+                    let tid = Self::transactional_id(&f.prefix, &tp);
+                    let fenced = async {
+                        let fence = fence::acquire(&self.client, &tid, FENCE_TXN_TIMEOUT).await?;
+                        fence::fence_partitions(&self.client, &fence, std::slice::from_ref(&tp))
+                            .await?;
+                        Ok::<_, KafkaError>(fence)
+                    };
+                    let fence = tokio::time::timeout(FENCE_TIMEOUT, fenced)
+                        .await
+                        .map_err(|_| KafkaError::Timeout {
+                            api: "fence",
+                            broker: format!("transaction coordinator of {tid}"),
+                            timeout: FENCE_TIMEOUT,
+                        })??;
+                    tracing::info!(partition = %tp, producer_id = fence.producer_id, epoch = fence.producer_epoch, "destination partition fenced");
+                    f.held
+                        .lock()
+                        .expect("fence map poisoned")
+                        .insert(tp, fence);
+                    Ok(())
+                })
+                .buffer_unordered(FENCE_CONCURRENCY)
+                .try_collect::<Vec<()>>()
+                .await
+                .map(|_| ())
+        })
+    }
+
+    fn fence_producer_id(&self, tp: &TopicPartition) -> Option<i64> {
+        let f = self.fenced.as_ref()?;
+        let held = f.held.lock().expect("fence map poisoned");
+        held.get(tp).map(|fence| fence.producer_id)
     }
 }

@@ -742,6 +742,15 @@ struct DestPartition {
     log_start: i64,
     leader_epoch: i32,
     produce_faults: VecDeque<KafkaError>,
+    /// Offsets taken by transaction markers, which hold no record.
+    markers: i64,
+}
+
+impl DestPartition {
+    /// The log end offset: records and markers.
+    fn end(&self) -> i64 {
+        self.log_start + self.records.len() as i64 + self.markers
+    }
 }
 
 #[derive(Default, Debug)]
@@ -758,6 +767,9 @@ struct DestState {
     acls: Option<Vec<AclBinding>>,
     /// The last producer id handed to a sink.
     last_producer_id: i64,
+    /// Fenced like a clustered node's destination: the producer id of
+    /// every partition's transactional id (one, for simplicity).
+    fence_producer: Option<i64>,
 }
 
 /// A destination cluster in memory.
@@ -864,10 +876,43 @@ impl MemoryDestination {
         self.with(tp, |p| p.produce_faults.push_back(error));
     }
 
+    /// Fences like a clustered node's destination (see
+    /// `KafkaCluster::fenced`): sinks write as `producer_id`, and
+    /// [`DestinationCluster::fence`] writes an abort marker of it.
+    pub fn fenced(&self, producer_id: i64) {
+        self.state.lock().unwrap().fence_producer = Some(producer_id);
+    }
+
+    /// A transaction marker (ABORT) of `producer_id` at `epoch` lands on
+    /// `tp`, taking one offset, as a broker writes one.
+    pub fn append_marker(&self, tp: &TopicPartition, producer_id: i64, epoch: i16) {
+        self.with(tp, |p| {
+            // An ABORT marker: key (version 0, type 0), value (version 0,
+            // coordinator epoch 0).
+            let marker = Record {
+                key: Some(Bytes::from_static(&[0, 0, 0, 0])),
+                value: Some(Bytes::from_static(&[0, 0, 0, 0, 0, 0])),
+                ..record(None, None, 0)
+            };
+            let b = crate::kafka::batch::BatchBuilder {
+                base_offset: p.end(),
+                partition_leader_epoch: p.leader_epoch,
+                transactional: true,
+                control: true,
+                producer: (producer_id, epoch, -1),
+                ..crate::kafka::batch::BatchBuilder::new(vec![marker])
+            }
+            .build()
+            .expect("a marker batch");
+            p.appended.push(b);
+            p.markers += 1;
+        });
+    }
+
     /// Someone other than kmirror writes a record to `tp`.
     pub fn foreign_write(&self, tp: &TopicPartition, r: Record) {
         self.with(tp, |p| {
-            let offset = p.log_start + p.records.len() as i64;
+            let offset = p.end();
             let mut bytes = encode_batch(std::slice::from_ref(&r), Codec::None).expect("encode");
             bytes[0..8].copy_from_slice(&offset.to_be_bytes());
             crate::kafka::batch::stamp_producer(&mut bytes, -1, -1, -1);
@@ -888,7 +933,7 @@ impl MemoryDestination {
             if let Some(e) = p.produce_faults.pop_front() {
                 return Err(e);
             }
-            let base = p.log_start + p.records.len() as i64;
+            let base = p.end();
             p.batches += 1;
             let mut stored = BytesMut::from(rb.as_bytes().as_ref());
             stored[0..8].copy_from_slice(&base.to_be_bytes());
@@ -1032,12 +1077,7 @@ impl ClusterView for MemoryDestination {
         tp: &TopicPartition,
         epoch: i32,
     ) -> BoxFuture<'_, Result<(i32, i64), KafkaError>> {
-        let end = self.with(tp, |p| {
-            (
-                epoch.min(p.leader_epoch),
-                p.log_start + p.records.len() as i64,
-            )
-        });
+        let end = self.with(tp, |p| (epoch.min(p.leader_epoch), p.end()));
         Box::pin(async move { Ok(end) })
     }
 
@@ -1064,7 +1104,7 @@ impl DestinationCluster for MemoryDestination {
     fn settled_bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>> {
         let b = self.with(tp, |p| LogBounds {
             log_start: p.log_start,
-            end: p.log_start + p.records.len() as i64,
+            end: p.end(),
             leader_epoch: p.leader_epoch,
         });
         Box::pin(async move { Ok(b) })
@@ -1178,6 +1218,20 @@ impl DestinationCluster for MemoryDestination {
         Box::pin(async move { Ok(m) })
     }
 
+    fn fence(&self, partitions: Vec<TopicPartition>) -> BoxFuture<'_, Result<(), KafkaError>> {
+        let producer = self.state.lock().unwrap().fence_producer;
+        if let Some(producer_id) = producer {
+            for tp in &partitions {
+                self.append_marker(tp, producer_id, 0);
+            }
+        }
+        Box::pin(async { Ok(()) })
+    }
+
+    fn fence_producer_id(&self, _tp: &TopicPartition) -> Option<i64> {
+        self.state.lock().unwrap().fence_producer
+    }
+
     fn open_sink(
         &self,
         tp: TopicPartition,
@@ -1185,7 +1239,7 @@ impl DestinationCluster for MemoryDestination {
         let producer_id = {
             let mut s = self.state.lock().unwrap();
             s.last_producer_id += 1;
-            s.last_producer_id
+            s.fence_producer.unwrap_or(s.last_producer_id)
         };
         let sink = MemorySink {
             dest: self.clone(),

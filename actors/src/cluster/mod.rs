@@ -296,10 +296,29 @@ pub trait DestinationCluster: ClusterView {
     /// Grows `topic` to `total` partitions (counts never shrink).
     fn create_partitions(&self, topic: &str, total: i32) -> BoxFuture<'_, Result<(), KafkaError>>;
     /// Opens the partition's writer. At most one is open per partition.
+    /// On a fenced destination it writes under the partition's
+    /// transactional id, and fails with [`KafkaError::Fenced`] once another
+    /// node owns the partition.
     fn open_sink(
         &self,
         tp: TopicPartition,
     ) -> BoxFuture<'_, Result<Box<dyn PartitionSink>, KafkaError>>;
+    /// Takes each partition from whoever wrote it before (a clustered node
+    /// that took over a shard): acquires its transactional id and writes
+    /// the abort marker that makes the brokers refuse the old owner's
+    /// batches. A no-op where there is no fence (one node owns all).
+    fn fence(&self, partitions: Vec<TopicPartition>) -> BoxFuture<'_, Result<(), KafkaError>> {
+        let _ = partitions;
+        Box::pin(async { Ok(()) })
+    }
+    /// The producer id this node's fence of `tp` writes under (its markers
+    /// and batches carry it), if the destination is fenced and this node
+    /// fenced or opened `tp`: what lets alignment tell our abort markers
+    /// from a foreign writer's.
+    fn fence_producer_id(&self, tp: &TopicPartition) -> Option<i64> {
+        let _ = tp;
+        None
+    }
 }
 
 /// A cluster call that failed, with what kmirror was doing: the operator

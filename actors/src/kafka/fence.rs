@@ -139,11 +139,38 @@ pub async fn acquire(
     transactional_id: &str,
     txn_timeout: Duration,
 ) -> Result<ProducerFence> {
+    init_producer_id(client, transactional_id, txn_timeout, None).await
+}
+
+/// A new epoch for an owner that still holds `fence`: InitProducerId naming
+/// the current producer id and epoch (KIP-360), which the coordinator bumps
+/// only if they are still its own, and answers PRODUCER_FENCED
+/// ([`KafkaError::Fenced`]) if a newer owner acquired the id meanwhile.
+/// What a writer reopened after a failure needs (its sequences restart at
+/// 0, which only a new epoch allows) without [`acquire`]'s power to take
+/// the unit from whoever owns it now.
+pub async fn renew(
+    client: &KafkaClient,
+    fence: &ProducerFence,
+    txn_timeout: Duration,
+) -> Result<ProducerFence> {
+    init_producer_id(client, &fence.transactional_id, txn_timeout, Some(fence))
+        .await
+        .map_err(|e| lost_ownership(e, fence))
+}
+
+async fn init_producer_id(
+    client: &KafkaClient,
+    transactional_id: &str,
+    txn_timeout: Duration,
+    current: Option<&ProducerFence>,
+) -> Result<ProducerFence> {
+    let (pid, epoch) = current.map_or((-1, -1), |f| (f.producer_id, f.producer_epoch));
     let req = InitProducerIdRequest::default()
         .with_transactional_id(Some(txn_id(transactional_id)))
         .with_transaction_timeout_ms(txn_timeout.as_millis().min(i32::MAX as u128) as i32)
-        .with_producer_id(ProducerId(-1))
-        .with_producer_epoch(-1);
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch);
     let resp = on_coordinator(client, transactional_id, "InitProducerId", |node| {
         let req = req.clone();
         async move {

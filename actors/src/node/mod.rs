@@ -174,6 +174,31 @@ fn republish(log: Arc<dyn EventLog>, publisher: Addr<StatePublisher>) {
     });
 }
 
+/// Every destination partition a pump of `image` could write: each
+/// partition of each mirror's topics whose state is not STOPPED. A
+/// clustered node fences them before any mirror runs, since the node that
+/// owned the shard before may still be writing them (paused, not dead).
+/// A partition a MirrorActor starts later (a new topic, a grown one) is
+/// not fenced: no node wrote it before this one (starting it is a state
+/// write, which only the shard's current owner makes), so it has no
+/// previous owner to shut out; its first sink acquires its id.
+fn writable_partitions(image: &MirrorStateImage) -> Vec<crate::kafka::fetch::TopicPartition> {
+    let mut out = Vec::new();
+    for (mirror, _) in image.mirrors() {
+        for entry in image.topics_of(mirror) {
+            let t = &entry.change;
+            for p in 0..t.partition_count {
+                let key = kmirror_events::MirrorPartitionKey::new(mirror.clone(), t.topic_id, p);
+                if image.partition_state_or_unknown(&key) != kmirror_events::PartitionState::Stopped
+                {
+                    out.push(crate::kafka::fetch::TopicPartition::new(&t.topic_name, p));
+                }
+            }
+        }
+    }
+    out
+}
+
 impl Node {
     /// Loads the image from `log`, starts the CoordinatorActor and a
     /// MirrorActor for every mirror in it (which resume their partitions
@@ -216,6 +241,16 @@ impl Node {
             }),
         };
         let image = node.image().await?;
+        if node.inner.settings.shard.is_some() {
+            let partitions = writable_partitions(&image);
+            let count = partitions.len();
+            node.inner
+                .destination
+                .fence(partitions)
+                .await
+                .map_err(|e| kafka("fence the shard's destination partitions", e))?;
+            tracing::info!(shard = ?node.inner.settings.shard, partitions = count, "destination partitions fenced");
+        }
         for (name, config) in image.mirrors() {
             node.run_mirror(name, config).await?;
         }

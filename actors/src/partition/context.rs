@@ -70,6 +70,12 @@ pub enum PumpExit {
     /// what was in flight is acknowledged and the map durable; the tail must
     /// be re-checked against the map before producing more (EPOCH_FENCING).
     EpochMoved { from: i32, to: i32 },
+    /// Another node took the partition (a clustered daemon's fence: the
+    /// destination refused our producer's epoch). Neither a failure to
+    /// retry nor FAILED: the partition is the new owner's now, whose
+    /// alignment takes over from what landed; this node's state writes
+    /// would be fenced as well, so the actor stops without any.
+    LostOwnership { message: String },
 }
 
 impl PumpExit {
@@ -137,5 +143,10 @@ impl PumpContext {
 }
 
 pub(super) fn kafka_failure(what: &str, e: KafkaError) -> PumpExit {
-    PumpExit::retryable(format!("{what}: {e}"))
+    match e {
+        KafkaError::Fenced { .. } => PumpExit::LostOwnership {
+            message: format!("{what}: {e}"),
+        },
+        e => PumpExit::retryable(format!("{what}: {e}")),
+    }
 }

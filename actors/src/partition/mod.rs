@@ -547,6 +547,10 @@ impl Handler<PumpEnded> for PartitionActor {
                     self.enter(ctx);
                 }
             }
+            PumpExit::LostOwnership { message } => {
+                tracing::warn!(partition = %self.tp, reason = %message, "another node owns this partition now (fenced at the destination); its actor stops here without writing state");
+                ctx.stop();
+            }
             PumpExit::Failed { message, retryable } => {
                 tracing::warn!(partition = %self.tp, retryable, error = %message, "partition failed");
                 self.write(

@@ -11,13 +11,17 @@
 use std::time::Duration;
 
 use actix::Addr;
-use kmirror_events::{Command, GapDetected, MirrorPartitionKey, MirrorProducer, SourceEpochs};
+use kmirror_events::{
+    Command, GapDetected, MirrorPartitionKey, MirrorProducer, OffsetMapHole, OffsetMapRun,
+    SourceEpochs,
+};
 
 use super::context::{kafka_failure, Progress, PumpContext, PumpExit};
 use super::cursor::{align as align_map, cut_divergent, Alignment, Cursor};
 use crate::cluster::{DestinationCluster, SourceCluster};
 use crate::coordinator::{CoordinatorActor, ReadPartition};
 use crate::failback;
+use crate::kafka::batch::RecordBatch;
 use crate::kafka::fetch::TopicPartition;
 
 /// Where an aligned copy resumes.
@@ -46,17 +50,36 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
         .settled_bounds(&cx.tp)
         .await
         .map_err(|e| kafka_failure("destination offsets", e))?;
-    let alignment = align_map(view.runs, view.holes, dest.log_start, dest.end)
-        .map_err(|e| PumpExit::fatal(e.to_string()))?;
-    if let Some(ours) = view.producer {
-        check_unrecorded_tail(cx, &alignment, dest.log_start, ours).await?;
+    let (mut runs, mut holes) = (view.runs, view.holes);
+    let markers = fence_markers(cx, &runs, &holes, dest.log_start, dest.end, view.producer).await?;
+    let mut never_landed = Vec::new();
+    if let Some(hole) = markers {
+        // Runs opened at or above the markers never landed (the fence came
+        // first); the last landed run ends where the markers begin.
+        runs.retain(|r| {
+            let keep = r.destination_start < hole.destination_start;
+            if !keep {
+                never_landed.push(*r);
+            }
+            keep
+        });
+        holes.push(hole);
     }
-    if !alignment.stale.is_empty() || !alignment.corrected.is_empty() {
+    let mut alignment = align_map(runs, holes, dest.log_start, dest.end)
+        .map_err(|e| PumpExit::fatal(e.to_string()))?;
+    alignment.stale.extend(never_landed);
+    if let (Some(ours), None) = (view.producer, markers) {
+        let from = alignment.recorded_end.max(dest.log_start);
+        check_unrecorded_tail(cx, from, alignment.next_destination, ours).await?;
+    }
+    if !alignment.stale.is_empty() || !alignment.corrected.is_empty() || markers.is_some() {
+        // The markers' hole is durable before anything is produced after
+        // it, so no later alignment stretches a run over them.
         cx.execute(Command::SetOffsetRuns {
             key: cx.key.clone(),
             upsert: alignment.corrected.clone(),
             remove: alignment.stale.iter().map(|r| r.source_start).collect(),
-            holes: Vec::new(),
+            holes: markers.into_iter().collect(),
         })
         .await?;
     }
@@ -65,7 +88,6 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
         .bounds(&cx.tp)
         .await
         .map_err(|e| kafka_failure("source offsets", e))?;
-    let mut alignment = alignment;
     let mut epochs = view.source_epochs;
     let mut next_source = alignment.next_source.unwrap_or(src.log_start);
     // By leader epoch first: it also sees a source that has already grown
@@ -209,28 +231,119 @@ async fn check_mirror_loop(cx: &PumpContext) -> Result<(), PumpExit> {
 /// write that would shift every later offset.
 async fn check_unrecorded_tail(
     cx: &PumpContext,
-    alignment: &Alignment,
-    log_start: i64,
+    from: i64,
+    to: i64,
     ours: MirrorProducer,
 ) -> Result<(), PumpExit> {
-    let from = alignment.recorded_end.max(log_start);
-    if from >= alignment.next_destination {
+    if from >= to {
         return Ok(());
     }
     let batches = cx
         .destination
-        .read_batches(&cx.tp, from, alignment.next_destination)
+        .read_batches(&cx.tp, from, to)
         .await
         .map_err(|e| kafka_failure("read the destination above the recorded map", e))?;
-    match batches.iter().find(|b| b.producer_id() != ours.producer_id) {
+    check_ours(&batches, from, to, ours)
+}
+
+/// Every batch of `[from, to)` is a data batch of `ours`.
+fn check_ours(
+    batches: &[RecordBatch],
+    from: i64,
+    to: i64,
+    ours: MirrorProducer,
+) -> Result<(), PumpExit> {
+    let in_range = batches
+        .iter()
+        .filter(|b| b.next_offset() > from && b.base_offset() < to);
+    match in_range
+        .clone()
+        .find(|b| b.producer_id() != ours.producer_id)
+    {
+        None => {}
+        Some(b) => {
+            return Err(PumpExit::fatal(format!(
+                "destination offset {} was written by producer id {}, not by kmirror's producer {}: another producer wrote to the mirror partition while kmirror was not copying",
+                b.base_offset(),
+                b.producer_id(),
+                ours.producer_id
+            )))
+        }
+    }
+    // Our producer writes no markers: one here belongs to no record we sent.
+    match in_range.clone().find(|b| b.is_control()) {
         None => Ok(()),
         Some(b) => Err(PumpExit::fatal(format!(
-            "destination offset {} was written by producer id {}, not by kmirror's producer {}: another producer wrote to the mirror partition while kmirror was not copying",
-            b.base_offset(),
-            b.producer_id(),
-            ours.producer_id
+            "destination offset {} holds a transaction marker below records above the recorded map: not a state kmirror leaves",
+            b.base_offset()
         ))),
     }
+}
+
+/// In a clustered daemon a node that takes a partition over fences it
+/// first: an abort marker of the partition's fence producer id lands at
+/// the end (one per takeover, a control batch of one offset that belongs
+/// to no source offset). Above the recorded map, such markers at the very
+/// end become a hole, and what lies between the map and them must be the
+/// recorded producer's data, as for any unrecorded tail: the previous
+/// owner's appends it had no time to checkpoint. `None`: no marker there
+/// (or no fence on this destination), and alignment is as before.
+async fn fence_markers(
+    cx: &PumpContext,
+    runs: &[OffsetMapRun],
+    holes: &[OffsetMapHole],
+    log_start: i64,
+    end: i64,
+    producer: Option<MirrorProducer>,
+) -> Result<Option<OffsetMapHole>, PumpExit> {
+    let Some(fence_producer) = cx.destination.fence_producer_id(&cx.tp) else {
+        return Ok(None);
+    };
+    let recorded_end = runs
+        .iter()
+        .filter(|r| r.length > 0)
+        .map(|r| r.destination_end())
+        .chain(holes.iter().map(|h| h.destination_end()))
+        .max()
+        .unwrap_or(0)
+        .max(log_start);
+    if recorded_end >= end {
+        return Ok(None);
+    }
+    let batches = cx
+        .destination
+        .read_batches(&cx.tp, recorded_end, end)
+        .await
+        .map_err(|e| kafka_failure("read the destination above the recorded map", e))?;
+    let Some(at) = trailing_markers(&batches, fence_producer, end) else {
+        return Ok(None);
+    };
+    if at > recorded_end {
+        let Some(ours) = producer else {
+            return Err(PumpExit::fatal(format!(
+                "destination offsets {recorded_end}..{at} hold records but kmirror never recorded a producer for this partition: another producer wrote to the mirror partition"
+            )));
+        };
+        check_ours(&batches, recorded_end, at, ours)?;
+    }
+    tracing::info!(partition = %cx.tp, from = at, to = end, "fence markers at the destination's end recorded as a hole");
+    Ok(Some(OffsetMapHole {
+        destination_start: at,
+        length: end - at,
+    }))
+}
+
+/// Where the run of control batches of `producer` that ends the log at
+/// `end` begins, if the log ends with one.
+fn trailing_markers(batches: &[RecordBatch], producer: i64, end: i64) -> Option<i64> {
+    let mut at = end;
+    for b in batches.iter().rev() {
+        if b.next_offset() != at || !b.is_control() || b.producer_id() != producer {
+            break;
+        }
+        at = b.base_offset();
+    }
+    (at < end).then_some(at)
 }
 
 /// How long reading the source's leader epoch at the stopped position may

@@ -2,6 +2,7 @@
 //! with injected faults. (Kafka behaviour itself is tested in `tests/`.)
 //! Unclean leader elections on the source are in [`unclean`].
 
+mod fenced;
 mod unclean;
 
 use std::sync::Arc;

@@ -1,0 +1,153 @@
+//! A clustered node's data path on a fenced destination: the abort markers
+//! a takeover leaves become holes at alignment, and a produce refused for
+//! lost ownership stops the partition without writing state.
+
+use super::*;
+use kmirror_events::OffsetMapHole;
+
+/// The fence producer id of the in-memory destination's partitions.
+const FENCE_PID: i64 = 900;
+
+fn offsets(rig: &Rig) -> Vec<(i64, String)> {
+    rig.dest
+        .records(&rig.tp)
+        .iter()
+        .map(|r| {
+            let v = String::from_utf8(r.record.value.clone().unwrap().to_vec()).unwrap();
+            (r.offset, v)
+        })
+        .collect()
+}
+
+#[actix::test]
+async fn a_takeovers_marker_becomes_a_hole_and_offsets_stay_exact() {
+    let rig = rig().await;
+    rig.dest.fenced(FENCE_PID);
+    rig.append(3, 0);
+    let first = rig.start(fast_retry());
+    eventually("3 records", async || rig.dest.records(&rig.tp).len() == 3).await;
+    first.send(Shutdown).await.unwrap();
+    // The next owner fences: one abort marker at offset 3.
+    rig.dest.fence(vec![rig.tp.clone()]).await.unwrap();
+    rig.append(2, 3);
+    let second = rig.start(fast_retry());
+    eventually("5 records", async || rig.dest.records(&rig.tp).len() == 5).await;
+    eventually("MIRRORING", async || {
+        state(&second).await.state == PartitionState::Mirroring
+    })
+    .await;
+    let got = offsets(&rig);
+    println!("destination after the takeover: {got:?}");
+    assert_eq!(
+        got.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
+        vec![0, 1, 2, 4, 5],
+        "the marker keeps offset 3"
+    );
+    eventually("lengths checkpointed", async || {
+        rig.image().await.translate(&rig.key, 4) == Translation::Exact(5)
+    })
+    .await;
+    let image = rig.image().await;
+    let map = image.offset_map(&rig.key);
+    let holes: Vec<OffsetMapHole> = map.holes().copied().collect();
+    assert_eq!(
+        holes,
+        vec![OffsetMapHole {
+            destination_start: 3,
+            length: 1
+        }]
+    );
+    for (source, destination) in [(0, 0), (2, 2), (3, 4), (4, 5)] {
+        assert_eq!(
+            image.translate(&rig.key, source),
+            Translation::Exact(destination),
+            "source offset {source}"
+        );
+    }
+    assert!(map.check().is_ok(), "{:?}", map.check());
+}
+
+#[actix::test]
+async fn a_partition_fenced_before_it_ever_produced_aligns() {
+    let rig = rig().await;
+    rig.dest.fenced(FENCE_PID);
+    // Fenced twice (two takeovers) before any copy: two markers, no producer recorded.
+    rig.dest.fence(vec![rig.tp.clone()]).await.unwrap();
+    rig.dest.fence(vec![rig.tp.clone()]).await.unwrap();
+    rig.append(3, 0);
+    let actor = rig.start(fast_retry());
+    eventually("3 records", async || rig.dest.records(&rig.tp).len() == 3).await;
+    let got = offsets(&rig);
+    println!("destination after two fences: {got:?}");
+    assert_eq!(got[0], (2, "v0".to_string()));
+    assert_eq!(state(&actor).await.state, PartitionState::Mirroring);
+    eventually("lengths checkpointed", async || {
+        rig.image().await.translate(&rig.key, 2) == Translation::Exact(4)
+    })
+    .await;
+    let image = rig.image().await;
+    assert_eq!(image.translate(&rig.key, 0), Translation::Exact(2));
+    assert_eq!(image.translate(&rig.key, 2), Translation::Exact(4));
+    assert!(
+        image.producer(&rig.key).is_some(),
+        "the pump records its producer as before"
+    );
+}
+
+#[actix::test]
+async fn a_foreign_record_below_the_markers_still_fails_the_partition() {
+    let rig = rig().await;
+    rig.dest.fenced(FENCE_PID);
+    rig.dest
+        .foreign_write(&rig.tp, record(None, Some("intruder"), 1));
+    rig.dest.fence(vec![rig.tp.clone()]).await.unwrap();
+    rig.append(1, 0);
+    let actor = rig.start(fast_retry());
+    eventually("FAILED", async || {
+        state(&actor).await.state == PartitionState::Failed
+    })
+    .await;
+    let s = state(&actor).await;
+    assert_eq!(s.retry_attempt, -1, "not retryable");
+    assert!(s.error.unwrap().contains("another producer"));
+}
+
+#[actix::test]
+async fn lost_ownership_stops_the_partition_without_writing_state() {
+    let rig = rig().await;
+    rig.dest.fenced(FENCE_PID);
+    rig.append(2, 0);
+    let actor = rig.start(fast_retry());
+    eventually("2 records", async || rig.dest.records(&rig.tp).len() == 2).await;
+    eventually("MIRRORING", async || {
+        state(&actor).await.state == PartitionState::Mirroring
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = rig.log.entries().len();
+    rig.dest.fail_next_produce(
+        &rig.tp,
+        KafkaError::Fenced {
+            resource: rig.tp.to_string(),
+            reason: "INVALID_PRODUCER_EPOCH".into(),
+        },
+    );
+    rig.append(1, 2);
+    eventually("the actor stopped", async || !actor.connected()).await;
+    let after = rig.log.entries();
+    println!(
+        "log records before the fenced produce: {before}, after: {}",
+        after.len()
+    );
+    assert_eq!(
+        after.len(),
+        before,
+        "no state written after losing the partition"
+    );
+    assert_eq!(rig.dest.records(&rig.tp).len(), 2);
+    let h = history(&rig.log, &rig.key);
+    assert!(
+        h.iter().all(|s| s.0 != PartitionState::Failed),
+        "not FAILED: {h:?}"
+    );
+}
