@@ -74,7 +74,13 @@ impl Clustered {
                 .await
                 .map_err(|e| format!("NETWORK_EXCEPTION: destination {bootstrap}: {e}"))
         };
-        let destination = Arc::new(KafkaCluster::new(connect().await?, FetchOptions::default()));
+        // Every destination partition is written under a transactional id of
+        // its own, and a node acquiring a shard fences the shard's
+        // partitions before it aligns them (see `Node::start`).
+        let destination = Arc::new(
+            KafkaCluster::new(connect().await?, FetchOptions::default())
+                .fenced(&format!("kmirror-{}-data", cluster.id)),
+        );
         let mut log_options = StateLogOptions::new(bootstrap);
         log_options.client = settings.destination.clone();
         log_options.topic = node_settings.state_topic.clone();

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use kmirror_events::coordinator_partition;
+use kmirror_tests::wire::{fetch_all, raw_batches};
 use kmirror_tests::{bed, create_topic, unique};
 use serde_json::Value;
 
@@ -59,7 +60,8 @@ fn owner_port(daemon: &Daemon, mirror: &str) -> u16 {
 }
 
 /// `mirror`'s partitions as `daemon` describes them: all MIRRORING, lag 0,
-/// and `records` on the destination in all.
+/// and `records` source records mirrored in all (the destination's offsets
+/// also count the fences' markers).
 fn mirrored(daemon: &Daemon, mirror: &str, partitions: usize, records: i64) -> bool {
     let (status, body) = daemon.http("GET", &format!("/mirrors/{mirror}/partitions"), None);
     if status != 200 {
@@ -72,13 +74,65 @@ fn mirrored(daemon: &Daemon, mirror: &str, partitions: usize, records: i64) -> b
             .all(|p| p["state"] == "MIRRORING" && p["lag"] == 0)
         && parts
             .iter()
-            .map(|p| p["destination_offset"].as_i64().unwrap())
+            .map(|p| p["source_offset"].as_i64().unwrap())
             .sum::<i64>()
             == records
 }
 
 fn node(nodes: &[Option<Daemon>], i: usize) -> &Daemon {
     nodes[i].as_ref().expect("a running node")
+}
+
+/// The values of one partition of `topic`, in offset order (markers are
+/// not records).
+fn values(bootstrap: &str, topic: &str, partition: i32) -> Vec<Vec<u8>> {
+    fetch_all(bootstrap, topic, partition)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.value.map(|v| v.to_vec()).unwrap_or_default())
+        .collect()
+}
+
+/// Nothing lost, nothing twice, order kept: every partition of the
+/// destination holds exactly the source's records, in the same order.
+fn assert_copy_exact(topic: &str, partitions: i32) {
+    for p in 0..partitions {
+        let (source, copy) = (
+            values(&bed().source, topic, p),
+            values(&bed().destination, topic, p),
+        );
+        assert_eq!(
+            copy.len(),
+            source.len(),
+            "{topic}/{p}: {} records on the destination, {} on the source",
+            copy.len(),
+            source.len()
+        );
+        assert!(copy == source, "{topic}/{p}: the records differ");
+    }
+}
+
+/// No data batch after a fence's marker was written under an older epoch:
+/// once a node took a partition over, nothing of the previous owner landed.
+fn assert_no_write_after_a_fence(topic: &str, partitions: i32) -> usize {
+    let mut markers = 0;
+    for p in 0..partitions {
+        let mut fenced_at = i16::MIN;
+        for b in raw_batches(&bed().destination, topic, p, 0).unwrap() {
+            if b.is_control {
+                markers += 1;
+                fenced_at = fenced_at.max(b.producer_epoch);
+            } else {
+                assert!(
+                    b.producer_epoch >= fenced_at,
+                    "{topic}/{p}: a batch at offset {} of epoch {} landed after the fence of epoch {fenced_at}",
+                    b.base_offset,
+                    b.producer_epoch
+                );
+            }
+        }
+    }
+    markers
 }
 
 #[test]
@@ -177,13 +231,125 @@ fn clustered_nodes_share_the_work_and_take_over_a_killed_one() {
         settled(node(&nodes, survivor), 2)
     });
     // Nothing lost, nothing twice: the destination holds exactly what the
-    // source does, at the same offsets.
-    assert_eq!(records_on(&bed().destination, topic), 400);
-    assert_eq!(records_on(&bed().source, topic), 400);
+    // source does (the takeover's fence took one offset per partition).
+    assert_copy_exact(topic, 2);
+    assert_eq!(assert_no_write_after_a_fence(topic, 2), 2);
     for (mirror, _) in &mirrors[1..] {
         assert!(mirrored(node(&nodes, survivor), mirror, 2, 200));
     }
     for n in nodes.into_iter().flatten() {
         assert_eq!(n.terminate().code(), Some(0));
     }
+}
+
+/// Sends `signal` to a daemon.
+fn signal(daemon: &Daemon, signal: &str) {
+    let pid = daemon.child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args([signal, &pid])
+        .status()
+        .unwrap()
+        .success());
+}
+
+#[test]
+fn a_stopped_node_lands_nothing_after_its_work_was_taken_over() {
+    let cluster = unique("kz");
+    let state_topic = unique("__kmirror_state_z");
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes: Vec<Daemon> = dirs
+        .iter()
+        .map(|d| start_node(d.path(), &cluster, &state_topic))
+        .collect();
+    wait_for("three members owning every shard", || settled(&nodes[0], 3));
+    let topic = unique("cz");
+    create_topic(&bed().source, &topic, 2, &[]);
+    let mirror = unique("zm");
+    let props = write_properties(dirs[0].path());
+    nodes[0].cli_ok(&[
+        "mirror",
+        "create",
+        "--mirror",
+        &mirror,
+        "--mirror-config",
+        &props,
+        "--topics",
+        &topic,
+    ]);
+    // A producer writes all along: the stopped node's pumps have records
+    // to copy the moment it runs again.
+    let writing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let producer = {
+        let (writing, topic) = (writing.clone(), topic.clone());
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while writing.load(std::sync::atomic::Ordering::SeqCst) {
+                produce(&topic, n, n + 200);
+                n += 200;
+            }
+            n
+        })
+    };
+    wait_for("the mirror copying", || {
+        mirrored_at_least(&nodes[1], &mirror, 200)
+    });
+    let owner = owner_port(&nodes[0], &mirror);
+    let stopped = nodes.iter().position(|n| n.port == owner).unwrap();
+    let other = (stopped + 1) % 3;
+    signal(&nodes[stopped], "-STOP");
+    let paused = Instant::now();
+    // The others take its shards over once its session times out…
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let status = json(&nodes[other], "/cluster");
+        let gone = status["members"].as_array().unwrap().len() == 2;
+        if gone && settled(&nodes[other], 2) && mirrored_at_least(&nodes[other], &mirror, 400) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no takeover within 90 s: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    println!(
+        "takeover of a stopped node's mirror after {:.1} s (session timeout 6 s)",
+        paused.elapsed().as_secs_f64()
+    );
+    // …and when it runs again, whatever it still had to send is refused at
+    // the broker; it learns it is out, and joins again.
+    signal(&nodes[stopped], "-CONT");
+    wait_for("the stopped node back as a member", || {
+        settled(&nodes[other], 3)
+    });
+    writing.store(false, std::sync::atomic::Ordering::SeqCst);
+    let produced = producer.join().unwrap() as i64;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !mirrored(&nodes[other], &mirror, 2, produced) {
+        assert!(Instant::now() < deadline, "not caught up within 90 s");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_copy_exact(&topic, 2);
+    let markers = assert_no_write_after_a_fence(&topic, 2);
+    let log = std::fs::read_to_string(dirs[stopped].path().join("daemon.log")).unwrap();
+    println!(
+        "{produced} records mirrored exactly; {markers} fence markers on the destination; the stopped node was refused by the broker {} time(s) and told it was out {} time(s)",
+        log.matches("another node owns this partition now").count(),
+        log.matches("UnknownMemberId").count() + log.matches("IllegalGeneration").count()
+    );
+    for n in nodes {
+        assert_eq!(n.terminate().code(), Some(0));
+    }
+}
+
+/// At least `records` source records mirrored, whatever the states.
+fn mirrored_at_least(daemon: &Daemon, mirror: &str, records: i64) -> bool {
+    let (status, body) = daemon.http("GET", &format!("/mirrors/{mirror}/partitions"), None);
+    status == 200
+        && serde_json::from_str::<Vec<Value>>(&body)
+            .unwrap_or_default()
+            .iter()
+            .map(|p| p["source_offset"].as_i64().unwrap_or(0).max(0))
+            .sum::<i64>()
+            >= records
 }

@@ -106,6 +106,8 @@ pub struct RawBatch {
     pub next_offset: i64,
     pub max_timestamp: i64,
     pub is_control: bool,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
     pub bytes: Bytes,
 }
 
@@ -158,6 +160,8 @@ pub fn raw_batches(
                     next_offset,
                     max_timestamp: i64_at(35),
                     is_control: attributes & 0x20 != 0,
+                    producer_id: i64_at(43),
+                    producer_epoch: i16::from_be_bytes(bytes[51..53].try_into()?),
                     bytes,
                 });
             }
