@@ -17,6 +17,8 @@ pub mod metadata_sync;
 pub mod mirror;
 pub mod node;
 pub mod partition;
+pub mod props;
+pub mod providers;
 pub mod publisher;
 pub mod shards;
 pub mod state_log;

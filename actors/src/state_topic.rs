@@ -26,6 +26,7 @@ use crate::cluster::{ClusterError, Doing, SourceCluster};
 use crate::kafka::batch::decode_records;
 use crate::kafka::fetch::TopicPartition;
 use crate::kafka::KafkaError;
+use crate::providers::has_reference;
 
 /// The state topic's default name (`state_topic` in the daemon's settings).
 pub const DEFAULT_STATE_TOPIC: &str = "__kmirror_state";
@@ -77,7 +78,9 @@ pub fn published(record: &Record) -> Record {
                 source_properties: c
                     .source_properties
                     .iter()
-                    .filter(|(name, _)| !is_secret(name))
+                    // A `${file:…}` reference names a secret on each node's
+                    // own disk: it is kept, so any node can connect.
+                    .filter(|(name, value)| !is_secret(name) || has_reference(value))
                     .map(|(n, v)| (n.clone(), v.clone()))
                     .collect(),
                 ..c.clone()
@@ -203,6 +206,10 @@ mod tests {
                     "... password=\"hunter2\";".to_string(),
                 ),
                 ("ssl.key.password".to_string(), "x".to_string()),
+                (
+                    "ssl.truststore.password".to_string(),
+                    "${file:/etc/kmirror/east.properties:trust}".to_string(),
+                ),
             ]),
             ..Default::default()
         };
@@ -217,7 +224,13 @@ mod tests {
         let Record::MirrorConfig(_, Some(c)) = back else {
             panic!("{back:?}")
         };
-        assert_eq!(c.source_properties.len(), 1, "{c:?}");
+        // The literal secrets stay home; a reference to a file on each node
+        // travels, so any node can connect.
+        assert_eq!(
+            c.source_properties.keys().collect::<Vec<_>>(),
+            ["security.protocol", "ssl.truststore.password"],
+            "{c:?}"
+        );
         // A topic's record stays on one partition whatever mirror it names.
         let id = TopicId([4; 16]);
         let change = |mirror: &str| {

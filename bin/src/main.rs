@@ -7,7 +7,6 @@ mod daemon;
 mod http;
 mod log_cmd;
 mod metrics;
-mod props;
 mod settings;
 
 use clap::{Parser, Subcommand};

@@ -12,17 +12,20 @@ use std::time::{Duration, Instant};
 use common::*;
 use kmirror_events::coordinator_partition;
 use kmirror_tests::wire::{fetch_all, raw_batches};
-use kmirror_tests::{bed, create_topic, unique};
+use kmirror_tests::{bed, create_topic, unique, OwnPair};
 use serde_json::Value;
 
 /// Few state partitions: every shard a node acquires is fenced and loaded.
 const SHARDS: i32 = 6;
 
 fn start_node(dir: &Path, cluster: &str, state_topic: &str) -> Daemon {
+    start_node_on(&bed().destination, dir, cluster, state_topic)
+}
+
+fn start_node_on(destination: &str, dir: &Path, cluster: &str, state_topic: &str) -> Daemon {
     let port = free_port();
     let text = format!(
-        "admin_listen = \"127.0.0.1:{port}\"\nmetadata_refresh_interval_ms = 1000\nstate_topic = \"{state_topic}\"\nstate_topic_num_partitions = {SHARDS}\n[destination]\nbootstrap_servers = \"{}\"\n[cluster]\nid = \"{cluster}\"\nsession_timeout_ms = 6000\nheartbeat_interval_ms = 1000\n",
-        bed().destination
+        "admin_listen = \"127.0.0.1:{port}\"\nmetadata_refresh_interval_ms = 1000\nstate_topic = \"{state_topic}\"\nstate_topic_num_partitions = {SHARDS}\n[destination]\nbootstrap_servers = \"{destination}\"\n[cluster]\nid = \"{cluster}\"\nsession_timeout_ms = 6000\nheartbeat_interval_ms = 1000\n"
     );
     Daemon::start_config(dir, port, &text)
 }
@@ -352,4 +355,100 @@ fn mirrored_at_least(daemon: &Daemon, mirror: &str, records: i64) -> bool {
             .map(|p| p["source_offset"].as_i64().unwrap_or(0).max(0))
             .sum::<i64>()
             >= records
+}
+
+/// A source that takes SASL/SCRAM only: the mirror's password is a
+/// `${file:…}` reference, which travels through the state topic as written
+/// (a literal password would be stripped there) and is resolved from the
+/// file on whichever node runs the mirror — so the node that takes over
+/// from a killed coordinator connects too.
+#[test]
+fn a_secret_by_reference_follows_the_mirror_to_another_node() {
+    let pair = OwnPair::start("kmirror-cluster-sasl-bed", &["--security"]);
+    let cluster = unique("ks");
+    let state_topic = unique("__kmirror_state_s");
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut nodes: Vec<Option<Daemon>> = dirs
+        .iter()
+        .map(|d| {
+            Some(start_node_on(
+                &pair.destination,
+                d.path(),
+                &cluster,
+                &state_topic,
+            ))
+        })
+        .collect();
+    wait_for("two members owning every shard", || {
+        settled(node(&nodes, 0), 2)
+    });
+    let secrets = dirs[0].path().join("secrets.properties");
+    std::fs::write(
+        &secrets,
+        format!("source.password={}\n", pair.get("SCRAM_PASSWORD")),
+    )
+    .unwrap();
+    let props = dirs[0].path().join("source.properties");
+    std::fs::write(
+        &props,
+        format!(
+            "bootstrap.servers={}\nsecurity.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\nsasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"{}\" password=\"${{file:{}:source.password}}\";\n",
+            pair.get("CLUSTER_1_SASL"),
+            pair.get("SCRAM_USER"),
+            secrets.display()
+        ),
+    )
+    .unwrap();
+    let topic = unique("sasl");
+    create_topic(&pair.source, &topic, 2, &[]);
+    produce_to(&pair.source, &topic, 0, 100);
+    let mirror = unique("sm");
+    node(&nodes, 0).cli_ok(&[
+        "mirror",
+        "create",
+        "--mirror",
+        &mirror,
+        "--mirror-config",
+        props.to_str().unwrap(),
+        "--topics",
+        &topic,
+    ]);
+    wait_for("mirrored", || mirrored(node(&nodes, 1), &mirror, 2, 100));
+    let owner = owner_port(node(&nodes, 0), &mirror);
+    let victim = (0..2).find(|&i| node(&nodes, i).port == owner).unwrap();
+    kill9(nodes[victim].take().unwrap());
+    produce_to(&pair.source, &topic, 100, 200);
+    let survivor = 1 - victim;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !mirrored(node(&nodes, survivor), &mirror, 2, 200) {
+        assert!(
+            Instant::now() < deadline,
+            "the other node did not take the SASL mirror over within 90 s"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // The password never reached the state topic; the reference did.
+    let published = kmirror_tests::kafka_tool_ok(
+        "kafka-console-consumer",
+        &[
+            "--bootstrap-server",
+            &pair.destination,
+            "--topic",
+            &state_topic,
+            "--from-beginning",
+            "--timeout-ms",
+            "5000",
+        ],
+    );
+    assert!(
+        published.contains("source.password"),
+        "the reference travels"
+    );
+    assert!(
+        !published.contains(&pair.get("SCRAM_PASSWORD")),
+        "the password itself never leaves the node"
+    );
+    for n in nodes.into_iter().flatten() {
+        assert_eq!(n.terminate().code(), Some(0));
+    }
 }

@@ -124,13 +124,18 @@ fn kafka(what: &str, e: KafkaError) -> NodeError {
 
 /// The Kafka client properties among a mirror's properties: everything but
 /// the mirror's own keys (`mirror.*`, `topic.properties.exclude`,
-/// `acls.include`), which the client would refuse as unknown.
-fn client_properties(props: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-    props
+/// `acls.include`), which the client would refuse as unknown, with the
+/// `${file:…}` and `${env:…}` references resolved on this node.
+fn client_properties(
+    props: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, NodeError> {
+    let client = props
         .iter()
         .filter(|(k, _)| !k.starts_with("mirror.") && !MIRROR_KEYS.contains(&k.as_str()))
         .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
+        .collect();
+    crate::providers::resolve(&client, |name| std::env::var(name).ok())
+        .map_err(|e| NodeError::new("INVALID_CONFIG", e.to_string()))
 }
 
 fn retry_policy(props: &BTreeMap<String, String>) -> Result<RetryPolicy, NodeError> {
@@ -286,7 +291,7 @@ impl Node {
         let mut props = config.source_properties.clone();
         props.insert("bootstrap.servers".into(), config.source_bootstrap.clone());
         let retry = retry_policy(&props)?;
-        let source = (self.inner.connect_source)(client_properties(&props))
+        let source = (self.inner.connect_source)(client_properties(&props)?)
             .await
             .map_err(|e| kafka("connect to the source cluster", e))?;
         let actor = MirrorActor::new(MirrorSpec {

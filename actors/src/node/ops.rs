@@ -68,7 +68,7 @@ impl Node {
                 format!("cluster mirror {name:?} already exists"),
             ));
         }
-        let source = (self.inner.connect_source)(client_properties(&properties))
+        let source = (self.inner.connect_source)(client_properties(&properties)?)
             .await
             .map_err(|e| kafka("connect to the source cluster", e))?;
         let cluster_id = source

@@ -322,7 +322,7 @@ fn mirror_properties(
         )
     };
     let text = std::fs::read_to_string(file).map_err(|e| bad(e.to_string()))?;
-    let mut props = crate::props::parse(&text).map_err(bad)?;
+    let mut props = kmirror_actors::props::parse(&text).map_err(bad)?;
     append_list(&mut props, "mirror.topics.include", topics);
     append_list(&mut props, "mirror.topics.exclude", exclude);
     Ok(props)

@@ -117,7 +117,7 @@ fn source_of(args: &LogArgs) -> CliResult<Source> {
         if let Some(f) = &args.command_config {
             let text = std::fs::read_to_string(f)
                 .map_err(|e| format!("--command-config {}: {e}", f.display()))?;
-            let props = crate::props::parse(&text)
+            let props = kmirror_actors::props::parse(&text)
                 .map_err(|e| format!("--command-config {}: {e}", f.display()))?;
             options.client.extend(props);
             options
@@ -300,7 +300,7 @@ fn verify_cmd(
     };
     if let Some(bootstrap) = destination {
         let mut props = match destination_config {
-            Some(f) => crate::props::parse(&std::fs::read_to_string(&f)?)
+            Some(f) => kmirror_actors::props::parse(&std::fs::read_to_string(&f)?)
                 .map_err(|e| format!("{}: {e}", f.display()))?,
             None => Default::default(),
         };

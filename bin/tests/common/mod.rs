@@ -210,10 +210,16 @@ pub fn write_properties(dir: &Path) -> String {
 }
 
 pub fn produce(topic: &str, from: usize, to: usize) {
+    produce_to(&bed().source, topic, from, to)
+}
+
+/// `record-{from}` … `record-{to - 1}` into `topic` on `bootstrap`, with
+/// Kafka's console producer.
+pub fn produce_to(bootstrap: &str, topic: &str, from: usize, to: usize) {
     let input: String = (from..to).map(|i| format!("record-{i}\n")).collect();
     let out = kafka_tool_stdin(
         "kafka-console-producer",
-        &["--bootstrap-server", &bed().source, "--topic", topic],
+        &["--bootstrap-server", bootstrap, "--topic", topic],
         input.as_bytes(),
     );
     assert!(

@@ -1,4 +1,5 @@
-//! Kafka-style `.properties` files, as `--mirror-config` takes them.
+//! Kafka-style `.properties` files, as `--mirror-config` takes them and
+//! as `${file:PATH:KEY}` references read them (`providers.rs`).
 //!
 //! Operators already keep their source-cluster connection in this format for
 //! Kafka's own tools; reading it as Java does (comments, `=`/`:`/space
