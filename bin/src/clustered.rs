@@ -19,7 +19,7 @@ use kmirror_actors::cluster::kafka::KafkaCluster;
 use kmirror_actors::kafka::fence::{acquire, fence_partitions};
 use kmirror_actors::kafka::fetch::{FetchOptions, TopicPartition};
 use kmirror_actors::kafka::membership::{
-    MemberMetadata, MemberSettings, Membership, MembershipHandle,
+    HeldUnits, MemberMetadata, MemberSettings, Membership, MembershipHandle,
 };
 use kmirror_actors::kafka::produce::IdempotentProducer;
 use kmirror_actors::kafka::KafkaClient;
@@ -149,6 +149,7 @@ impl Clustered {
         });
         let follower = actix::spawn(follow(
             membership.membership(),
+            membership.held_reporter(),
             shards.clone(),
             status_tx,
             cluster.id.clone(),
@@ -175,6 +176,7 @@ impl Clustered {
 /// what for routing and `kmirror cluster status`.
 async fn follow(
     mut membership: watch::Receiver<Membership>,
+    held: HeldUnits,
     shards: Shards,
     status: watch::Sender<ClusterStatus>,
     cluster_id: String,
@@ -190,7 +192,22 @@ async fn follow(
         // the start when they come (requests find them running).
         let view = status_of(&m, &cluster_id);
         let _ = status.send(view);
+        // Let go of what was revoked first and say so: the member waits for
+        // it before rejoining, and only then are those shards given to
+        // another node (a clean handover). Then start what is new.
+        let running: BTreeSet<i32> = shards.nodes().await.into_iter().map(|(s, _)| s).collect();
+        let kept: BTreeSet<i32> = running.intersection(&owned).copied().collect();
+        shards.reconcile(&kept).await;
+        held.report(kept.iter().map(|s| unit(*s)).collect());
         let failed = shards.reconcile(&owned).await;
+        held.report(
+            shards
+                .nodes()
+                .await
+                .into_iter()
+                .map(|(s, _)| unit(s))
+                .collect(),
+        );
         for (shard, e) in &failed {
             tracing::warn!(shard, error = %e, "state partition not started; trying again");
         }

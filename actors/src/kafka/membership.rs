@@ -131,12 +131,27 @@ enum Control {
     Close,
 }
 
+/// Tells a member which units its caller still acts on. Once told, a
+/// member that had units revoked rejoins only after the caller has let go
+/// of them (or half a session timeout has passed), so their next owner
+/// starts after the previous one released them — a clean handover — rather
+/// than beside it, where only the fences keep order.
+#[derive(Clone)]
+pub struct HeldUnits(std::sync::Arc<watch::Sender<Option<BTreeSet<String>>>>);
+
+impl HeldUnits {
+    pub fn report(&self, units: BTreeSet<String>) {
+        self.0.send_replace(Some(units));
+    }
+}
+
 /// A running member. Dropping it stops the task at once (without
 /// LeaveGroup: the coordinator drops the member after its session timeout);
 /// [`MembershipHandle::close`] leaves cleanly.
 pub struct MembershipHandle {
     membership: watch::Receiver<Membership>,
     control: watch::Sender<Control>,
+    held: HeldUnits,
     task: Option<JoinHandle<()>>,
 }
 
@@ -153,7 +168,9 @@ impl MembershipHandle {
     ) -> Self {
         let (tx, membership) = watch::channel(Membership::out("", None));
         let (control, control_rx) = watch::channel(Control::Run);
+        let (held, held_rx) = watch::channel(None);
         let member = Member {
+            held: held_rx,
             admin: Admin::new(client.clone()),
             client,
             group: group_id.to_owned(),
@@ -172,8 +189,14 @@ impl MembershipHandle {
         MembershipHandle {
             membership,
             control,
+            held: HeldUnits(std::sync::Arc::new(held)),
             task: Some(tokio::spawn(member.run(control_rx))),
         }
+    }
+
+    /// Where the caller reports the units it still acts on.
+    pub fn held_reporter(&self) -> HeldUnits {
+        self.held.clone()
     }
 
     /// The current membership, updated at every change.
@@ -217,6 +240,8 @@ enum Next {
 }
 
 struct Member {
+    /// What the caller still acts on (None: it does not say).
+    held: watch::Receiver<Option<BTreeSet<String>>>,
     client: KafkaClient,
     admin: Admin,
     group: String,
@@ -364,7 +389,7 @@ impl Member {
             None,
         )?;
         let (generation, units, members) = decode_assignment(&resp.assignment)?;
-        let revoked = self.assignment.difference(&units).count();
+        let revoked: BTreeSet<String> = self.assignment.difference(&units).cloned().collect();
         self.generation = joined.generation_id;
         self.assignment = units;
         self.owned_generation = generation;
@@ -376,8 +401,31 @@ impl Member {
             members,
             last_expulsion: self.last_expulsion,
         });
-        tracing::debug!(group = %self.group, member = %self.member_id, generation, units = self.assignment.len(), revoked, "synced");
-        Ok(revoked == 0)
+        tracing::debug!(group = %self.group, member = %self.member_id, generation, units = self.assignment.len(), revoked = revoked.len(), "synced");
+        if !revoked.is_empty() {
+            self.wait_released(&revoked).await;
+        }
+        Ok(revoked.is_empty())
+    }
+
+    /// Waits (at most half a session timeout, so the session survives)
+    /// until the caller no longer acts on any of `revoked`.
+    async fn wait_released(&mut self, revoked: &BTreeSet<String>) {
+        let limit = self.settings.session_timeout / 2;
+        let released = async {
+            loop {
+                let still = match &*self.held.borrow_and_update() {
+                    None => false,
+                    Some(held) => !held.is_disjoint(revoked),
+                };
+                if !still || self.held.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        if tokio::time::timeout(limit, released).await.is_err() {
+            tracing::warn!(group = %self.group, units = revoked.len(), "revoked units not released within half a session timeout; rejoining anyway (their writes are fenced)");
+        }
     }
 
     async fn join(&mut self) -> Result<JoinGroupResponse> {
