@@ -74,12 +74,34 @@ impl Clustered {
                 .await
                 .map_err(|e| format!("NETWORK_EXCEPTION: destination {bootstrap}: {e}"))
         };
-        // Every destination partition is written under a transactional id of
-        // its own, and a node acquiring a shard fences the shard's
-        // partitions before it aligns them (see `Node::start`).
+        let (_units_tx, units) = watch::channel(
+            (0..node_settings.state_topic_partitions)
+                .map(unit)
+                .collect(),
+        );
+        let membership = MembershipHandle::start(
+            connect().await?,
+            &format!("kmirror-{}", cluster.id),
+            MemberMetadata {
+                admin_url: cluster.advertised_url.clone(),
+                capacity: cluster.capacity,
+            },
+            MemberSettings {
+                session_timeout: cluster.session_timeout,
+                heartbeat_interval: cluster.heartbeat_interval,
+                rebalance_timeout: cluster.rebalance_timeout,
+            },
+            units,
+        );
+        // Every write is under the membership's lease, and every destination
+        // partition under a transactional id of its own: a node acquiring a
+        // shard fences the shard's partitions before it aligns them (see
+        // `Node::start`).
+        let lease = membership.lease();
         let destination = Arc::new(
             KafkaCluster::new(connect().await?, FetchOptions::default())
-                .fenced(&format!("kmirror-{}-data", cluster.id)),
+                .fenced(&format!("kmirror-{}-data", cluster.id))
+                .leased(lease.clone()),
         );
         let mut log_options = StateLogOptions::new(bootstrap);
         log_options.client = settings.destination.clone();
@@ -89,6 +111,7 @@ impl Clustered {
         let open_log: kmirror_actors::shards::ShardLogOpener = Arc::new(move |shard| {
             let options = log_options.clone();
             let tid = state_transactional_id(&cluster_id, shard);
+            let lease = lease.clone();
             Box::pin(async move {
                 let opened = tokio::task::spawn_blocking(move || {
                     let topic = options.topic.clone();
@@ -104,7 +127,7 @@ impl Clustered {
                                     &[TopicPartition::new(&topic, shard)],
                                 )
                                 .await?;
-                                Ok(IdempotentProducer::under_fence(client, &fence))
+                                Ok(IdempotentProducer::under_fence(client, &fence).leased(&lease))
                             })
                         }),
                     )
@@ -120,28 +143,12 @@ impl Clustered {
                 Ok(Arc::new(log) as Arc<dyn EventLog>)
             })
         });
-        let partitions = node_settings.state_topic_partitions;
         let shards = Shards::new(ShardsSpec {
             destination,
             connect_source,
             settings: node_settings,
             open_log,
         });
-        let (_units_tx, units) = watch::channel((0..partitions).map(unit).collect());
-        let membership = MembershipHandle::start(
-            connect().await?,
-            &format!("kmirror-{}", cluster.id),
-            MemberMetadata {
-                admin_url: cluster.advertised_url.clone(),
-                capacity: cluster.capacity,
-            },
-            MemberSettings {
-                session_timeout: cluster.session_timeout,
-                heartbeat_interval: cluster.heartbeat_interval,
-                rebalance_timeout: cluster.rebalance_timeout,
-            },
-            units,
-        );
         let (status_tx, status) = watch::channel(ClusterStatus {
             cluster_id: cluster.id.clone(),
             generation: -1,

@@ -21,7 +21,7 @@ use super::{
 };
 use crate::kafka::admin::{AclFilter, Admin, AlterConfigOp, ConfigResource, NewTopic, OffsetSpec};
 use crate::kafka::batch::{OutgoingBatch, RecordBatch};
-use crate::kafka::fence::{self, ProducerFence};
+use crate::kafka::fence::{self, Lease, ProducerFence};
 use crate::kafka::fetch::{
     FetchError, FetchOptions, FetchSession, FetchedPartition, IsolationLevel, TopicPartition,
 };
@@ -206,6 +206,8 @@ struct Fenced {
     prefix: String,
     /// The fence each partition was last acquired or renewed under here.
     held: Mutex<HashMap<TopicPartition, ProducerFence>>,
+    /// The group lease the sinks write under (see [`KafkaCluster::leased`]).
+    lease: Option<Lease>,
 }
 
 impl KafkaCluster {
@@ -231,7 +233,18 @@ impl KafkaCluster {
         self.fenced = Some(Fenced {
             prefix: prefix.to_string(),
             held: Mutex::new(HashMap::new()),
+            lease: None,
         });
+        self
+    }
+
+    /// Fenced sinks that write only under the node's group `lease`, which
+    /// closes the gap the epoch fence leaves when a leader forgets a
+    /// producer (see [`Lease`]). Call after [`KafkaCluster::fenced`].
+    pub fn leased(mut self, lease: Lease) -> Self {
+        if let Some(f) = &mut self.fenced {
+            f.lease = Some(lease);
+        }
         self
     }
 
@@ -701,7 +714,11 @@ impl DestinationCluster for KafkaCluster {
             let producer = match &self.fenced {
                 Some(f) => {
                     let fence = self.sink_fence(f, &tp).await?;
-                    IdempotentProducer::under_fence(self.client.clone(), &fence)
+                    let producer = IdempotentProducer::under_fence(self.client.clone(), &fence);
+                    match &f.lease {
+                        Some(lease) => producer.leased(lease),
+                        None => producer,
+                    }
                 }
                 None => IdempotentProducer::new(self.client.clone()).await?,
             };

@@ -38,6 +38,7 @@ use tokio::time::Instant;
 use super::admin::Admin;
 use super::client::KafkaClient;
 use super::error::{KafkaError, ResponseError, Result};
+use super::fence::Lease;
 
 /// The group's protocol type, as `kafka-consumer-groups.sh` shows it.
 pub const PROTOCOL_TYPE: &str = "kmirror";
@@ -152,6 +153,7 @@ pub struct MembershipHandle {
     membership: watch::Receiver<Membership>,
     control: watch::Sender<Control>,
     held: HeldUnits,
+    lease: Lease,
     task: Option<JoinHandle<()>>,
 }
 
@@ -169,8 +171,10 @@ impl MembershipHandle {
         let (tx, membership) = watch::channel(Membership::out("", None));
         let (control, control_rx) = watch::channel(Control::Run);
         let (held, held_rx) = watch::channel(None);
+        let lease = Lease::default();
         let member = Member {
             held: held_rx,
+            lease: lease.clone(),
             admin: Admin::new(client.clone()),
             client,
             group: group_id.to_owned(),
@@ -190,8 +194,15 @@ impl MembershipHandle {
             membership,
             control,
             held: HeldUnits(std::sync::Arc::new(held)),
+            lease,
             task: Some(tokio::spawn(member.run(control_rx))),
         }
+    }
+
+    /// The licence to write this membership keeps renewed (see [`Lease`]):
+    /// hand it to every producer that writes the assigned units.
+    pub fn lease(&self) -> Lease {
+        self.lease.clone()
     }
 
     /// Where the caller reports the units it still acts on.
@@ -242,6 +253,8 @@ enum Next {
 struct Member {
     /// What the caller still acts on (None: it does not say).
     held: watch::Receiver<Option<BTreeSet<String>>>,
+    /// Renewed by every heartbeat and sync the coordinator accepts.
+    lease: Lease,
     client: KafkaClient,
     admin: Admin,
     group: String,
@@ -333,6 +346,7 @@ impl Member {
 
     fn expel(&mut self, why: Option<ResponseError>) {
         tracing::info!(group = %self.group, member = %self.member_id, ?why, "out of the group; releasing every unit");
+        self.lease.revoke();
         self.assignment.clear();
         self.owned_generation = -1;
         self.generation = -1;
@@ -380,6 +394,7 @@ impl Member {
                 .with_protocol_type(Some(s(PROTOCOL_TYPE)))
                 .with_protocol_name(Some(s(PROTOCOL_NAME)));
         }
+        let sent = std::time::Instant::now();
         let resp = conn
             .send_versioned(&req, v, self.rebalance_call_timeout())
             .await?;
@@ -388,6 +403,7 @@ impl Member {
             || format!("SyncGroup {}", self.group),
             None,
         )?;
+        self.lease.extend_to(sent + self.settings.session_timeout);
         let (generation, units, members) = decode_assignment(&resp.assignment)?;
         let revoked: BTreeSet<String> = self.assignment.difference(&units).cloned().collect();
         self.generation = joined.generation_id;
@@ -549,8 +565,12 @@ impl Member {
                     units_open = false;
                 }
             }
+            let sent = std::time::Instant::now();
             match self.heartbeat().await {
-                Ok(()) => last_answer = Instant::now(),
+                Ok(()) => {
+                    last_answer = Instant::now();
+                    self.lease.extend_to(sent + self.settings.session_timeout);
+                }
                 Err(e) => {
                     if self.on_error(&e) {
                         return Next::Rejoin;

@@ -36,7 +36,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::batch::{stamp_producer, OutgoingBatch, SourceOffsets};
 use super::client::KafkaClient;
 use super::error::{KafkaError, ResponseError, Result};
-use super::fence::ProducerFence;
+use super::fence::{Lease, LeaseTicket, ProducerFence};
 use super::fetch::TopicPartition;
 
 /// The broker's deduplication window; also our in-flight limit per partition.
@@ -69,6 +69,8 @@ pub struct IdempotentProducer {
     /// Set when running under a [`ProducerFence`]: an epoch error then
     /// means lost ownership ([`KafkaError::Fenced`]), not a broken producer.
     fence: Option<Arc<str>>,
+    /// Set: nothing is sent without it (see [`Lease`]).
+    lease: Option<LeaseTicket>,
     active: Arc<Mutex<HashSet<TopicPartition>>>,
     dispatchers: Arc<Mutex<HashMap<i32, mpsc::Sender<Submission>>>>,
     stats: Arc<Counters>,
@@ -187,10 +189,20 @@ impl IdempotentProducer {
             producer_id,
             producer_epoch,
             fence,
+            lease: None,
             active: Arc::new(Mutex::new(HashSet::new())),
             dispatchers: Arc::new(Mutex::new(HashMap::new())),
             stats: Arc::new(Counters::default()),
         }
+    }
+
+    /// The producer, sending only under `lease`: a request (a retry too)
+    /// waits while the lease has run out, and fails with
+    /// [`KafkaError::Fenced`] once the member was out of the group since
+    /// now, or if the lease is not renewed within the delivery timeout.
+    pub fn leased(mut self, lease: &Lease) -> Self {
+        self.lease = Some(lease.ticket());
+        self
     }
 
     /// `(producer id, epoch)`.
@@ -468,6 +480,14 @@ impl Driver {
             self.node = Some((leader, topic_id));
         }
         let (node, topic_id) = self.node.expect("set above");
+        if let Some(lease) = &self.producer.lease {
+            if !lease.may_send(self.client.config().delivery_timeout).await {
+                return Err(KafkaError::Fenced {
+                    resource: self.tp.to_string(),
+                    reason: "this node's group lease ran out (no heartbeat accepted for a session timeout): another node may own the partition now".into(),
+                });
+            }
+        }
         let job = &mut self.queue[index];
         job.first_sent.get_or_insert_with(Instant::now);
         let (reply, rx) = oneshot::channel();
