@@ -106,6 +106,11 @@ impl Shards {
             .cloned()
     }
 
+    /// The shards running here.
+    pub async fn owned(&self) -> BTreeSet<i32> {
+        self.running.lock().await.keys().copied().collect()
+    }
+
     /// Every running shard, copied out.
     pub async fn nodes(&self) -> Vec<(i32, Node)> {
         let running = self.running.lock().await;

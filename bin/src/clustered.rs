@@ -57,6 +57,7 @@ pub struct Clustered {
     pub status: watch::Receiver<ClusterStatus>,
     membership: MembershipHandle,
     follower: tokio::task::JoinHandle<()>,
+    stop: watch::Sender<bool>,
 }
 
 impl Clustered {
@@ -154,80 +155,84 @@ impl Clustered {
             generation: -1,
             ..ClusterStatus::default()
         });
+        let (stop, stopping) = watch::channel(false);
         let follower = actix::spawn(follow(
-            membership.membership(),
-            membership.held_reporter(),
-            shards.clone(),
-            status_tx,
-            cluster.id.clone(),
+            Follow {
+                membership: membership.membership(),
+                held: membership.held_reporter(),
+                shards: shards.clone(),
+                status: status_tx,
+                cluster_id: cluster.id.clone(),
+            },
+            stopping,
         ));
         Ok(Clustered {
             shards,
             status,
             membership,
             follower,
+            stop,
         })
     }
 
     /// Stops every shard (each pump closed, each log flushed), then leaves
-    /// the group, so the others take the work over at once.
+    /// the group, so the others take the work over at once. The follower
+    /// is told to stop and awaited, never aborted: a shard it is starting
+    /// must be running (and so stopped below) or not started at all.
     pub async fn shutdown(self) {
-        self.follower.abort();
+        let _ = self.stop.send(true);
         let _ = self.follower.await;
         self.shards.shutdown().await;
         self.membership.close().await;
     }
 }
 
-/// Makes the running shards follow the membership, and publishes who owns
-/// what for routing and `kmirror cluster status`.
-async fn follow(
-    mut membership: watch::Receiver<Membership>,
+/// What the follower works with.
+struct Follow {
+    membership: watch::Receiver<Membership>,
     held: HeldUnits,
     shards: Shards,
     status: watch::Sender<ClusterStatus>,
     cluster_id: String,
-) {
+}
+
+/// Makes the running shards follow the membership, and publishes who owns
+/// what for routing and `kmirror cluster status`, until `stop`.
+async fn follow(mut f: Follow, mut stop: watch::Receiver<bool>) {
     loop {
-        let m = membership.borrow_and_update().clone();
+        let m = f.membership.borrow_and_update().clone();
         let owned: BTreeSet<i32> = m
             .assignment
             .iter()
             .filter_map(|u| shard_of_unit(u))
             .collect();
-        // Routing first when shards go (requests stop coming here), after
-        // the start when they come (requests find them running).
-        let view = status_of(&m, &cluster_id);
-        let _ = status.send(view);
+        // Routing follows the assignment at once: a request for a shard
+        // still starting here is answered COORDINATOR_LOAD_IN_PROGRESS, one
+        // for a shard that went is forwarded to its new owner.
+        let _ = f.status.send(status_of(&m, &f.cluster_id));
         // Let go of what was revoked first and say so: the member waits for
         // it before rejoining, and only then are those shards given to
         // another node (a clean handover). Then start what is new.
-        let running: BTreeSet<i32> = shards.nodes().await.into_iter().map(|(s, _)| s).collect();
+        let running = f.shards.owned().await;
         let kept: BTreeSet<i32> = running.intersection(&owned).copied().collect();
-        shards.reconcile(&kept).await;
-        held.report(kept.iter().map(|s| unit(*s)).collect());
-        let failed = shards.reconcile(&owned).await;
-        held.report(
-            shards
-                .nodes()
-                .await
-                .into_iter()
-                .map(|(s, _)| unit(s))
-                .collect(),
-        );
+        f.shards.reconcile(&kept).await;
+        f.held.report(kept.iter().map(|s| unit(*s)).collect());
+        let failed = f.shards.reconcile(&owned).await;
+        f.held
+            .report(f.shards.owned().await.into_iter().map(unit).collect());
         for (shard, e) in &failed {
             tracing::warn!(shard, error = %e, "state partition not started; trying again");
         }
-        let changed = if failed.is_empty() {
-            membership.changed().await
-        } else {
-            tokio::select! {
-                changed = membership.changed() => changed,
-                () = tokio::time::sleep(RETRY_SHARDS) => Ok(()),
+        let retry = async {
+            if failed.is_empty() {
+                std::future::pending::<()>().await
             }
+            tokio::time::sleep(RETRY_SHARDS).await
         };
-        if changed.is_err() {
-            return;
+        tokio::select! {
+            changed = f.membership.changed() => if changed.is_err() { return },
+            () = retry => {}
+            _ = stop.wait_for(|s| *s) => return,
         }
     }
 }
