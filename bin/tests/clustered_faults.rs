@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use kmirror_events::coordinator_partition;
-use kmirror_tests::{bed, create_topic, kafka_tool_ok, kafka_script, unique, BrokerOp, PrivateBed};
+use kmirror_tests::{bed, create_topic, kafka_script, kafka_tool_ok, unique, BrokerOp, PrivateBed};
 use serde_json::Value;
 
 /// Few state partitions: every shard a node acquires is fenced and loaded.
@@ -199,9 +199,17 @@ fn assert_exact_copy(source: &str, destination: &str, topic: &str) -> i64 {
         values(destination, topic, total),
     );
     let count = |m: &BTreeMap<i32, Vec<String>>| m.values().map(Vec::len).sum::<usize>();
-    assert_eq!(count(&a) as i64, total, "the console consumer read the source");
+    assert_eq!(
+        count(&a) as i64,
+        total,
+        "the console consumer read the source"
+    );
     let distinct: BTreeSet<&String> = a.values().flatten().collect();
-    assert_eq!(distinct.len() as i64, total, "the source's values are unique");
+    assert_eq!(
+        distinct.len() as i64,
+        total,
+        "the source's values are unique"
+    );
     for (p, values) in &a {
         assert!(
             b.get(p) == Some(values),
@@ -236,9 +244,13 @@ fn create_mirror(node: &Daemon, dir: &Path, source: &str, mirror: &str, topic: &
             return;
         }
         let err = stderr(&out);
-        let retriable = ["COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR"]
-            .iter()
-            .any(|c| err.starts_with(c));
+        let retriable = [
+            "COORDINATOR_LOAD_IN_PROGRESS",
+            "COORDINATOR_NOT_AVAILABLE",
+            "NOT_COORDINATOR",
+        ]
+        .iter()
+        .any(|c| err.starts_with(c));
         assert!(retriable && Instant::now() < deadline, "{args:?}: {err}");
         println!("create {mirror}: {}; retrying", err.trim());
         std::thread::sleep(Duration::from_millis(500));
@@ -310,9 +322,8 @@ fn a_destination_broker_killed_under_load_loses_nothing() {
     let producer = start_producer(&bed.source, &topic, 300);
     create_mirror(&nodes[1], dirs[1].path(), &bed.source, &mirror, &topic);
     wait_long("the mirror running", 60, || {
-        partitions(&nodes[2], &mirror).is_some_and(|p| {
-            p.len() == 3 && p.iter().all(|p| p["state"] == "MIRRORING")
-        })
+        partitions(&nodes[2], &mirror)
+            .is_some_and(|p| p.len() == 3 && p.iter().all(|p| p["state"] == "MIRRORING"))
     });
     std::thread::sleep(Duration::from_secs(3));
 
@@ -328,17 +339,21 @@ fn a_destination_broker_killed_under_load_loses_nothing() {
     let killed = Instant::now();
     std::thread::sleep(Duration::from_secs(10));
     let (parts, _) = describe_state_topic(&bed.destination, &state_topic);
-    println!(
-        "10 s after the kill: state-topic (leader, ISR size) per partition {parts:?}"
-    );
+    println!("10 s after the kill: state-topic (leader, ISR size) per partition {parts:?}");
     assert!(parts.iter().all(|(l, _)| *l != victim));
     // Two replicas of three still meet min.insync.replicas=2: the state log
     // takes writes and the copy goes on without the broker.
     let during = partitions(&nodes[0], &mirror).unwrap_or_default();
     println!(
         "with broker {victim} down: partitions {:?}, total lag {}",
-        during.iter().map(|p| p["state"].as_str().unwrap_or("?")).collect::<Vec<_>>(),
-        during.iter().map(|p| p["lag"].as_i64().unwrap_or(0).max(0)).sum::<i64>()
+        during
+            .iter()
+            .map(|p| p["state"].as_str().unwrap_or("?"))
+            .collect::<Vec<_>>(),
+        during
+            .iter()
+            .map(|p| p["lag"].as_i64().unwrap_or(0).max(0))
+            .sum::<i64>()
     );
     bed.destination_broker(victim as usize, BrokerOp::Start);
     println!(
@@ -386,7 +401,10 @@ fn a_destination_broker_killed_under_load_loses_nothing() {
     );
     assert!(out.contains(&mirror), "{out}");
     for p in 0..3 {
-        assert!(out.contains(&format!("[{p}]")), "partition {p} in the audit: {out}");
+        assert!(
+            out.contains(&format!("[{p}]")),
+            "partition {p} in the audit: {out}"
+        );
     }
     for n in nodes {
         assert_eq!(n.terminate().code(), Some(0));
@@ -454,13 +472,23 @@ fn scaling_and_a_rolling_restart_under_load_lose_nothing() {
     // (spread by coordinator) each of their own topic.
     let mut mirrors = Vec::new();
     for k in 0..3 {
-        let t = if k == 0 { topic.clone() } else { unique(&format!("roll{k}")) };
+        let t = if k == 0 {
+            topic.clone()
+        } else {
+            unique(&format!("roll{k}"))
+        };
         if k > 0 {
             create_topic(&bed().source, &t, 2, &[]);
             produce(&t, 0, 100);
         }
         let m = unique(&format!("rm{k}"));
-        create_mirror(nodes[0].as_ref().unwrap(), dirs[0].path(), &bed().source, &m, &t);
+        create_mirror(
+            nodes[0].as_ref().unwrap(),
+            dirs[0].path(),
+            &bed().source,
+            &m,
+            &t,
+        );
         mirrors.push((m, t, if k == 0 { 3 } else { 2 }));
     }
     wait_long("every mirror running", 60, || {
@@ -472,7 +500,9 @@ fn scaling_and_a_rolling_restart_under_load_lose_nothing() {
 
     // A step changes the membership, then we wait until the group has
     // settled and every mirror is MIRRORING, sampling all the while.
-    let step = |name: &str, nodes: &mut Vec<Option<Daemon>>, change: &dyn Fn(&mut Vec<Option<Daemon>>)| {
+    let step = |name: &str,
+                nodes: &mut Vec<Option<Daemon>>,
+                change: &dyn Fn(&mut Vec<Option<Daemon>>)| {
         let started = Instant::now();
         let mut meters: Vec<GapMeter> = mirrors.iter().map(|_| GapMeter::new()).collect();
         change(nodes);
@@ -489,7 +519,9 @@ fn scaling_and_a_rolling_restart_under_load_lose_nothing() {
                         p.len() == *n && p.iter().all(|p| p["state"] == "MIRRORING")
                     })
                 })
-                && meters.iter().all(|g| g.since.is_empty() && g.unanswered_since.is_none());
+                && meters
+                    .iter()
+                    .all(|g| g.since.is_empty() && g.unanswered_since.is_none());
             if calm {
                 break;
             }
@@ -512,9 +544,18 @@ fn scaling_and_a_rolling_restart_under_load_lose_nothing() {
     };
 
     let start = |i: usize| {
-        let (dir, cluster, state_topic) = (dirs[i].path().to_owned(), cluster.clone(), state_topic.clone());
+        let (dir, cluster, state_topic) = (
+            dirs[i].path().to_owned(),
+            cluster.clone(),
+            state_topic.clone(),
+        );
         move |nodes: &mut Vec<Option<Daemon>>| {
-            nodes[i] = Some(start_node(&dir, bed().destination.as_str(), &cluster, &state_topic));
+            nodes[i] = Some(start_node(
+                &dir,
+                bed().destination.as_str(),
+                &cluster,
+                &state_topic,
+            ));
         }
     };
     let stop = |i: usize| {
@@ -541,7 +582,9 @@ fn scaling_and_a_rolling_restart_under_load_lose_nothing() {
         mirrored(live, &mirrors[0].0, 3, total)
     });
     let copied = assert_exact_copy(&bed().source, &bed().destination, &topic);
-    println!("destination holds exactly the source's {copied} records of {topic} (0 lost, 0 duplicated)");
+    println!(
+        "destination holds exactly the source's {copied} records of {topic} (0 lost, 0 duplicated)"
+    );
     for (m, t, n) in &mirrors[1..] {
         assert!(mirrored(live, m, *n, 100), "{m}");
         assert_eq!(records_on(&bed().destination, t), 100);
@@ -552,9 +595,19 @@ fn scaling_and_a_rolling_restart_under_load_lose_nothing() {
 }
 
 /// POSTs `operation` on `mirror`'s `topic` through `node`, guarded by `offset`.
-fn operate(node: &Daemon, mirror: &str, operation: &str, topic: &str, offset: u64) -> (u16, String) {
+fn operate(
+    node: &Daemon,
+    mirror: &str,
+    operation: &str,
+    topic: &str,
+    offset: u64,
+) -> (u16, String) {
     let body = format!("{{\"topics\":[\"{topic}\"],\"state_validation_offset\":{offset}}}");
-    node.http("POST", &format!("/mirrors/{mirror}/{operation}"), Some(&body))
+    node.http(
+        "POST",
+        &format!("/mirrors/{mirror}/{operation}"),
+        Some(&body),
+    )
 }
 
 #[test]
@@ -569,7 +622,10 @@ fn two_conflicting_operations_on_two_nodes_one_wins() {
     wait_long("three members owning every shard", 60, || {
         settled(&nodes[0], 3)
     });
-    for (k, (a_op, b_op)) in [("pause", "stop"), ("pause", "pause")].into_iter().enumerate() {
+    for (k, (a_op, b_op)) in [("pause", "stop"), ("pause", "pause")]
+        .into_iter()
+        .enumerate()
+    {
         let topic = unique(&format!("race{k}"));
         create_topic(&bed().source, &topic, 2, &[]);
         produce(&topic, 0, 50);
@@ -607,10 +663,13 @@ fn two_conflicting_operations_on_two_nodes_one_wins() {
             "{loser:?}"
         );
         let winner = if ra.0 == 200 { a_op } else { b_op };
-        let expect = if winner == "pause" { "PAUSED" } else { "STOPPED" };
+        let expect = if winner == "pause" {
+            "PAUSED"
+        } else {
+            "STOPPED"
+        };
         wait_for("the winner's state", || {
-            partitions(&nodes[2], &mirror)
-                .is_some_and(|p| p.iter().all(|p| p["state"] == expect))
+            partitions(&nodes[2], &mirror).is_some_and(|p| p.iter().all(|p| p["state"] == expect))
         });
         println!("  winner: {winner}; every partition {expect}");
     }
@@ -673,7 +732,10 @@ fn a_coordinator_killed_during_a_stop_the_next_one_finishes_it() {
                 break states;
             }
         }
-        assert!(started.elapsed() < Duration::from_secs(30), "the stop never began");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the stop never began"
+        );
         std::thread::sleep(Duration::from_millis(2));
     };
     kill9(nodes[victim].take().unwrap());
@@ -717,7 +779,12 @@ fn a_coordinator_killed_during_a_stop_the_next_one_finishes_it() {
     println!(
         "kmirror log audit --state-partition {shard}: {} lines mention STOPPED, e.g.\n  {}",
         stops.len(),
-        stops.iter().take(3).copied().collect::<Vec<_>>().join("\n  ")
+        stops
+            .iter()
+            .take(3)
+            .copied()
+            .collect::<Vec<_>>()
+            .join("\n  ")
     );
     for p in 0..PARTS {
         let label = format!("[{p}]");
