@@ -678,11 +678,31 @@ fn two_conflicting_operations_on_two_nodes_one_wins() {
     }
 }
 
+fn audit(destination: &str, state_topic: &str, shard: &str, mirror: &str) -> String {
+    kmirror_ok(&[
+        "log",
+        "audit",
+        "--bootstrap-server",
+        destination,
+        "--state-topic",
+        state_topic,
+        "--state-partition",
+        shard,
+        "--mirror",
+        mirror,
+    ])
+}
+
 #[test]
 fn a_coordinator_killed_during_a_stop_the_next_one_finishes_it() {
+    // A source of our own, to stall: a stop's failover reports read the
+    // source (for up to 10 s), so its partitions stay STOPPING while it is
+    // frozen — a window in which to kill the coordinator. (Unstalled, 48
+    // partitions stop in 0.6 s, faster than `describe` can see it.)
+    let bed = PrivateBed::start();
     let (cluster, state_topic) = (unique("ks"), unique("__kmirror_state_s"));
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let dest = bed().destination.as_str();
+    let dest = bed.destination.as_str();
     let mut nodes: Vec<Option<Daemon>> = dirs
         .iter()
         .map(|d| Some(start_node(d.path(), dest, &cluster, &state_topic)))
@@ -690,17 +710,26 @@ fn a_coordinator_killed_during_a_stop_the_next_one_finishes_it() {
     wait_long("three members owning every shard", 60, || {
         settled(nodes[0].as_ref().unwrap(), 3)
     });
-    // Many partitions: the coordinator stops them one report at a time,
-    // which leaves a window to kill it in.
-    const PARTS: usize = 12;
+    const PARTS: usize = 4;
     let topic = unique("st");
     let mirror = unique("stm");
-    create_topic(&bed().source, &topic, PARTS as u32, &[]);
-    produce(&topic, 0, 600);
+    create_topic(&bed.source, &topic, PARTS as u32, &[]);
+    let input: String = (0..400).map(|i| format!("v-{i}\n")).collect();
+    let out = kmirror_tests::kafka_tool_stdin(
+        "kafka-console-producer",
+        &["--bootstrap-server", &bed.source, "--topic", &topic],
+        input.as_bytes(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let n0 = nodes[0].as_ref().unwrap();
-    create_mirror(n0, dirs[0].path(), &bed().source, &mirror, &topic);
-    wait_long("mirrored", 60, || mirrored(n0, &mirror, PARTS, 600));
+    create_mirror(n0, dirs[0].path(), &bed.source, &mirror, &topic);
+    wait_long("mirrored", 60, || mirrored(n0, &mirror, PARTS, 400));
 
+    let shard = coordinator_partition(&mirror, SHARDS).to_string();
     let owner = owner_port(n0, &mirror);
     let victim = (0..3)
         .find(|&i| nodes[i].as_ref().unwrap().port == owner)
@@ -708,6 +737,7 @@ fn a_coordinator_killed_during_a_stop_the_next_one_finishes_it() {
     let via = (0..3).find(|&i| i != victim).unwrap();
     let watcher = (0..3).find(|&i| i != victim && i != via).unwrap();
     let admin = nodes[via].as_ref().unwrap().admin();
+    bed.stall_source();
     let stop = std::thread::spawn({
         let (mirror, topic) = (mirror.clone(), topic.clone());
         move || {
@@ -718,33 +748,29 @@ fn a_coordinator_killed_during_a_stop_the_next_one_finishes_it() {
             (out, started.elapsed())
         }
     });
-    // Kill the coordinator the moment its partitions start to leave
-    // MIRRORING: the stop is recorded, and not finished.
-    let coordinator = nodes[victim].as_ref().unwrap();
+    // The log on the destination (not `describe`, which asks the frozen
+    // source) shows when the stop is under way.
     let started = Instant::now();
-    let states = loop {
-        if let Some(p) = partitions(coordinator, &mirror) {
-            let states: Vec<String> = p
-                .iter()
-                .map(|p| p["state"].as_str().unwrap_or("?").to_owned())
-                .collect();
-            if states.iter().any(|s| s != "MIRRORING") {
-                break states;
-            }
+    let log = loop {
+        let log = audit(dest, &state_topic, &shard, &mirror);
+        if log.contains("-> STOPPING") {
+            break log;
         }
         assert!(
             started.elapsed() < Duration::from_secs(30),
-            "the stop never began"
+            "no STOPPING: {log}"
         );
-        std::thread::sleep(Duration::from_millis(2));
     };
     kill9(nodes[victim].take().unwrap());
     let killed = Instant::now();
-    let done_before = states.iter().filter(|s| *s == "STOPPED").count();
+    let count = |log: &str, what: &str| log.lines().filter(|l| l.contains(what)).count();
     println!(
-        "killed the coordinator :{owner} {:.0} ms into the stop; its last answer: {done_before} of {PARTS} partitions STOPPED, {states:?}",
-        started.elapsed().as_secs_f64() * 1000.0
+        "killed the coordinator :{owner} {:.1} s into the stop: its log then held {} STOPPING and {} STOPPED transitions of {PARTS} partitions",
+        started.elapsed().as_secs_f64(),
+        count(&log, "-> STOPPING"),
+        count(&log, "-> STOPPED")
     );
+    bed.resume_source();
     let (out, took) = stop.join().unwrap();
     println!(
         "the client's stop: exit {:?} after {:.1} s: {}",
@@ -752,7 +778,10 @@ fn a_coordinator_killed_during_a_stop_the_next_one_finishes_it() {
         took.as_secs_f64(),
         stderr(&out).trim()
     );
-    assert!(!out.status.success(), "the stop's call died with its node");
+    assert!(
+        !out.status.success(),
+        "the stop finished before the kill: no handover to test"
+    );
     let w = nodes[watcher].as_ref().unwrap();
     wait_long("every partition STOPPED", 90, || {
         partitions(w, &mirror)
@@ -762,29 +791,11 @@ fn a_coordinator_killed_during_a_stop_the_next_one_finishes_it() {
         "the new coordinator finished the stop {:.1} s after the kill",
         killed.elapsed().as_secs_f64()
     );
-    let shard = coordinator_partition(&mirror, SHARDS).to_string();
-    let audit = kmirror_ok(&[
-        "log",
-        "audit",
-        "--bootstrap-server",
-        dest,
-        "--state-topic",
-        &state_topic,
-        "--state-partition",
-        &shard,
-        "--mirror",
-        &mirror,
-    ]);
-    let stops: Vec<&str> = audit.lines().filter(|l| l.contains("STOPPED")).collect();
+    let log = audit(dest, &state_topic, &shard, &mirror);
+    let stops: Vec<&str> = log.lines().filter(|l| l.contains("STOP")).collect();
     println!(
-        "kmirror log audit --state-partition {shard}: {} lines mention STOPPED, e.g.\n  {}",
-        stops.len(),
-        stops
-            .iter()
-            .take(3)
-            .copied()
-            .collect::<Vec<_>>()
-            .join("\n  ")
+        "kmirror log audit --state-partition {shard}, the stop:\n  {}",
+        stops.join("\n  ")
     );
     for p in 0..PARTS {
         let label = format!("[{p}]");
@@ -792,7 +803,7 @@ fn a_coordinator_killed_during_a_stop_the_next_one_finishes_it() {
             .iter()
             .filter(|l| l.contains(&label) && l.contains("-> STOPPED"))
             .count();
-        assert_eq!(n, 1, "one STOPPED transition of partition {p}:\n{audit}");
+        assert_eq!(n, 1, "one STOPPED transition of partition {p}:\n{log}");
     }
     for n in nodes.into_iter().flatten() {
         assert_eq!(n.terminate().code(), Some(0));
