@@ -3,6 +3,10 @@
 //! under load, two nodes racing conflicting operations, and a coordinator
 //! killed while it runs a `mirror stop`. Each test prints its figures.
 //!
+//! Longer than 800 lines: four scenarios share the helpers that read the
+//! cluster's own view (settled, owner, describe gaps) and Kafka's tools'
+//! view (end offsets, values per partition); `common/` is for every binary.
+//!
 //! Processes here die (SIGKILL) or stop cleanly (SIGTERM); a node that is
 //! frozen but alive (SIGSTOP) needs the data path fenced by the broker,
 //! which is not in place yet, so no test here freezes a node.
