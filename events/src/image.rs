@@ -212,8 +212,8 @@ impl MirrorStateImage {
 
     /// The first of `lock`'s topics that changed at or after its offset,
     /// and where. Judged before the command itself: once another operation
-    /// moved a topic, an error about its new state (BEING_STOPPED, ALREADY_
-    /// PAUSED) would answer a question the client never asked; the lock's
+    /// moved a topic, an error about its new state (being stopped, already
+    /// paused) would answer a question the client never asked; the lock's
     /// INVALID_CLUSTER_MIRROR_STATES tells it to look again.
     pub fn stale_under(&self, lock: &StateValidation) -> Option<(TopicId, Offset)> {
         lock.topics.iter().find_map(|id| {
