@@ -209,6 +209,16 @@ impl Handler<Execute> for CoordinatorActor {
     type Result = AtomicResponse<Self, Result<Applied, CoordinatorError>>;
 
     fn handle(&mut self, msg: Execute, _ctx: &mut Context<Self>) -> Self::Result {
+        // The image is the log's fold (every append goes through here), so
+        // it judges the lock as the log would; the log checks again below.
+        if let Some(lock) = &msg.state_validation {
+            if self.image.stale_under(lock).is_some() {
+                let e = CoordinatorError::Stale {
+                    state_validation_offset: lock.offset,
+                };
+                return AtomicResponse::new(Box::pin(fut::ready(Err(e))));
+            }
+        }
         let records = match decide(&self.image, &msg.command) {
             Ok(r) => r,
             Err(e) => return AtomicResponse::new(Box::pin(fut::ready(Err(e.into())))),

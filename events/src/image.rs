@@ -210,6 +210,19 @@ impl MirrorStateImage {
         self.topics.get(topic_id).map(|t| t.changed_at)
     }
 
+    /// The first of `lock`'s topics that changed at or after its offset,
+    /// and where. Judged before the command itself: once another operation
+    /// moved a topic, an error about its new state (being stopped, already
+    /// paused) would answer a question the client never asked; the lock's
+    /// INVALID_CLUSTER_MIRROR_STATES tells it to look again.
+    pub fn stale_under(&self, lock: &StateValidation) -> Option<(TopicId, Offset)> {
+        lock.topics.iter().find_map(|id| {
+            self.topic_last_change(id)
+                .filter(|&at| at >= lock.offset)
+                .map(|at| (*id, at))
+        })
+    }
+
     pub fn partition_state(&self, key: &MirrorPartitionKey) -> Option<&MirrorPartitionStateValue> {
         self.partitions.get(key)
     }

@@ -87,6 +87,8 @@ pub struct PrivateBed {
     pub destination: String,
     /// Each source broker's own address, broker 1 first.
     pub source_brokers: Vec<String>,
+    /// Each destination broker's own address, broker 1 first.
+    pub destination_brokers: Vec<String>,
     dir: PathBuf,
 }
 
@@ -118,25 +120,35 @@ impl PrivateBed {
     /// brokers 1..=`brokers`, replication factors `brokers`, min ISR 1,
     /// unclean leader election off) and a single-broker destination.
     pub fn with_source_brokers(brokers: usize) -> Self {
+        Self::with_brokers(brokers, 1)
+    }
+
+    /// A source of `source` brokers and a destination of `destination`
+    /// brokers; a cluster of more than one broker has a dedicated KRaft
+    /// controller plus brokers 1..=n, replication factors n, min ISR 1 and
+    /// unclean leader election off (`scripts/kafka up --brokers`).
+    pub fn with_brokers(source: usize, destination: usize) -> Self {
         let dir = std::env::temp_dir().join(unique("kmirror-private-bed"));
-        let counts = format!("{brokers},1");
+        let counts = format!("{source},{destination}");
         let env = start_clusters_with(2, &dir, &["--brokers", &counts]);
         let bed = bed_from_env(&env).expect("scripts/kafka up printed both clusters");
         let get = |k: &str| {
             env.lines()
                 .find_map(|l| l.strip_prefix(k)?.strip_prefix('=').map(str::to_string))
         };
-        let source_brokers = if brokers == 1 {
-            vec![bed.source.clone()]
-        } else {
-            (1..=brokers)
-                .map(|j| get(&format!("CLUSTER_1_BROKER_{j}")).expect("a line per broker"))
+        let brokers = |cluster: usize, n: usize, all: &str| -> Vec<String> {
+            if n == 1 {
+                return vec![all.to_owned()];
+            }
+            (1..=n)
+                .map(|j| get(&format!("CLUSTER_{cluster}_BROKER_{j}")).expect("a line per broker"))
                 .collect()
         };
         PrivateBed {
+            source_brokers: brokers(1, source, &bed.source),
+            destination_brokers: brokers(2, destination, &bed.destination),
             source: bed.source,
             destination: bed.destination,
-            source_brokers,
             dir,
         }
     }
@@ -144,6 +156,16 @@ impl PrivateBed {
     /// Applies `op` to source broker `broker` (1-based, the node id of a
     /// multi-broker source).
     pub fn source_broker(&self, broker: usize, op: BrokerOp) {
+        self.broker(1, broker, op);
+    }
+
+    /// Applies `op` to destination broker `broker` (1-based, the node id of
+    /// a multi-broker destination).
+    pub fn destination_broker(&self, broker: usize, op: BrokerOp) {
+        self.broker(2, broker, op);
+    }
+
+    fn broker(&self, cluster: usize, broker: usize, op: BrokerOp) {
         let op = match op {
             BrokerOp::Stop => "stop",
             BrokerOp::Kill => "kill",
@@ -151,13 +173,13 @@ impl PrivateBed {
             BrokerOp::Pause => "pause",
             BrokerOp::Resume => "resume",
         };
-        let broker = broker.to_string();
+        let (cluster, broker) = (cluster.to_string(), broker.to_string());
         let dir = self.dir.as_os_str();
         run_kafka_script(&[
             "broker".as_ref(),
             op.as_ref(),
             "--cluster".as_ref(),
-            "1".as_ref(),
+            cluster.as_ref(),
             "--broker".as_ref(),
             broker.as_ref(),
             "--dir".as_ref(),

@@ -71,6 +71,33 @@ async fn a_start_refused_as_stale_saves_none_of_its_patterns() {
     assert_eq!(include(&node).await, before, "nothing of the refused start");
 }
 
+/// Two guarded operations decided on the same view: the second is told
+/// its view is stale, not what the first one did (which it never saw).
+#[actix::test]
+async fn the_loser_of_two_guarded_operations_hears_the_lock_first() {
+    let source = MemorySource::new("src");
+    source.create_topic("a", TopicId([1; 16]), 1);
+    let node = node(&source).await;
+    node.create_mirror("m", props()).await.unwrap();
+    node.start_topics("m", &["a".into()], &[], None)
+        .await
+        .unwrap();
+    let validated = node.state_validation_offset().await;
+    node.change_topics("m", TopicChange::Pause, &["a".into()], Some(validated))
+        .await
+        .unwrap();
+    let refused = node
+        .change_topics("m", TopicChange::Pause, &["a".into()], Some(validated))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code, "INVALID_CLUSTER_MIRROR_STATES", "{refused:?}");
+    let unguarded = node
+        .change_topics("m", TopicChange::Pause, &["a".into()], None)
+        .await
+        .unwrap_err();
+    assert_eq!(unguarded.code, "MIRROR_TOPIC_ALREADY_PAUSED");
+}
+
 #[actix::test]
 async fn concurrent_starts_keep_each_others_patterns() {
     let source = MemorySource::new("src");
