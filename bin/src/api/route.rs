@@ -47,6 +47,9 @@ pub(super) enum Owner {
 /// not bounce a request between them).
 const FORWARDED: &str = "kmirror-forwarded";
 
+/// How long a request waits for a shard assigned here to finish loading.
+const SHARD_LOAD_WAIT: Duration = Duration::from_secs(30);
+
 /// How long a forwarded request may take (a stop waits for its partitions).
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
@@ -84,12 +87,22 @@ impl NodeHandle {
             ))
         })?;
         if status.is_me(owner) {
-            return shards.node_for(mirror).await.map(Owner::Here).ok_or_else(|| {
-                ApiError(NodeError::new(
-                    "COORDINATOR_LOAD_IN_PROGRESS",
-                    format!("state partition {shard} of mirror {mirror:?} is still loading on this node; try again"),
-                ))
-            });
+            // Assigned here but maybe still loading (fence, then read to the
+            // end): the request waits for it rather than fail a client that
+            // cannot know.
+            let deadline = tokio::time::Instant::now() + SHARD_LOAD_WAIT;
+            loop {
+                if let Some(node) = shards.node_for(mirror).await {
+                    return Ok(Owner::Here(node));
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(ApiError(NodeError::new(
+                        "COORDINATOR_LOAD_IN_PROGRESS",
+                        format!("state partition {shard} of mirror {mirror:?} is still loading on this node after {}s; try again", SHARD_LOAD_WAIT.as_secs()),
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
         if req.headers().contains_key(FORWARDED) {
             return Err(ApiError(NodeError::new(
