@@ -566,18 +566,15 @@ fn a_shard_log_ends_with_its_release_until_anything_follows() {
     // in the state partition: markers are no records, so a release read
     // back at offset 40 of a log whose marker sits at 41 still ends it.
     let mut kafka = MirrorStateImage::new();
-    for (o, r) in (0..).zip(
-        [
-            Record::MirrorConfig(
-                MirrorConfigKey {
-                    mirror_name: "m1".into(),
-                },
-                Some(config()),
-            ),
-            written[0].clone(),
-        ]
-        .into_iter(),
-    ) {
+    for (o, r) in (0..).zip([
+        Record::MirrorConfig(
+            MirrorConfigKey {
+                mirror_name: "m1".into(),
+            },
+            Some(config()),
+        ),
+        written[0].clone(),
+    ]) {
         kafka.replay(o * 40, r);
     }
     assert_eq!(kafka.ends_with_release(0), Some(&release));
