@@ -44,6 +44,10 @@ pub enum CoordinatorError {
     /// The actor is gone (the node is shutting down) or its mailbox closed.
     #[error("coordinator unavailable: {0}")]
     Unavailable(String),
+    /// This coordinator released its shard: its log must end with the
+    /// release, so nothing more is written through it.
+    #[error("NOT_COORDINATOR: shard {shard} was released by this node")]
+    Released { shard: i32 },
 }
 
 impl From<MailboxError> for CoordinatorError {
@@ -60,6 +64,7 @@ impl CoordinatorError {
             CoordinatorError::Stale { .. } => "INVALID_CLUSTER_MIRROR_STATES",
             CoordinatorError::Store(_) => "KAFKA_STORAGE_ERROR",
             CoordinatorError::Unavailable(_) => "COORDINATOR_NOT_AVAILABLE",
+            CoordinatorError::Released { .. } => "NOT_COORDINATOR",
         }
     }
 }
@@ -139,6 +144,11 @@ pub struct CoordinatorActor {
     /// End offset of the last snapshot this actor wrote (0 at start).
     snapshot_at: Offset,
     snapshotting: bool,
+    /// The shard this actor appended a `ShardRelease` for: every later
+    /// `Execute` is refused, whoever sends it (a straggling sync pass, a
+    /// request that raced the shutdown), so the release stays the newest
+    /// record and the next owner may skip its fence markers.
+    released: Option<i32>,
 }
 
 impl CoordinatorActor {
@@ -153,6 +163,7 @@ impl CoordinatorActor {
             snapshot_every: SNAPSHOT_EVERY_RECORDS,
             snapshot_at: 0,
             snapshotting: false,
+            released: None,
         })
     }
 
@@ -209,6 +220,10 @@ impl Handler<Execute> for CoordinatorActor {
     type Result = AtomicResponse<Self, Result<Applied, CoordinatorError>>;
 
     fn handle(&mut self, msg: Execute, _ctx: &mut Context<Self>) -> Self::Result {
+        if let Some(shard) = self.released {
+            let refused = Err(CoordinatorError::Released { shard });
+            return AtomicResponse::new(Box::pin(fut::ready(refused)));
+        }
         // The image is the log's fold (every append goes through here), so
         // it judges the lock as the log would; the log checks again below.
         if let Some(lock) = &msg.state_validation {
@@ -248,6 +263,9 @@ impl Handler<Execute> for CoordinatorActor {
                 let image = Arc::make_mut(&mut act.image);
                 for (o, r) in (offset..).zip(records.iter()) {
                     image.apply(o, r);
+                    if let Record::ShardRelease(k, Some(_)) = r {
+                        act.released = Some(k.shard);
+                    }
                 }
                 if let (Some(s), false) = (&act.subscriber, records.is_empty()) {
                     s.do_send(Appended {

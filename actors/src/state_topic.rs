@@ -33,9 +33,17 @@ pub const DEFAULT_STATE_TOPIC: &str = "__kmirror_state";
 /// Its partitions when kmirror creates it (`state_topic_num_partitions`).
 pub const DEFAULT_PARTITIONS: i32 = 50;
 
-/// The string a key is routed by.
-fn routing(key: &RecordKey) -> String {
-    match key {
+/// Where a key is routed.
+enum Route {
+    /// By the routing hash of this string (`coordinator_partition`).
+    Hash(String),
+    /// To this partition itself: a shard's own records.
+    Partition(i32),
+}
+
+/// Where a key is routed.
+fn routing(key: &RecordKey) -> Route {
+    let name = match key {
         // Keyed by the topic alone: the mirror named in the value changes
         // (a delete clears it), the partition must not.
         RecordKey::MirrorTopicStateChange(k) | RecordKey::MirrorTopicDestination(k) => {
@@ -54,12 +62,24 @@ fn routing(key: &RecordKey) -> String {
         RecordKey::TopicConfigSync(k) => k.mirror_name.clone(),
         RecordKey::AclSync(k) => k.mirror_name.clone(),
         RecordKey::SourceFence(k) => k.mirror_name.clone(),
-    }
+        // The key *is* the partition: hashing its number would send it to
+        // another shard's log.
+        RecordKey::ShardRelease(k) => return Route::Partition(k.shard),
+    };
+    Route::Hash(name)
 }
 
-/// The partition of the state topic a record's key lives in.
+/// The partition of the state topic a record's key lives in. A shard's
+/// release goes to the shard itself (`partitions` must exceed it: a shard
+/// is a partition of the topic).
 pub fn partition_of(key: &RecordKey, partitions: i32) -> i32 {
-    coordinator_partition(&routing(key), partitions)
+    match routing(key) {
+        Route::Hash(name) => coordinator_partition(&name, partitions),
+        Route::Partition(p) => {
+            debug_assert!((0..partitions).contains(&p), "shard {p} of {partitions}");
+            p
+        }
+    }
 }
 
 /// Whether a client property holds a secret (a password, a JAAS line with
@@ -253,5 +273,19 @@ mod tests {
         let (key, value) = encode(&tombstone, 8, 1);
         assert_eq!(value, None);
         assert_eq!(decode(Some(&key), None).unwrap(), tombstone);
+    }
+
+    #[test]
+    fn a_shard_release_lives_in_the_shard_it_releases() {
+        for shard in [0, 1, 7, 49] {
+            let key = RecordKey::ShardRelease(kmirror_events::ShardReleaseKey { shard });
+            assert_eq!(partition_of(&key, 50), shard);
+        }
+        // Whereas a hashed key of the same digits lands elsewhere.
+        assert_ne!(
+            coordinator_partition("7", 50),
+            7,
+            "the hash would misroute it"
+        );
     }
 }

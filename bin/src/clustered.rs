@@ -66,9 +66,11 @@ impl Clustered {
     pub async fn start(
         settings: &DaemonSettings,
         cluster: &ClusterSettings,
-        node_settings: NodeSettings,
+        mut node_settings: NodeSettings,
         connect_source: SourceConnector,
     ) -> Result<Clustered, String> {
+        // Named in the release each shard leaves when it goes.
+        node_settings.member = cluster.advertised_url.clone();
         let bootstrap = &settings.destination["bootstrap.servers"];
         let connect = || async {
             KafkaClient::from_properties(&settings.destination)

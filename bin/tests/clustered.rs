@@ -452,3 +452,118 @@ fn a_secret_by_reference_follows_the_mirror_to_another_node() {
         assert_eq!(n.terminate().code(), Some(0));
     }
 }
+
+/// The lines of `dir`'s daemon log that say how a shard was handed over.
+fn handover_lines(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("daemon.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("handover of shard"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `mirror`'s partitions as `daemon` describes them, with `offsets_identical`.
+fn offsets_identical(daemon: &Daemon, mirror: &str) -> Vec<bool> {
+    let parts: Vec<Value> =
+        serde_json::from_value(json(daemon, &format!("/mirrors/{mirror}/partitions"))).unwrap();
+    parts
+        .iter()
+        .map(|p| p["offsets_identical"].as_bool().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_rolling_restart_hands_shards_over_without_a_marker() {
+    let cluster = unique("kr");
+    let state_topic = unique("__kmirror_state_r");
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut nodes: Vec<Option<Daemon>> = dirs
+        .iter()
+        .map(|d| Some(start_node(d.path(), &cluster, &state_topic)))
+        .collect();
+    wait_for("two members owning every shard", || {
+        settled(node(&nodes, 0), 2)
+    });
+    let props = write_properties(dirs[0].path());
+    let topic = unique("rr");
+    create_topic(&bed().source, &topic, 2, &[]);
+    produce(&topic, 0, 200);
+    let mirror = unique("rm");
+    node(&nodes, 0).cli_ok(&[
+        "mirror",
+        "create",
+        "--mirror",
+        &mirror,
+        "--mirror-config",
+        &props,
+        "--topics",
+        &topic,
+    ]);
+    wait_for("mirrored", || mirrored(node(&nodes, 0), &mirror, 2, 200));
+
+    // SIGTERM the mirror's coordinator: it stops its shards (every pump
+    // closed and awaited), releases them, and leaves the group.
+    let owner = owner_port(node(&nodes, 0), &mirror);
+    let victim = (0..2).find(|&i| node(&nodes, i).port == owner).unwrap();
+    let survivor = 1 - victim;
+    let stopped = Instant::now();
+    assert_eq!(nodes[victim].take().unwrap().terminate().code(), Some(0));
+    produce(&topic, 200, 400);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !mirrored(node(&nodes, survivor), &mirror, 2, 400) {
+        assert!(Instant::now() < deadline, "no takeover within 90 s");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    println!(
+        "clean handover: {mirror} mirrored again on the other node {:.1} s after SIGTERM",
+        stopped.elapsed().as_secs_f64()
+    );
+
+    // Start it again: the group rebalances, and the shard may move back
+    // (revoked from the survivor: a second clean handover).
+    nodes[victim] = Some(start_node(dirs[victim].path(), &cluster, &state_topic));
+    wait_for("two members again", || settled(node(&nodes, survivor), 2));
+    produce(&topic, 400, 600);
+    wait_for("600 mirrored", || {
+        mirrored(node(&nodes, survivor), &mirror, 2, 600)
+    });
+    let back = owner_port(node(&nodes, survivor), &mirror) == node(&nodes, victim).port;
+    println!(
+        "after the restart the shard is on the {} node",
+        if back { "restarted" } else { "other" }
+    );
+
+    let markers = assert_no_write_after_a_fence(&topic, 2);
+    let identical = offsets_identical(node(&nodes, survivor), &mirror);
+    let lines: Vec<String> = dirs.iter().flat_map(|d| handover_lines(d.path())).collect();
+    let shard = coordinator_partition(&mirror, SHARDS);
+    // (clean, partitions) of every start of the mirror's shard; the first,
+    // on an empty log before the mirror existed, had nothing to fence.
+    let starts: Vec<(bool, i64)> = lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["fields"]["shard"] == shard)
+        .map(|l| {
+            let message = l["fields"]["message"].as_str().unwrap().to_owned();
+            (
+                message.starts_with("clean handover"),
+                l["fields"]["partitions"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    println!("markers on the destination partitions: {markers}; offsets_identical: {identical:?}");
+    println!("starts of shard {shard} (clean, partitions to fence): {starts:?}");
+    assert_eq!(markers, 0, "a clean handover writes no marker");
+    assert_eq!(identical, vec![true, true]);
+    let clean_takeovers = starts.iter().filter(|&&(clean, n)| clean && n == 2).count();
+    assert_eq!(clean_takeovers, if back { 2 } else { 1 }, "{starts:?}");
+    assert!(
+        starts.iter().all(|&(clean, n)| clean || n == 0),
+        "no start of the mirror's shard fenced a partition: {starts:?}"
+    );
+    assert_copy_exact(&topic, 2);
+    for n in nodes.into_iter().flatten() {
+        assert_eq!(n.terminate().code(), Some(0));
+    }
+}

@@ -31,12 +31,12 @@ use crate::record::*;
 /// image layout; version-1 records read unchanged. 3 added `SourceFence`
 /// and `FailoverReport` (and their maps in the snapshot's image). 4 added
 /// `MirrorTopicDestination`, `FailbackPlan` and `SourceEpochs`, and their
-/// maps.
-pub const FORMAT_VERSION: u8 = 4;
+/// maps. 5 added `ShardRelease` (and the image's newest release per shard).
+pub const FORMAT_VERSION: u8 = 5;
 
 /// Snapshots of an older image layout than this are skipped (the log is
 /// replayed instead): a snapshot is a cache of the log, never its only copy.
-const SNAPSHOT_LAYOUT_VERSION: u8 = 4;
+const SNAPSHOT_LAYOUT_VERSION: u8 = 5;
 
 const CFG: Configuration = standard();
 /// Fixed header before `key_len`.
@@ -181,6 +181,10 @@ pub fn encode_key(key: &RecordKey) -> Vec<u8> {
             out.push(RecordType::SourceEpochs as u8);
             enc(k, &mut out)
         }
+        RecordKey::ShardRelease(k) => {
+            out.push(RecordType::ShardRelease as u8);
+            enc(k, &mut out)
+        }
     }
     out
 }
@@ -215,6 +219,7 @@ pub fn decode_key(bytes: &[u8]) -> Result<RecordKey, CodecError> {
         RecordType::SourceFence => RecordKey::SourceFence(dec(key, "record key")?),
         RecordType::FailoverReport => RecordKey::FailoverReport(dec(key, "record key")?),
         RecordType::SourceEpochs => RecordKey::SourceEpochs(dec(key, "record key")?),
+        RecordType::ShardRelease => RecordKey::ShardRelease(dec(key, "record key")?),
     })
 }
 
@@ -267,6 +272,7 @@ pub fn encode_record(
         Record::SourceFence(k, v) => enc_kv(k, v, &mut out),
         Record::FailoverReport(k, v) => enc_kv(k, v, &mut out),
         Record::SourceEpochs(k, v) => enc_kv(k, v, &mut out),
+        Record::ShardRelease(k, v) => enc_kv(k, v, &mut out),
     }
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
@@ -403,6 +409,10 @@ pub fn decode_record(bytes: &[u8]) -> Result<Envelope, CodecError> {
         RecordType::SourceEpochs => {
             let (k, v) = dec_kv(body)?;
             Record::SourceEpochs(k, v)
+        }
+        RecordType::ShardRelease => {
+            let (k, v) = dec_kv(body)?;
+            Record::ShardRelease(k, v)
         }
     };
     Ok(Envelope {

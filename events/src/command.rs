@@ -174,6 +174,12 @@ pub enum Command {
     RemoveSourceFence {
         key: SourceFenceKey,
     },
+    /// A clustered node lets `shard` go after every pump of it stopped: the
+    /// last record it writes there (see [`ShardRelease`]).
+    ReleaseShard {
+        shard: i32,
+        release: ShardRelease,
+    },
 }
 
 /// Why a command was refused. Variants named after KIP error codes map to

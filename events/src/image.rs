@@ -61,6 +61,18 @@ pub struct MirrorStateImage {
     source_fences: OrdMap<SourceFenceKey, SourceFence>,
     failover_reports: OrdMap<FailoverReportKey, FailoverReport>,
     source_epochs: OrdMap<MirrorPartitionKey, SourceEpochs>,
+    /// Per shard, its newest release and that record's offset: with
+    /// `end_offset` (one past the newest record folded) it answers whether
+    /// the log *ends* with the release, which is all a next owner asks.
+    /// The newest record of a key survives compaction, so this does too.
+    releases: OrdMap<ShardReleaseKey, ReleaseEntry>,
+}
+
+/// A shard's newest release and where it is in the log.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct ReleaseEntry {
+    pub release: ShardRelease,
+    pub released_at: Offset,
 }
 
 fn put<K: Ord + Clone, V: Clone>(map: &mut OrdMap<K, V>, k: K, v: Option<V>) {
@@ -158,6 +170,14 @@ impl MirrorStateImage {
             Record::SourceFence(k, v) => put(&mut self.source_fences, k, v),
             Record::FailoverReport(k, v) => put(&mut self.failover_reports, k, v),
             Record::SourceEpochs(k, v) => put(&mut self.source_epochs, k, v),
+            Record::ShardRelease(k, v) => put(
+                &mut self.releases,
+                k,
+                v.map(|release| ReleaseEntry {
+                    release,
+                    released_at: offset,
+                }),
+            ),
         }
     }
 
@@ -170,6 +190,16 @@ impl MirrorStateImage {
     /// decisions taken on this image (see [`StateValidation`]).
     pub fn end_offset(&self) -> Offset {
         self.end_offset
+    }
+
+    /// The release of `shard` if it is the newest record folded: the
+    /// previous owner stopped every pump of the shard and wrote nothing
+    /// after, so its next owner need not fence (see `ShardRelease`).
+    pub fn ends_with_release(&self, shard: i32) -> Option<&ShardRelease> {
+        self.releases
+            .get(&ShardReleaseKey { shard })
+            .filter(|e| e.released_at + 1 == self.end_offset)
+            .map(|e| &e.release)
     }
 
     pub fn mirror(&self, name: &str) -> Option<&MirrorConfig> {
@@ -492,6 +522,7 @@ impl RecordKey {
             RecordKey::SourceFence(k) => Record::SourceFence(k, None),
             RecordKey::FailoverReport(k) => Record::FailoverReport(k, None),
             RecordKey::SourceEpochs(k) => Record::SourceEpochs(k, None),
+            RecordKey::ShardRelease(k) => Record::ShardRelease(k, None),
         }
     }
 }

@@ -26,7 +26,7 @@ pub use backoff::ExponentialBackoff;
 pub use codec::{CodecError, Envelope, FORMAT_VERSION};
 pub use command::{Command, DecideError, MapSeed, TopicRef};
 pub use ids::{Offset, TopicId};
-pub use image::{ImageSummary, MirrorStateImage, StateValidation, TopicEntry};
+pub use image::{ImageSummary, MirrorStateImage, ReleaseEntry, StateValidation, TopicEntry};
 pub use machine::{decide, decide_and_apply};
 pub use offset_map::{translate, MapError, OffsetMap, Translation};
 pub use pattern::{

@@ -757,6 +757,17 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
                 vec![]
             })
         }
+        Command::ReleaseShard { shard, release } => {
+            if *shard < 0 {
+                return Err(DecideError::InvalidRequest(format!(
+                    "shard {shard} is not a state-topic partition"
+                )));
+            }
+            Ok(vec![Record::ShardRelease(
+                ShardReleaseKey { shard: *shard },
+                Some(release.clone()),
+            )])
+        }
     }
 }
 

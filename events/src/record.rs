@@ -352,6 +352,29 @@ pub struct SourceFence {
     pub topic_name: String,
 }
 
+/// Key of a shard release: the state-topic partition (the coordinator
+/// shard) given up. Routed to that partition itself, so a shard's releases
+/// live in its own log.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Serialize, Deserialize)]
+pub struct ShardReleaseKey {
+    pub shard: i32,
+}
+
+/// The last record a clustered node writes to a shard's log when it lets
+/// the shard go cleanly: every pump of the shard had closed and awaited its
+/// producer before it was appended, so nothing of the old owner can still
+/// land on a destination partition. A next owner that finds it as the
+/// newest record of the log needs no fence markers (a clean handover costs
+/// no destination offset); any other ending (a crash, a pause, a lost
+/// session) makes it fence as before.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct ShardRelease {
+    /// Who let the shard go (the node's member label).
+    pub member: String,
+    /// Why (revoked by a rebalance, node shutting down, …).
+    pub reason: String,
+}
+
 /// What a source held that a failover did not mirror, read when it stopped.
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
 pub struct Unmirrored {
@@ -443,6 +466,7 @@ pub enum RecordType {
     SourceFence = 12,
     FailoverReport = 15,
     SourceEpochs = 14,
+    ShardRelease = 17,
 }
 
 impl RecordType {
@@ -465,6 +489,7 @@ impl RecordType {
             12 => SourceFence,
             15 => FailoverReport,
             14 => SourceEpochs,
+            17 => ShardRelease,
             _ => return None,
         })
     }
@@ -487,6 +512,7 @@ impl RecordType {
             SourceFence => "SourceFence",
             FailoverReport => "FailoverReport",
             SourceEpochs => "SourceEpochs",
+            ShardRelease => "ShardRelease",
         }
     }
 }
@@ -510,6 +536,7 @@ pub enum RecordKey {
     SourceFence(SourceFenceKey),
     FailoverReport(FailoverReportKey),
     SourceEpochs(SourceEpochsKey),
+    ShardRelease(ShardReleaseKey),
 }
 
 /// One record: a typed key with its optional value (`None` = tombstone).
@@ -533,6 +560,7 @@ pub enum Record {
     SourceFence(SourceFenceKey, Option<SourceFence>),
     FailoverReport(FailoverReportKey, Option<FailoverReport>),
     SourceEpochs(SourceEpochsKey, Option<SourceEpochs>),
+    ShardRelease(ShardReleaseKey, Option<ShardRelease>),
 }
 
 impl Record {
@@ -554,6 +582,7 @@ impl Record {
             Record::SourceFence(..) => RecordType::SourceFence,
             Record::FailoverReport(..) => RecordType::FailoverReport,
             Record::SourceEpochs(..) => RecordType::SourceEpochs,
+            Record::ShardRelease(..) => RecordType::ShardRelease,
         }
     }
 
@@ -575,6 +604,7 @@ impl Record {
             Record::SourceFence(k, _) => RecordKey::SourceFence(k.clone()),
             Record::FailoverReport(k, _) => RecordKey::FailoverReport(k.clone()),
             Record::SourceEpochs(k, _) => RecordKey::SourceEpochs(k.clone()),
+            Record::ShardRelease(k, _) => RecordKey::ShardRelease(*k),
         }
     }
 
@@ -596,6 +626,7 @@ impl Record {
             Record::SourceFence(_, v) => v.is_none(),
             Record::FailoverReport(_, v) => v.is_none(),
             Record::SourceEpochs(_, v) => v.is_none(),
+            Record::ShardRelease(_, v) => v.is_none(),
         }
     }
 
@@ -613,6 +644,8 @@ impl Record {
             Record::OffsetMapHole(k, _) => Some(&k.partition.mirror_name),
             // Keyed by the topic alone, like the topic's state change.
             Record::MirrorTopicDestination(..) => None,
+            // About a whole shard, whatever mirrors it holds.
+            Record::ShardRelease(..) => None,
             Record::MirrorTopicStateChange(_, v) => v.as_ref().map(|v| v.mirror_name.as_str()),
             Record::MirrorConfig(k, _) => Some(&k.mirror_name),
             Record::OffsetMapRun(k, _) | Record::GapDetected(k, _) => {
@@ -637,7 +670,7 @@ impl Record {
             Record::OffsetMapHole(k, _) => Some(k.partition.topic_id),
             Record::MirrorTopicDestination(k, _) => Some(k.topic_id),
             Record::MirrorTopicStateChange(k, _) => Some(k.topic_id),
-            Record::MirrorConfig(..) | Record::AclSync(..) => None,
+            Record::MirrorConfig(..) | Record::AclSync(..) | Record::ShardRelease(..) => None,
             Record::OffsetMapRun(k, _) | Record::GapDetected(k, _) => Some(k.partition.topic_id),
             Record::GroupOffsetSync(k, _) => Some(k.topic_id),
             Record::TopicConfigSync(k, _) => Some(k.topic_id),

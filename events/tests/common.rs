@@ -116,6 +116,10 @@ pub fn command() -> impl Strategy<Value = Command> {
                 Command::RemoveSourceFence { key }
             }
         }),
+        1 => (0i32..4, ".{0,8}").prop_map(|(shard, member)| Command::ReleaseShard {
+            shard,
+            release: ShardRelease { member, reason: "node shutting down".into() },
+        }),
     ]
 }
 
@@ -428,5 +432,11 @@ pub fn any_record() -> impl Strategy<Value = Record> {
                     }),
                 )
             }),
+        (any::<i32>(), prop::option::of((".{0,10}", ".{0,20}"))).prop_map(|(shard, v)| {
+            Record::ShardRelease(
+                ShardReleaseKey { shard },
+                v.map(|(member, reason)| ShardRelease { member, reason }),
+            )
+        }),
     ]
 }

@@ -531,3 +531,60 @@ fn a_start_that_seeds_a_map_forgets_the_source_epochs_of_the_old_one() {
     decide_and_apply(&mut img, &start_orders(vec![seed])).unwrap();
     assert_eq!(img.source_epochs(&k), SourceEpochs::default());
 }
+
+#[test]
+fn a_shard_log_ends_with_its_release_until_anything_follows() {
+    // Given a shard's log with a running mirror.
+    let (mut img, k) = setup();
+    let release = ShardRelease {
+        member: "node-a".into(),
+        reason: "node shutting down".into(),
+    };
+    assert_eq!(img.ends_with_release(0), None, "never released");
+
+    // When its owner releases it, then the log ends with that release, for
+    // that shard only.
+    let written = decide_and_apply(
+        &mut img,
+        &Command::ReleaseShard {
+            shard: 0,
+            release: release.clone(),
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        written,
+        vec![Record::ShardRelease(
+            ShardReleaseKey { shard: 0 },
+            Some(release.clone())
+        )]
+    );
+    assert_eq!(img.ends_with_release(0), Some(&release));
+    assert_eq!(img.ends_with_release(1), None);
+
+    // Kafka offsets skip the abort marker a next owner's log fence writes
+    // in the state partition: markers are no records, so a release read
+    // back at offset 40 of a log whose marker sits at 41 still ends it.
+    let mut kafka = MirrorStateImage::new();
+    for (o, r) in (0..).zip([
+        Record::MirrorConfig(
+            MirrorConfigKey {
+                mirror_name: "m1".into(),
+            },
+            Some(config()),
+        ),
+        written[0].clone(),
+    ]) {
+        kafka.replay(o * 40, r);
+    }
+    assert_eq!(kafka.ends_with_release(0), Some(&release));
+
+    // When anything is written after it (the next owner ran), then it no
+    // longer does: a crash from here on must be fenced.
+    go(&mut img, &k, PartitionState::LogAlignment).unwrap();
+    assert_eq!(img.ends_with_release(0), None);
+
+    // A release of a shard that is no partition is refused.
+    let e = decide(&img, &Command::ReleaseShard { shard: -1, release }).unwrap_err();
+    assert_eq!(e.kip_name(), "INVALID_REQUEST");
+}

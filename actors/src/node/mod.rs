@@ -65,6 +65,9 @@ pub struct NodeSettings {
     /// this node is. Its log *is* that partition, so nothing is published
     /// beside it, and only mirrors routed to it may be created here.
     pub shard: Option<i32>,
+    /// Who this node is to the others (a clustered node's advertised admin
+    /// URL): named in the `ShardRelease` it leaves when a shard goes.
+    pub member: String,
 }
 
 impl Default for NodeSettings {
@@ -74,6 +77,7 @@ impl Default for NodeSettings {
             state_topic: crate::state_topic::DEFAULT_STATE_TOPIC.to_string(),
             state_topic_partitions: crate::state_topic::DEFAULT_PARTITIONS,
             shard: None,
+            member: "kmirror".to_string(),
         }
     }
 }
@@ -92,7 +96,15 @@ struct Inner {
     destination: Arc<dyn DestinationCluster>,
     connect_source: SourceConnector,
     settings: NodeSettings,
-    mirrors: tokio::sync::Mutex<BTreeMap<String, Running>>,
+    /// `stopping` is set under it by `shutdown`: no MirrorActor starts
+    /// after the node began to stop, so none writes after the release.
+    mirrors: tokio::sync::Mutex<Mirrors>,
+}
+
+#[derive(Default)]
+struct Mirrors {
+    running: BTreeMap<String, Running>,
+    stopping: bool,
 }
 
 /// A running mirror: its actor and its source connection.
@@ -242,24 +254,66 @@ impl Node {
                 destination,
                 connect_source,
                 settings,
-                mirrors: tokio::sync::Mutex::new(BTreeMap::new()),
+                mirrors: tokio::sync::Mutex::default(),
             }),
         };
         let image = node.image().await?;
-        if node.inner.settings.shard.is_some() {
-            let partitions = writable_partitions(&image);
-            let count = partitions.len();
-            node.inner
-                .destination
-                .fence(partitions)
-                .await
-                .map_err(|e| kafka("fence the shard's destination partitions", e))?;
-            tracing::info!(shard = ?node.inner.settings.shard, partitions = count, "destination partitions fenced");
+        if let Some(shard) = node.inner.settings.shard {
+            node.fence_unless_released(shard, &image).await?;
         }
         for (name, config) in image.mirrors() {
             node.run_mirror(name, config).await?;
         }
         Ok(node)
+    }
+
+    /// Shuts the shard's previous owner out of its destination partitions,
+    /// unless it left them cleanly.
+    ///
+    /// A log whose newest record is this shard's `ShardRelease` was let go
+    /// after every pump of it had closed its sink and awaited it: no batch
+    /// of the old owner is queued or in flight, and the release being the
+    /// last record means nothing ran after it. Fence markers would then
+    /// only cost a destination offset per partition (and offsets identical
+    /// to the source's). What still shuts the old epoch out is each
+    /// partition's first sink: it acquires the partition's transactional id
+    /// (InitProducerId, epoch + 1), and its first batch raises the epoch the
+    /// partition leader keeps, exactly as a marker would; the old owner
+    /// holds no renewable epoch (a renewal names its old epoch and gets
+    /// PRODUCER_FENCED). One gap remains, as on one node: a produce request
+    /// the broker held past its client's timeout could still land before
+    /// that first batch; the first produce's offset check then fails the
+    /// partition as a foreign write rather than duplicating silently.
+    /// Any other ending — a crash, a pause, a session lost while writing —
+    /// leaves no release last, and the partitions are fenced as before.
+    async fn fence_unless_released(
+        &self,
+        shard: i32,
+        image: &MirrorStateImage,
+    ) -> Result<(), NodeError> {
+        let partitions = writable_partitions(image);
+        let count = partitions.len();
+        if let Some(release) = image.ends_with_release(shard) {
+            tracing::info!(
+                shard,
+                partitions = count,
+                released_by = %release.member,
+                reason = %release.reason,
+                "clean handover of shard {shard}: no fence markers"
+            );
+            return Ok(());
+        }
+        self.inner
+            .destination
+            .fence(partitions)
+            .await
+            .map_err(|e| kafka("fence the shard's destination partitions", e))?;
+        tracing::info!(
+            shard,
+            partitions = count,
+            "unclean handover of shard {shard} (its log does not end with a release): destination partitions fenced, one marker each"
+        );
+        Ok(())
     }
 
     async fn image(&self) -> Result<Arc<MirrorStateImage>, NodeError> {
@@ -294,6 +348,13 @@ impl Node {
         let source = (self.inner.connect_source)(client_properties(&props)?)
             .await
             .map_err(|e| kafka("connect to the source cluster", e))?;
+        let mut mirrors = self.inner.mirrors.lock().await;
+        if mirrors.stopping {
+            return Err(NodeError::new(
+                "NOT_COORDINATOR",
+                format!("mirror {name} not started: the node is stopping"),
+            ));
+        }
         let actor = MirrorActor::new(MirrorSpec {
             name: name.to_string(),
             source: source.clone(),
@@ -307,7 +368,7 @@ impl Node {
             ))),
         })
         .start();
-        self.inner.mirrors.lock().await.insert(
+        mirrors.running.insert(
             name.to_string(),
             Running {
                 actor,
@@ -326,6 +387,7 @@ impl Node {
             .mirrors
             .lock()
             .await
+            .running
             .get(mirror)
             .map(|r| (r.actor.clone(), r.source.clone()))
             .ok_or_else(|| NodeError::unknown_mirror(mirror))
@@ -335,14 +397,29 @@ impl Node {
     /// lock.
     async fn actors(&self) -> Vec<Addr<MirrorActor>> {
         let mirrors = self.inner.mirrors.lock().await;
-        mirrors.values().map(|r| r.actor.clone()).collect()
+        mirrors.running.values().map(|r| r.actor.clone()).collect()
     }
 
     /// Graceful stop: every partition stops fetching, finishes what is in
-    /// flight, makes its map durable; the log is flushed.
+    /// flight, makes its map durable; the log is flushed. A shard then
+    /// appends its `ShardRelease` last (see [`Node::release`]).
     pub async fn shutdown(&self) {
-        let actors = self.actors().await;
+        let actors = {
+            let mut mirrors = self.inner.mirrors.lock().await;
+            mirrors.stopping = true;
+            mirrors
+                .running
+                .values()
+                .map(|r| r.actor.clone())
+                .collect::<Vec<_>>()
+        };
+        // StopMirror answers once its sync actor is stopped and every
+        // PartitionActor's pump has ended, and a pump ends only after its
+        // final checkpoint is durable and its sink closed and awaited.
         futures_util::future::join_all(actors.iter().map(|a| a.send(StopMirror))).await;
+        if let Some(shard) = self.inner.settings.shard {
+            self.release(shard).await;
+        }
         let log = self.inner.log.clone();
         if let Ok(Err(e)) = tokio::task::spawn_blocking(move || log.flush()).await {
             tracing::error!(error = %e, "flushing the event log failed");
@@ -350,7 +427,34 @@ impl Node {
     }
 }
 
+impl Node {
+    /// Appends the shard's `ShardRelease`, the last record of this owner:
+    /// the coordinator refuses every write after it (a straggler's), so
+    /// the next owner finds it newest and skips its fence markers. A
+    /// release that fails (the log was fenced: someone took the shard
+    /// already) is only logged; the next owner then fences as after a crash.
+    async fn release(&self, shard: i32) {
+        let release = kmirror_events::ShardRelease {
+            member: self.inner.settings.member.clone(),
+            reason: "stopped by its owner (revoked, or the node is shutting down)".to_string(),
+        };
+        match self
+            .execute(Command::ReleaseShard { shard, release }, None)
+            .await
+        {
+            Ok(applied) => {
+                tracing::info!(shard, offset = applied.offset, "shard release recorded")
+            }
+            Err(e) => {
+                tracing::warn!(shard, error = %e, "shard release not recorded: its next owner fences")
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod failover_tests;
+#[cfg(test)]
+mod release_tests;
 #[cfg(test)]
 mod tests;

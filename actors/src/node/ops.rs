@@ -454,7 +454,7 @@ impl Node {
         )
         .await?;
         let _ = actor.send(StopMirror).await;
-        self.inner.mirrors.lock().await.remove(mirror);
+        self.inner.mirrors.lock().await.running.remove(mirror);
         Ok(())
     }
 }

@@ -45,11 +45,12 @@ impl Node {
         let running: Vec<(String, Addr<MirrorActor>, u32)> = {
             let mirrors = self.inner.mirrors.lock().await;
             if let Some(m) = mirror {
-                if !mirrors.contains_key(m) {
+                if !mirrors.running.contains_key(m) {
                     return Err(NodeError::unknown_mirror(m));
                 }
             }
             mirrors
+                .running
                 .iter()
                 .filter(|(name, _)| mirror.is_none_or(|m| m == name.as_str()))
                 .map(|(name, r)| {
@@ -151,7 +152,7 @@ impl Node {
         }
         // Each await on its own line: a lock guard taken inside the struct
         // literal would live to its end and deadlock `sync_metrics`.
-        let mirrors = self.inner.mirrors.lock().await.len() as u64;
+        let mirrors = self.inner.mirrors.lock().await.running.len() as u64;
         let state_validation_offset = self.state_validation_offset().await;
         let sync = self.sync_metrics().await;
         NodeMetrics {

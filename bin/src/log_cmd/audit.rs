@@ -311,6 +311,11 @@ fn describe(
             k.mirror_name, f.topic_name, f.topic_id, k.binding
         ),
         Record::SourceFence(k, None) => format!("{}: source write fence removed: ACL {}", k.mirror_name, k.binding),
+        Record::ShardRelease(k, Some(r)) => format!(
+            "shard {} released by {} ({}): its next owner starts without fence markers",
+            k.shard, r.member, r.reason
+        ),
+        Record::ShardRelease(k, None) => format!("shard {} release removed", k.shard),
     }
 }
 
