@@ -78,6 +78,20 @@ pub enum PumpExit {
     LostOwnership { message: String },
 }
 
+impl std::fmt::Display for PumpExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PumpExit::Stopped => f.write_str("stopped"),
+            PumpExit::Failed { message, .. }
+            | PumpExit::SourceTruncated { message }
+            | PumpExit::LostOwnership { message } => f.write_str(message),
+            PumpExit::EpochMoved { from, to } => {
+                write!(f, "destination leader epoch moved from {from} to {to}")
+            }
+        }
+    }
+}
+
 impl PumpExit {
     pub(super) fn retryable(message: impl Into<String>) -> Self {
         PumpExit::Failed {

@@ -50,21 +50,19 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
         .settled_bounds(&cx.tp)
         .await
         .map_err(|e| kafka_failure("destination offsets", e))?;
-    let (mut runs, mut holes) = (view.runs, view.holes);
-    let markers = fence_markers(cx, &runs, &holes, dest.log_start, dest.end, view.producer).await?;
-    let mut never_landed = Vec::new();
-    if let Some(hole) = markers {
-        // Runs opened at or above the markers never landed (the fence came
-        // first); the last landed run ends where the markers begin.
-        runs.retain(|r| {
-            let keep = r.destination_start < hole.destination_start;
-            if !keep {
-                never_landed.push(*r);
-            }
-            keep
-        });
-        holes.push(hole);
-    }
+    let MapWithMarkers {
+        runs,
+        holes,
+        never_landed,
+        markers,
+    } = with_fence_markers(
+        &*cx.destination,
+        &cx.tp,
+        (view.runs, view.holes),
+        (dest.log_start, dest.end),
+        view.producer,
+    )
+    .await?;
     let mut alignment = align_map(runs, holes, dest.log_start, dest.end)
         .map_err(|e| PumpExit::fatal(e.to_string()))?;
     alignment.stale.extend(never_landed);
@@ -288,15 +286,58 @@ fn check_ours(
 /// recorded producer's data, as for any unrecorded tail: the previous
 /// owner's appends it had no time to checkpoint. `None`: no marker there
 /// (or no fence on this destination), and alignment is as before.
+/// A partition's map with the fence markers that end its destination.
+struct MapWithMarkers {
+    runs: Vec<OffsetMapRun>,
+    /// The recorded holes, and the markers' if any.
+    holes: Vec<OffsetMapHole>,
+    /// Runs opened at or above the markers: they never landed (the fence
+    /// came first).
+    never_landed: Vec<OffsetMapRun>,
+    /// The markers, as a hole not recorded yet.
+    markers: Option<OffsetMapHole>,
+}
+
+/// The map with the fence markers that end the destination (if any) as a
+/// hole, the last landed run ending where they begin: what a pump's
+/// alignment records and a stopped partition's position reads.
+async fn with_fence_markers(
+    destination: &dyn DestinationCluster,
+    tp: &TopicPartition,
+    (mut runs, mut holes): (Vec<OffsetMapRun>, Vec<OffsetMapHole>),
+    (log_start, end): (i64, i64),
+    producer: Option<MirrorProducer>,
+) -> Result<MapWithMarkers, PumpExit> {
+    let mut never_landed = Vec::new();
+    let markers = fence_markers(destination, tp, &runs, &holes, log_start, end, producer).await?;
+    if let Some(hole) = markers {
+        runs.retain(|r| {
+            let keep = r.destination_start < hole.destination_start;
+            if !keep {
+                never_landed.push(*r);
+            }
+            keep
+        });
+        holes.push(hole);
+    }
+    Ok(MapWithMarkers {
+        runs,
+        holes,
+        never_landed,
+        markers,
+    })
+}
+
 async fn fence_markers(
-    cx: &PumpContext,
+    destination: &dyn DestinationCluster,
+    tp: &TopicPartition,
     runs: &[OffsetMapRun],
     holes: &[OffsetMapHole],
     log_start: i64,
     end: i64,
     producer: Option<MirrorProducer>,
 ) -> Result<Option<OffsetMapHole>, PumpExit> {
-    let Some(fence_producer) = cx.destination.fence_producer_id(&cx.tp) else {
+    let Some(fence_producer) = destination.fence_producer_id(tp) else {
         return Ok(None);
     };
     let recorded_end = runs
@@ -310,9 +351,8 @@ async fn fence_markers(
     if recorded_end >= end {
         return Ok(None);
     }
-    let batches = cx
-        .destination
-        .read_batches(&cx.tp, recorded_end, end)
+    let batches = destination
+        .read_batches(tp, recorded_end, end)
         .await
         .map_err(|e| kafka_failure("read the destination above the recorded map", e))?;
     let Some(at) = trailing_markers(&batches, fence_producer, end) else {
@@ -326,7 +366,7 @@ async fn fence_markers(
         };
         check_ours(&batches, recorded_end, at, ours)?;
     }
-    tracing::info!(partition = %cx.tp, from = at, to = end, "fence markers at the destination's end recorded as a hole");
+    tracing::info!(partition = %tp, from = at, to = end, "fence markers at the destination's end recorded as a hole");
     Ok(Some(OffsetMapHole {
         destination_start: at,
         length: end - at,
@@ -369,8 +409,18 @@ pub async fn stopped_position(
         .settled_bounds(tp)
         .await
         .map_err(|e| format!("destination offsets: {e}"))?;
-    let alignment =
-        align_map(view.runs, view.holes, dest.log_start, dest.end).map_err(|e| e.to_string())?;
+    // A node that took the shard over fenced the partition: its marker
+    // ends the destination and belongs to no source offset.
+    let MapWithMarkers { runs, holes, .. } = with_fence_markers(
+        destination,
+        tp,
+        (view.runs, view.holes),
+        (dest.log_start, dest.end),
+        view.producer,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let alignment = align_map(runs, holes, dest.log_start, dest.end).map_err(|e| e.to_string())?;
     let next_source = alignment.next_source.unwrap_or(0);
     let source_leader_epoch = if next_source > 0 {
         tokio::time::timeout(

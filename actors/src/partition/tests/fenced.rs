@@ -151,3 +151,38 @@ async fn lost_ownership_stops_the_partition_without_writing_state() {
         "not FAILED: {h:?}"
     );
 }
+
+/// A partition the new owner finds PAUSED and is told to stop never runs a
+/// pump here: its position comes from the map and the destination, whose
+/// end is now the fence's marker — which belongs to no source offset.
+#[actix::test]
+async fn a_paused_partition_stops_over_the_new_owners_marker() {
+    let rig = rig().await;
+    rig.dest.fenced(FENCE_PID);
+    rig.append(3, 0);
+    let first = rig.start(fast_retry());
+    eventually("3 records", async || rig.dest.records(&rig.tp).len() == 3).await;
+    first.send(Desire(PartitionState::Paused)).await.unwrap();
+    eventually("PAUSED", async || {
+        state(&first).await.state == PartitionState::Paused
+    })
+    .await;
+    first.send(Shutdown).await.unwrap();
+    rig.dest.fence(vec![rig.tp.clone()]).await.unwrap();
+    let second = rig.start_desiring(fast_retry(), PartitionState::Stopped);
+    eventually("STOPPED", async || {
+        state(&second).await.state == PartitionState::Stopped
+    })
+    .await;
+    let lme = rig
+        .image()
+        .await
+        .last_mirror_epochs(&rig.key)
+        .cloned()
+        .expect("LastMirrorEpochs recorded");
+    assert_eq!(
+        (lme.source_offset, lme.destination_end_offset),
+        (3, 4),
+        "three records mirrored; the destination ends after the marker"
+    );
+}
