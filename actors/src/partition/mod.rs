@@ -255,7 +255,9 @@ impl PartitionActor {
         match self.state.state {
             S::LogAlignment | S::Mirroring => self.start_pump(ctx),
             S::Pausing | S::Stopping => {
-                if self.pump.is_none() {
+                if self.pump.is_none() && self.retry_timer.is_some() {
+                    // A failed STOPPING step is already due again.
+                } else if self.pump.is_none() {
                     self.after_pump_stopped(ctx);
                 } else {
                     self.stop_pump();
@@ -415,7 +417,14 @@ impl PartitionActor {
                     Ok(()) => act.transition(PartitionState::Stopped, ctx),
                     Err(e) => {
                         tracing::error!(partition = %act.tp, error = %e, "recording LastMirrorEpochs failed; retrying");
-                        ctx.run_later(STOPPING_RETRY, |act, ctx| act.enter(ctx));
+                        // One retry pending at a time: every desired state
+                        // the MirrorActor re-sends would start another.
+                        if act.retry_timer.is_none() {
+                            act.retry_timer = Some(ctx.run_later(STOPPING_RETRY, |act, ctx| {
+                                act.retry_timer = None;
+                                act.enter(ctx)
+                            }));
+                        }
                     }
                 }));
             }
