@@ -277,6 +277,49 @@ impl KafkaCluster {
         Ok(fence)
     }
 
+    /// Acquires each partition's transactional id (and, with `mark`, writes
+    /// its abort marker), [`FENCE_CONCURRENCY`] at a time, each bounded by
+    /// [`FENCE_TIMEOUT`]; the new fence replaces any this node held.
+    async fn take_partitions(
+        &self,
+        partitions: Vec<TopicPartition>,
+        mark: bool,
+    ) -> Result<(), KafkaError> {
+        use futures_util::stream::{self, StreamExt, TryStreamExt};
+        let Some(f) = &self.fenced else {
+            return Ok(());
+        };
+        stream::iter(partitions)
+            .map(|tp| async move {
+                let tid = Self::transactional_id(&f.prefix, &tp);
+                let taken = async {
+                    let fence = fence::acquire(&self.client, &tid, FENCE_TXN_TIMEOUT).await?;
+                    if mark {
+                        fence::fence_partitions(&self.client, &fence, std::slice::from_ref(&tp))
+                            .await?;
+                    }
+                    Ok::<_, KafkaError>(fence)
+                };
+                let fence = tokio::time::timeout(FENCE_TIMEOUT, taken)
+                    .await
+                    .map_err(|_| KafkaError::Timeout {
+                        api: "fence",
+                        broker: format!("transaction coordinator of {tid}"),
+                        timeout: FENCE_TIMEOUT,
+                    })??;
+                tracing::info!(partition = %tp, producer_id = fence.producer_id, epoch = fence.producer_epoch, marker = mark, "destination partition taken");
+                f.held
+                    .lock()
+                    .expect("fence map poisoned")
+                    .insert(tp, fence);
+                Ok(())
+            })
+            .buffer_unordered(FENCE_CONCURRENCY)
+            .try_collect::<Vec<()>>()
+            .await
+            .map(|_| ())
+    }
+
     /// The fetch task of broker `node`, started on first use.
     fn fetcher(&self, node: i32) -> mpsc::UnboundedSender<Register> {
         let mut fetchers = self.fetchers.lock().expect("fetcher map poisoned");
@@ -730,39 +773,20 @@ impl DestinationCluster for KafkaCluster {
         })
     }
     fn fence(&self, partitions: Vec<TopicPartition>) -> BoxFuture<'_, Result<(), KafkaError>> {
-        use futures_util::stream::{self, StreamExt, TryStreamExt};
-        Box::pin(async move {
-            let Some(f) = &self.fenced else {
-                return Ok(());
-            };
-            stream::iter(partitions)
-                .map(|tp| async move {
-                    let tid = Self::transactional_id(&f.prefix, &tp);
-                    let fenced = async {
-                        let fence = fence::acquire(&self.client, &tid, FENCE_TXN_TIMEOUT).await?;
-                        fence::fence_partitions(&self.client, &fence, std::slice::from_ref(&tp))
-                            .await?;
-                        Ok::<_, KafkaError>(fence)
-                    };
-                    let fence = tokio::time::timeout(FENCE_TIMEOUT, fenced)
-                        .await
-                        .map_err(|_| KafkaError::Timeout {
-                            api: "fence",
-                            broker: format!("transaction coordinator of {tid}"),
-                            timeout: FENCE_TIMEOUT,
-                        })??;
-                    tracing::info!(partition = %tp, producer_id = fence.producer_id, epoch = fence.producer_epoch, "destination partition fenced");
-                    f.held
-                        .lock()
-                        .expect("fence map poisoned")
-                        .insert(tp, fence);
-                    Ok(())
-                })
-                .buffer_unordered(FENCE_CONCURRENCY)
-                .try_collect::<Vec<()>>()
-                .await
-                .map(|_| ())
-        })
+        Box::pin(self.take_partitions(partitions, true))
+    }
+
+    fn acquire(&self, partitions: Vec<TopicPartition>) -> BoxFuture<'_, Result<(), KafkaError>> {
+        Box::pin(self.take_partitions(partitions, false))
+    }
+
+    fn forget(&self, partitions: Vec<TopicPartition>) {
+        if let Some(f) = &self.fenced {
+            let mut held = f.held.lock().expect("fence map poisoned");
+            for tp in &partitions {
+                held.remove(tp);
+            }
+        }
     }
 
     fn fence_producer_id(&self, tp: &TopicPartition) -> Option<i64> {

@@ -311,6 +311,19 @@ pub trait DestinationCluster: ClusterView {
         let _ = partitions;
         Box::pin(async { Ok(()) })
     }
+    /// Takes each partition's transactional id (a new epoch) without a
+    /// marker: after a clean release nobody else can still write, and this
+    /// node's first batch raises the epoch the brokers hold. A node that
+    /// held the partitions before must not write under its old epoch, which
+    /// another owner has since passed. A no-op where there is no fence.
+    fn acquire(&self, partitions: Vec<TopicPartition>) -> BoxFuture<'_, Result<(), KafkaError>> {
+        let _ = partitions;
+        Box::pin(async { Ok(()) })
+    }
+    /// Drops what this node held of `partitions` (it let their shard go).
+    fn forget(&self, partitions: Vec<TopicPartition>) {
+        let _ = partitions;
+    }
     /// The producer id this node's fence of `tp` writes under (its markers
     /// and batches carry it), if the destination is fenced and this node
     /// fenced or opened `tp`: what lets alignment tell our abort markers

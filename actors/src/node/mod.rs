@@ -200,13 +200,24 @@ fn republish(log: Arc<dyn EventLog>, publisher: Addr<StatePublisher>) {
 /// write, which only the shard's current owner makes), so it has no
 /// previous owner to shut out; its first sink acquires its id.
 fn writable_partitions(image: &MirrorStateImage) -> Vec<crate::kafka::fetch::TopicPartition> {
+    destination_partitions(image, false)
+}
+
+/// The destination partitions of every mirror topic in `image`, STOPPED
+/// ones too if `stopped`.
+fn destination_partitions(
+    image: &MirrorStateImage,
+    stopped: bool,
+) -> Vec<crate::kafka::fetch::TopicPartition> {
     let mut out = Vec::new();
     for (mirror, _) in image.mirrors() {
         for entry in image.topics_of(mirror) {
             let t = &entry.change;
             for p in 0..t.partition_count {
                 let key = kmirror_events::MirrorPartitionKey::new(mirror.clone(), t.topic_id, p);
-                if image.partition_state_or_unknown(&key) != kmirror_events::PartitionState::Stopped
+                if stopped
+                    || image.partition_state_or_unknown(&key)
+                        != kmirror_events::PartitionState::Stopped
                 {
                     out.push(crate::kafka::fetch::TopicPartition::new(&t.topic_name, p));
                 }
@@ -301,7 +312,12 @@ impl Node {
                 reason = %release.reason,
                 "clean handover of shard {shard}: no fence markers"
             );
-            return Ok(());
+            return self
+                .inner
+                .destination
+                .acquire(partitions)
+                .await
+                .map_err(|e| kafka("take the shard's destination partitions", e));
         }
         self.inner
             .destination
@@ -419,6 +435,13 @@ impl Node {
         futures_util::future::join_all(actors.iter().map(|a| a.send(StopMirror))).await;
         if let Some(shard) = self.inner.settings.shard {
             self.release(shard).await;
+            // Whoever takes the shard next passes our epochs: should it come
+            // back here, its partitions are acquired afresh, never renewed.
+            if let Ok(image) = self.image().await {
+                self.inner
+                    .destination
+                    .forget(destination_partitions(&image, true));
+            }
         }
         let log = self.inner.log.clone();
         if let Ok(Err(e)) = tokio::task::spawn_blocking(move || log.flush()).await {
