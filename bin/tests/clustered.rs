@@ -5,61 +5,18 @@
 
 mod common;
 
-use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::cluster::*;
 use common::*;
 use kmirror_events::coordinator_partition;
 use kmirror_tests::wire::{fetch_all, raw_batches};
 use kmirror_tests::{bed, create_topic, unique, OwnPair};
 use serde_json::Value;
 
-/// Few state partitions: every shard a node acquires is fenced and loaded.
-const SHARDS: i32 = 6;
-
-fn start_node(dir: &Path, cluster: &str, state_topic: &str) -> Daemon {
-    start_node_on(&bed().destination, dir, cluster, state_topic)
-}
-
-fn start_node_on(destination: &str, dir: &Path, cluster: &str, state_topic: &str) -> Daemon {
-    let port = free_port();
-    let text = format!(
-        "admin_listen = \"127.0.0.1:{port}\"\nmetadata_refresh_interval_ms = 1000\nstate_topic = \"{state_topic}\"\nstate_topic_num_partitions = {SHARDS}\n[destination]\nbootstrap_servers = \"{destination}\"\n[cluster]\nid = \"{cluster}\"\nsession_timeout_ms = 6000\nheartbeat_interval_ms = 1000\n"
-    );
-    Daemon::start_config(dir, port, &text)
-}
-
-fn json(daemon: &Daemon, path: &str) -> Value {
-    let (status, body) = daemon.http("GET", path, None);
-    assert_eq!(status, 200, "GET {path}: {body}");
-    serde_json::from_str(&body).unwrap()
-}
-
-/// Every shard owned, by `members` members, as `daemon` sees it.
-fn settled(daemon: &Daemon, members: usize) -> bool {
-    let status = json(daemon, "/cluster");
-    let listed = status["members"].as_array().unwrap();
-    let owned: BTreeSet<i64> = listed
-        .iter()
-        .flat_map(|m| m["shards"].as_array().unwrap().iter())
-        .map(|s| s.as_i64().unwrap())
-        .collect();
-    listed.len() == members && owned == (0..SHARDS as i64).collect()
-}
-
-/// The port of the node that coordinates `mirror`.
-fn owner_port(daemon: &Daemon, mirror: &str) -> u16 {
-    let shard = coordinator_partition(mirror, SHARDS) as i64;
-    let status = json(daemon, "/cluster");
-    let url = status["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["shards"].as_array().unwrap().contains(&shard.into()))
-        .map(|m| m["url"].as_str().unwrap().to_owned())
-        .expect("an owner");
-    url.rsplit(':').next().unwrap().parse().unwrap()
+fn start_node_here(dir: &Path, cluster: &str, state_topic: &str) -> Daemon {
+    start_node(dir, &bed().destination, cluster, state_topic)
 }
 
 /// `mirror`'s partitions as `daemon` describes them: all MIRRORING, lag 0,
@@ -145,7 +102,7 @@ fn clustered_nodes_share_the_work_and_take_over_a_killed_one() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let mut nodes: Vec<Option<Daemon>> = dirs
         .iter()
-        .map(|d| Some(start_node(d.path(), &cluster, &state_topic)))
+        .map(|d| Some(start_node_here(d.path(), &cluster, &state_topic)))
         .collect();
     wait_for("three members owning every shard", || {
         settled(node(&nodes, 0), 3)
@@ -154,7 +111,7 @@ fn clustered_nodes_share_the_work_and_take_over_a_killed_one() {
     let text = stdout(&out);
     assert!(text.contains("3 member(s)"), "{text}");
     assert!(text.contains("(this node)"), "{text}");
-    let status = json(node(&nodes, 1), "/cluster");
+    let status = json(node(&nodes, 1), "/cluster").expect("/cluster answers");
     for m in status["members"].as_array().unwrap() {
         assert!(
             !m["shards"].as_array().unwrap().is_empty(),
@@ -191,7 +148,9 @@ fn clustered_nodes_share_the_work_and_take_over_a_killed_one() {
         }
     }
     // `describe` of everything from any node lists every partition.
-    let all: Vec<Value> = serde_json::from_value(json(node(&nodes, 2), "/partitions")).unwrap();
+    let all: Vec<Value> =
+        serde_json::from_value(json(node(&nodes, 2), "/partitions").expect("/partitions answers"))
+            .unwrap();
     for (mirror, _) in &mirrors {
         assert_eq!(all.iter().filter(|p| p["mirror"] == *mirror).count(), 2);
     }
@@ -262,7 +221,7 @@ fn a_stopped_node_lands_nothing_after_its_work_was_taken_over() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let nodes: Vec<Daemon> = dirs
         .iter()
-        .map(|d| start_node(d.path(), &cluster, &state_topic))
+        .map(|d| start_node_here(d.path(), &cluster, &state_topic))
         .collect();
     wait_for("three members owning every shard", || settled(&nodes[0], 3));
     let topic = unique("cz");
@@ -304,7 +263,7 @@ fn a_stopped_node_lands_nothing_after_its_work_was_taken_over() {
     // The others take its shards over once its session times out…
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let status = json(&nodes[other], "/cluster");
+        let status = json(&nodes[other], "/cluster").expect("/cluster answers");
         let gone = status["members"].as_array().unwrap().len() == 2;
         if gone && settled(&nodes[other], 2) && mirrored_at_least(&nodes[other], &mirror, 400) {
             break;
@@ -371,9 +330,9 @@ fn a_secret_by_reference_follows_the_mirror_to_another_node() {
     let mut nodes: Vec<Option<Daemon>> = dirs
         .iter()
         .map(|d| {
-            Some(start_node_on(
-                &pair.destination,
+            Some(start_node(
                 d.path(),
+                &pair.destination,
                 &cluster,
                 &state_topic,
             ))
@@ -465,8 +424,10 @@ fn handover_lines(dir: &Path) -> Vec<String> {
 
 /// `mirror`'s partitions as `daemon` describes them, with `offsets_identical`.
 fn offsets_identical(daemon: &Daemon, mirror: &str) -> Vec<bool> {
-    let parts: Vec<Value> =
-        serde_json::from_value(json(daemon, &format!("/mirrors/{mirror}/partitions"))).unwrap();
+    let parts: Vec<Value> = serde_json::from_value(
+        json(daemon, &format!("/mirrors/{mirror}/partitions")).expect("describe answers"),
+    )
+    .unwrap();
     parts
         .iter()
         .map(|p| p["offsets_identical"].as_bool().unwrap())
@@ -480,7 +441,7 @@ fn a_rolling_restart_hands_shards_over_without_a_marker() {
     let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
     let mut nodes: Vec<Option<Daemon>> = dirs
         .iter()
-        .map(|d| Some(start_node(d.path(), &cluster, &state_topic)))
+        .map(|d| Some(start_node_here(d.path(), &cluster, &state_topic)))
         .collect();
     wait_for("two members owning every shard", || {
         settled(node(&nodes, 0), 2)
@@ -522,7 +483,7 @@ fn a_rolling_restart_hands_shards_over_without_a_marker() {
 
     // Start it again: the group rebalances, and the shard may move back
     // (revoked from the survivor: a second clean handover).
-    nodes[victim] = Some(start_node(dirs[victim].path(), &cluster, &state_topic));
+    nodes[victim] = Some(start_node_here(dirs[victim].path(), &cluster, &state_topic));
     wait_for("two members again", || settled(node(&nodes, survivor), 2));
     produce(&topic, 400, 600);
     wait_for("600 mirrored", || {

@@ -18,63 +18,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::cluster::*;
 use common::*;
 use kmirror_events::coordinator_partition;
 use kmirror_tests::{bed, create_topic, kafka_script, kafka_tool_ok, unique, BrokerOp, PrivateBed};
 use serde_json::Value;
-
-/// Few state partitions: every shard a node acquires is fenced and loaded.
-const SHARDS: i32 = 6;
-/// The group's session timeout: how long a dead node keeps its shards.
-const SESSION_MS: u64 = 6000;
-
-fn start_node(dir: &Path, destination: &str, cluster: &str, state_topic: &str) -> Daemon {
-    let port = free_port();
-    let text = format!(
-        "admin_listen = \"127.0.0.1:{port}\"\nmetadata_refresh_interval_ms = 1000\nstate_topic = \"{state_topic}\"\nstate_topic_num_partitions = {SHARDS}\n[destination]\nbootstrap_servers = \"{destination}\"\n[cluster]\nid = \"{cluster}\"\nsession_timeout_ms = {SESSION_MS}\nheartbeat_interval_ms = 1000\n"
-    );
-    Daemon::start_config(dir, port, &text)
-}
-
-fn json(daemon: &Daemon, path: &str) -> Option<Value> {
-    match daemon.try_http("GET", path, None) {
-        Ok((200, body)) => serde_json::from_str(&body).ok(),
-        _ => None,
-    }
-}
-
-/// Every shard owned, by `members` members, as `daemon` sees it.
-fn settled(daemon: &Daemon, members: usize) -> bool {
-    let Some(status) = json(daemon, "/cluster") else {
-        return false;
-    };
-    let listed = status["members"].as_array().cloned().unwrap_or_default();
-    let owned: BTreeSet<i64> = listed
-        .iter()
-        .flat_map(|m| m["shards"].as_array().cloned().unwrap_or_default())
-        .filter_map(|s| s.as_i64())
-        .collect();
-    // Owned is not yet loaded: a shard answers COORDINATOR_LOAD_IN_PROGRESS
-    // until its log is fenced and read, and the fan-out of `/mirrors`
-    // reaches every shard.
-    listed.len() == members
-        && owned == (0..SHARDS as i64).collect()
-        && matches!(daemon.try_http("GET", "/mirrors", None), Ok((200, _)))
-}
-
-/// The port of the node that coordinates `mirror`, as `daemon` sees it.
-fn owner_port(daemon: &Daemon, mirror: &str) -> u16 {
-    let shard = coordinator_partition(mirror, SHARDS) as i64;
-    let status = json(daemon, "/cluster").expect("/cluster answers");
-    let url = status["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["shards"].as_array().unwrap().contains(&shard.into()))
-        .map(|m| m["url"].as_str().unwrap().to_owned())
-        .expect("an owner");
-    url.rsplit(':').next().unwrap().parse().unwrap()
-}
 
 /// `mirror`'s partitions as `daemon` describes them (forwarded to the
 /// coordinator), or None while no coordinator answers.

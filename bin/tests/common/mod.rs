@@ -2,6 +2,8 @@
 //! and daemons) against the real test bed.
 #![allow(dead_code)] // each test binary uses its own part
 
+pub mod cluster;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
