@@ -22,7 +22,7 @@ use kmirror_actors::kafka::membership::{
     HeldUnits, MemberMetadata, MemberSettings, Membership, MembershipHandle,
 };
 use kmirror_actors::kafka::produce::IdempotentProducer;
-use kmirror_actors::kafka::KafkaClient;
+use kmirror_actors::kafka::{KafkaClient, KafkaError};
 use kmirror_actors::node::{NodeError, NodeSettings, SourceConnector};
 use kmirror_actors::shards::{ClusterStatus, MemberStatus, Shards, ShardsSpec};
 use kmirror_actors::state_log::{KafkaLog, StateLogOptions};
@@ -123,6 +123,15 @@ impl Clustered {
                         shard,
                         Box::new(move |client: KafkaClient| {
                             Box::pin(async move {
+                                // Not while the lease has run out (a pause
+                                // since the group gave us the shard): the
+                                // group may have given it on already.
+                                if !lease.ticket().may_send(FENCE_TXN_TIMEOUT).await {
+                                    return Err(KafkaError::Fenced {
+                                        resource: tid,
+                                        reason: "this node's group lease ran out before it took the shard".into(),
+                                    });
+                                }
                                 let fence = acquire(&client, &tid, FENCE_TXN_TIMEOUT).await?;
                                 fence_partitions(
                                     &client,

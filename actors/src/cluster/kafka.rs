@@ -289,6 +289,18 @@ impl KafkaCluster {
         let Some(f) = &self.fenced else {
             return Ok(());
         };
+        // A node that was stopped while it started a shard must not take
+        // the partitions from the node the group gave them to meanwhile:
+        // its lease ran out during the pause, and the fence waits until the
+        // membership renews it or finds itself out.
+        if let Some(lease) = &f.lease {
+            if !lease.ticket().may_send(FENCE_TIMEOUT).await {
+                return Err(KafkaError::Fenced {
+                    resource: format!("{} partitions", partitions.len()),
+                    reason: "this node's group lease ran out before it took the partitions: the group may have given them to another node".into(),
+                });
+            }
+        }
         stream::iter(partitions)
             .map(|tp| async move {
                 let tid = Self::transactional_id(&f.prefix, &tp);
