@@ -13,7 +13,7 @@
 //! offset translating to the destination offset of the same record.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -117,8 +117,9 @@ impl Shard {
         Owner { node, destination }
     }
 
-    /// The offset-map runs of the shard's log, newest last, as
-    /// `(source_start, destination_start, length)`, read without writing.
+    /// The offset-map run records of the shard's log, oldest first, as
+    /// `(source_start, destination_start, length)` (a removal: −1, −1),
+    /// read without writing.
     async fn runs(&self) -> Vec<(i64, i64, i64)> {
         let options = self.log_options();
         tokio::task::spawn_blocking(move || {
@@ -129,6 +130,7 @@ impl Shard {
                     StateRecord::OffsetMapRun(_, Some(r)) => {
                         Some((r.source_start, r.destination_start, r.length))
                     }
+                    StateRecord::OffsetMapRun(k, None) => Some((k.source_start, -1, -1)),
                     _ => None,
                 })
                 .collect()
@@ -201,8 +203,19 @@ impl SourceWriter {
         }
     }
 
-    fn pause(&self) {
+    /// Stops writing, and answers how many records were written once the
+    /// batch under way (if any) is acknowledged.
+    async fn pause(&self) -> usize {
         self.running.store(false, Ordering::SeqCst);
+        let mut seen = self.written.load(Ordering::SeqCst);
+        loop {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let now = self.written.load(Ordering::SeqCst);
+            if now == seen {
+                return now;
+            }
+            seen = now;
+        }
     }
 
     fn resume(&self) {
@@ -221,7 +234,13 @@ impl SourceWriter {
 async fn partition(node: &Node) -> PartitionDescription {
     let start = Instant::now();
     loop {
-        if let Some(p) = node.describe(Some(MIRROR)).await.unwrap().into_iter().next() {
+        if let Some(p) = node
+            .describe(Some(MIRROR))
+            .await
+            .unwrap()
+            .into_iter()
+            .next()
+        {
             return p;
         }
         assert!(start.elapsed() < Duration::from_secs(30), "no partition");
@@ -303,23 +322,75 @@ fn decode(answers: &[HeldAnswer]) -> Vec<(String, i64)> {
         .collect()
 }
 
-/// Releases A's held produces and returns the broker's answers to them,
-/// once every held request was answered.
-async fn release_a(proxy: &FaultProxy) -> Vec<(String, i64)> {
-    let held = proxy.held();
+/// Releases the produces `proxy` holds and returns the broker's answers
+/// to them, once every held request was answered.
+async fn release(who: &str, proxy: &FaultProxy) -> Vec<(String, i64)> {
+    let held = proxy.held() + proxy.held_answers().len();
     proxy.release();
     wait_until("the broker answers every held produce", || {
         proxy.held_answers().len() >= held
     })
     .await;
     let answers = decode(&proxy.held_answers());
-    println!("A's {held} held Produce requests, released: the broker answered {answers:?}");
+    println!("{who}'s held Produce requests, released: the broker answered {answers:?}");
     assert!(!answers.is_empty());
+    answers
+}
+
+/// Releases A's held produces: every one is refused, and A's pump stops as
+/// having lost the partition (its PartitionActor says so and writes nothing).
+async fn release_a(proxy: &FaultProxy, topic: &str) {
+    let answers = release("A", proxy).await;
     assert!(
         answers.iter().all(|(e, _)| e == "InvalidProducerEpoch"),
         "every late produce of A is refused: {answers:?}"
     );
-    answers
+    let said = format!("{topic}-0");
+    wait_until("A's pump stops as lost ownership", || {
+        logged()
+            .iter()
+            .any(|l| l.contains(&said) && l.contains("another node owns"))
+    })
+    .await;
+    for l in logged().iter().filter(|l| l.contains(&said)) {
+        println!("A logged: {l}");
+    }
+}
+
+/// Warnings of this test binary, captured (each line names its partition).
+fn logged() -> Vec<String> {
+    let buf = LOGS.get().expect("capture_logs first").lock().unwrap();
+    String::from_utf8_lossy(&buf)
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn capture_logs() {
+    LOGS.get_or_init(|| {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let writer = buf.clone();
+        tracing_subscriber::fmt()
+            .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+            .with_ansi(false)
+            .with_writer(move || Captured(writer.clone()))
+            .init();
+        buf
+    });
 }
 
 /// `(offset, value)` of every record of partition 0, by Kafka's console
@@ -334,7 +405,10 @@ fn values(bootstrap: &str, topic: &str, n: usize) -> Vec<(i64, String)> {
                     .unwrap_or_else(|| panic!("no {name} in {l}"))
                     .to_string()
             };
-            (field("Offset:").parse().unwrap(), l.rsplit('\t').next().unwrap().to_string())
+            (
+                field("Offset:").parse().unwrap(),
+                l.rsplit('\t').next().unwrap().to_string(),
+            )
         })
         .collect()
 }
@@ -385,18 +459,22 @@ async fn settle_and_check(shard: &Shard, b: &Owner, writer: SourceWriter) {
     println!("destination markers (base, producer id, epoch): {markers:?}");
     let fence_epoch = markers.last().expect("B's fence marker").2;
     let fence_at = markers.last().unwrap().0;
-    let data_epochs: Vec<(i64, i16)> = seen
-        .iter()
-        .filter(|s| !s.3)
-        .map(|s| (s.0, s.2))
-        .collect();
-    let (before, after): (Vec<&(i64, i16)>, Vec<&(i64, i16)>) = data_epochs.iter().partition(|(o, _)| *o < fence_at);
+    let data_epochs: Vec<(i64, i16)> = seen.iter().filter(|s| !s.3).map(|s| (s.0, s.2)).collect();
+    let (before, after): (Vec<_>, Vec<_>) = data_epochs
+        .into_iter()
+        .partition(|b: &(i64, i16)| b.0 < fence_at);
     println!(
         "data batches: {} before B's marker at {fence_at} (epochs {:?}), {} after (epochs {:?})",
         before.len(),
-        before.iter().map(|b| b.1).collect::<std::collections::BTreeSet<_>>(),
+        before
+            .iter()
+            .map(|b| b.1)
+            .collect::<std::collections::BTreeSet<_>>(),
         after.len(),
-        after.iter().map(|b| b.1).collect::<std::collections::BTreeSet<_>>()
+        after
+            .iter()
+            .map(|b| b.1)
+            .collect::<std::collections::BTreeSet<_>>()
     );
     assert!(
         after.iter().all(|(_, e)| *e > fence_epoch),
@@ -409,11 +487,7 @@ async fn settle_and_check(shard: &Shard, b: &Owner, writer: SourceWriter) {
         let mut wrong = Vec::new();
         for ((s, v), (d, w)) in source.iter().zip(&destination) {
             assert_eq!(v, w);
-            let t = b
-                .node
-                .translate(MIRROR, &shard.topic, 0, *s)
-                .await
-                .unwrap();
+            let t = b.node.translate(MIRROR, &shard.topic, 0, *s).await.unwrap();
             if (t.kind.as_str(), t.destination_offset) != ("exact", Some(*d)) {
                 wrong.push((*s, *d, t.kind, t.destination_offset));
             }
@@ -441,15 +515,13 @@ async fn settle_and_check(shard: &Shard, b: &Owner, writer: SourceWriter) {
     let runs = shard.runs().await;
     println!(
         "offset-map runs recorded (source start, destination start, length): {:?}",
-        runs.iter()
-            .rev()
-            .take(6)
-            .collect::<Vec<_>>()
+        runs.iter().rev().take(6).collect::<Vec<_>>()
     );
 }
 
 #[actix::test]
 async fn a_produce_held_past_a_takeover_is_refused_and_nothing_is_lost_or_doubled() {
+    capture_logs();
     let shard = Shard::new("pause-ack");
     let proxy = FaultProxy::start(&bed().destination).await;
     let (a, writer) = a_copies(&shard, &proxy).await;
@@ -467,7 +539,9 @@ async fn a_produce_held_past_a_takeover_is_refused_and_nothing_is_lost_or_double
     );
 
     // B takes the shard (log fenced and loaded, partitions fenced) and copies.
-    let b = shard.owner("B", ClientConfig::plaintext(&bed().destination)).await;
+    let b = shard
+        .owner("B", ClientConfig::plaintext(&bed().destination))
+        .await;
     let b_started = partition(&b.node).await.destination_offset;
     wait_for(&b.node, "B copies", |p| {
         p.state == "MIRRORING" && p.destination_offset > b_started + 20
@@ -479,7 +553,111 @@ async fn a_produce_held_past_a_takeover_is_refused_and_nothing_is_lost_or_double
     );
 
     // A wakes up: its requests reach the broker after B's writes.
-    release_a(&proxy).await;
+    release_a(&proxy, &shard.topic).await;
+    settle_and_check(&shard, &b, writer).await;
+    b.node.shutdown().await;
+    a.node.shutdown().await;
+}
+
+#[actix::test]
+async fn a_run_recorded_but_not_produced_before_a_takeover_never_lands() {
+    capture_logs();
+    let shard = Shard::new("pause-run");
+    let proxy = FaultProxy::start(&bed().destination).await;
+    let (a, writer) = a_copies(&shard, &proxy).await;
+    let paused_at = writer.pause().await as i64;
+    wait_for(&a.node, "A caught up", |p| {
+        p.lag == 0 && p.source_offset == paused_at
+    })
+    .await;
+
+    // Between recording a run and producing it: an aborted transaction on
+    // the source (its marker is an offset kmirror does not copy) makes A
+    // open a new run; the run is recorded (length 0) before the produce
+    // that opens it, and that produce is held.
+    proxy.hold(&[PRODUCE]);
+    let src = KafkaClient::connect(ClientConfig::plaintext(&bed().source))
+        .await
+        .unwrap();
+    let txn = acquire(&src, &unique("source-txn"), Duration::from_secs(60))
+        .await
+        .unwrap();
+    fence_partitions(&src, &txn, &[TopicPartition::new(&shard.topic, 0)])
+        .await
+        .unwrap();
+    writer.resume();
+    wait_until("A's produce of the new run is held", || proxy.held() > 0).await;
+    let runs = shard.runs().await;
+    let opened = *runs.last().unwrap();
+    println!(
+        "source marker at {paused_at}; A recorded the run {opened:?} (source start, destination start, length) and its produce is held ({} request(s))",
+        proxy.held()
+    );
+    assert_eq!(
+        opened.0,
+        paused_at + 1,
+        "the run opens after the source marker"
+    );
+    assert_eq!(opened.2, 0, "recorded before anything of it was produced");
+
+    // B takes the shard: its marker sits where A's run would have started,
+    // so alignment moves the never-landed run past it.
+    let b = shard
+        .owner("B", ClientConfig::plaintext(&bed().destination))
+        .await;
+    wait_for(&b.node, "B copies", |p| {
+        p.state == "MIRRORING" && p.destination_offset > opened.1 + 20
+    })
+    .await;
+    let after: Vec<_> = shard
+        .runs()
+        .await
+        .into_iter()
+        .filter(|r| r.0 == opened.0)
+        .collect();
+    println!("records of the run at source {}: {after:?}", opened.0);
+    assert!(
+        after.iter().any(|r| r.1 == opened.1 + 1),
+        "B re-recorded the run one past its marker at {}",
+        opened.1
+    );
+
+    release_a(&proxy, &shard.topic).await;
+    settle_and_check(&shard, &b, writer).await;
+    b.node.shutdown().await;
+    a.node.shutdown().await;
+}
+
+#[actix::test]
+async fn a_produce_released_between_the_new_owners_alignment_and_its_first_write_is_refused() {
+    capture_logs();
+    let shard = Shard::new("pause-align");
+    let proxy = FaultProxy::start(&bed().destination).await;
+    let (a, writer) = a_copies(&shard, &proxy).await;
+    proxy.hold(&[PRODUCE]);
+    wait_until("A's produce is held", || proxy.held() > 0).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // B's own first write is held too: B fences, aligns and records, and
+    // its first produce waits while A's late one arrives.
+    let proxy_b = FaultProxy::start(&bed().destination).await;
+    proxy_b.hold(&[PRODUCE]);
+    let b = shard.owner("B", through(&proxy_b)).await;
+    wait_until("B's first produce is sent", || proxy_b.held() > 0).await;
+    let runs = shard.runs().await;
+    let aligned = *runs.iter().rev().find(|r| r.2 >= 0).unwrap();
+    println!(
+        "B aligned and recorded {aligned:?} (source start, destination start, length); its first produce is held"
+    );
+
+    release_a(&proxy, &shard.topic).await;
+    let b_answers = release("B", &proxy_b).await;
+    let first = b_answers[0].clone();
+    assert_eq!(
+        first,
+        ("NONE".to_string(), aligned.1),
+        "B's first write lands where its alignment put it"
+    );
     settle_and_check(&shard, &b, writer).await;
     b.node.shutdown().await;
     a.node.shutdown().await;
