@@ -512,6 +512,34 @@ async fn settle_and_check(shard: &Shard, b: &Owner, writer: SourceWriter) {
         source.len(),
         markers.len()
     );
+    // Kafka's own view of who writes the partition now: B's producer id,
+    // at the epoch of B's data (A's epoch is gone).
+    let producers = kmirror_tests::kafka_tool_ok(
+        "kafka-transactions",
+        &[
+            "--bootstrap-server",
+            &bed().destination,
+            "describe-producers",
+            "--topic",
+            &shard.topic,
+            "--partition",
+            "0",
+        ],
+    );
+    println!("kafka-transactions describe-producers:\n{producers}");
+    let rows: Vec<Vec<&str>> = producers
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .filter(|r: &Vec<&str>| !r.is_empty())
+        .collect();
+    let b_epoch = after.iter().map(|b| b.1).max().unwrap();
+    assert_eq!(rows.len(), 1, "one producer id per partition");
+    assert_eq!(
+        rows[0][1],
+        b_epoch.to_string(),
+        "the partition's epoch is B's"
+    );
     let runs = shard.runs().await;
     println!(
         "offset-map runs recorded (source start, destination start, length): {:?}",
@@ -551,6 +579,12 @@ async fn a_produce_held_past_a_takeover_is_refused_and_nothing_is_lost_or_double
         "B took over and copies: destination end {}",
         partition(&b.node).await.destination_offset
     );
+
+    // A's log is fenced too: a state write of A's is refused, not appended.
+    let props = [("bootstrap.servers".to_string(), bed().source.clone())].into();
+    let refused = a.node.create_mirror("late", props).await;
+    println!("A's state write after the takeover: {refused:?}");
+    assert!(refused.is_err(), "A's log still took a write");
 
     // A wakes up: its requests reach the broker after B's writes.
     release_a(&proxy, &shard.topic).await;
