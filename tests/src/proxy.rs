@@ -10,7 +10,7 @@
 //! ago — which is exactly how a request a client timed out can still be
 //! appended.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,6 +30,19 @@ struct Shared {
     holding: HashSet<i16>,
     /// Held requests in arrival order, each with its connection's writer.
     held: Vec<(mpsc::UnboundedSender<Frame>, Frame)>,
+    /// The broker's answers to requests that were held, with the API key
+    /// and version of their request (to decode them).
+    answers: Vec<HeldAnswer>,
+}
+
+/// The broker's answer to a request the proxy held: what a late request
+/// met once it arrived (a client that gave up never sees it).
+#[derive(Clone, Debug)]
+pub struct HeldAnswer {
+    pub api_key: i16,
+    pub api_version: i16,
+    /// The whole response frame, size prefix included.
+    pub frame: Vec<u8>,
 }
 
 pub struct FaultProxy {
@@ -94,6 +107,11 @@ impl FaultProxy {
         }
     }
 
+    /// The broker's answers to every request held so far and released.
+    pub fn held_answers(&self) -> Vec<HeldAnswer> {
+        self.shared.lock().unwrap().answers.clone()
+    }
+
     /// How many requests are held right now.
     pub fn held(&self) -> usize {
         self.shared.lock().unwrap().held.len()
@@ -107,6 +125,8 @@ async fn connection(client: TcpStream, upstream: String, shared: Arc<Mutex<Share
     let (mut cr, mut cw) = client.into_split();
     let (mut sr, mut sw) = server.into_split();
     let (tx, mut rx) = mpsc::unbounded_channel::<Frame>();
+    // Correlation id → (API key, version) of this connection's held requests.
+    let held_ids: Arc<Mutex<HashMap<i32, (i16, i16)>>> = Arc::default();
     // The writer lives as long as anyone (the client, or a held request)
     // can still send, then a while longer: a broker that sees the
     // connection close may drop requests it has not read yet.
@@ -120,9 +140,19 @@ async fn connection(client: TcpStream, upstream: String, shared: Arc<Mutex<Share
     });
     // Answers go back while the client listens; after that they are read
     // and dropped, so the broker is never blocked writing them.
+    let (ids, answers) = (held_ids.clone(), shared.clone());
     tokio::spawn(async move {
         let mut client_gone = false;
         while let Some(f) = read_frame(&mut sr).await {
+            let correlation = i32::from_be_bytes([f[4], f[5], f[6], f[7]]);
+            let held = ids.lock().unwrap().remove(&correlation);
+            if let Some((api_key, api_version)) = held {
+                answers.lock().unwrap().answers.push(HeldAnswer {
+                    api_key,
+                    api_version,
+                    frame: f.clone(),
+                });
+            }
             if !client_gone && cw.write_all(&f).await.is_err() {
                 client_gone = true;
             }
@@ -132,6 +162,12 @@ async fn connection(client: TcpStream, upstream: String, shared: Arc<Mutex<Share
         let api_key = i16::from_be_bytes([f[4], f[5]]);
         let mut sh = shared.lock().unwrap();
         if sh.holding.contains(&api_key) {
+            let version = i16::from_be_bytes([f[6], f[7]]);
+            let correlation = i32::from_be_bytes([f[8], f[9], f[10], f[11]]);
+            held_ids
+                .lock()
+                .unwrap()
+                .insert(correlation, (api_key, version));
             sh.held.push((tx.clone(), f));
         } else if tx.send(f).is_err() {
             return;
