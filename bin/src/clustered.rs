@@ -22,7 +22,7 @@ use kmirror_actors::kafka::membership::{
     HeldUnits, MemberMetadata, MemberSettings, Membership, MembershipHandle,
 };
 use kmirror_actors::kafka::produce::IdempotentProducer;
-use kmirror_actors::kafka::{KafkaClient, KafkaError};
+use kmirror_actors::kafka::KafkaClient;
 use kmirror_actors::node::{NodeError, NodeSettings, SourceConnector};
 use kmirror_actors::shards::{ClusterStatus, MemberStatus, Shards, ShardsSpec};
 use kmirror_actors::state_log::{KafkaLog, StateLogOptions};
@@ -126,12 +126,7 @@ impl Clustered {
                                 // Not while the lease has run out (a pause
                                 // since the group gave us the shard): the
                                 // group may have given it on already.
-                                if !lease.ticket().may_send(FENCE_TXN_TIMEOUT).await {
-                                    return Err(KafkaError::Fenced {
-                                        resource: tid,
-                                        reason: "this node's group lease ran out before it took the shard".into(),
-                                    });
-                                }
+                                lease.before_taking(&tid, FENCE_TXN_TIMEOUT).await?;
                                 let fence = acquire(&client, &tid, FENCE_TXN_TIMEOUT).await?;
                                 fence_partitions(
                                     &client,

@@ -466,6 +466,20 @@ impl Lease {
         self.inner.changed.notify_waiters();
     }
 
+    /// Ok once the lease runs (waiting at most `limit` for a renewal), else
+    /// [`KafkaError::Fenced`] naming `resource`: what a node checks before it
+    /// takes anything from another, since a pause between the group's
+    /// assignment and the fence may have let the group give it on.
+    pub async fn before_taking(&self, resource: &str, limit: Duration) -> Result<()> {
+        if self.ticket().may_send(limit).await {
+            return Ok(());
+        }
+        Err(KafkaError::Fenced {
+            resource: resource.to_string(),
+            reason: "this node's group lease ran out before it took it over: the group may have given it to another node".into(),
+        })
+    }
+
     /// A ticket for a producer made now.
     pub fn ticket(&self) -> LeaseTicket {
         LeaseTicket {
