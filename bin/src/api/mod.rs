@@ -12,7 +12,7 @@ use actix_web::web::{self, Data, Json, Path, Query};
 use actix_web::{HttpRequest, HttpResponse};
 use kmirror_actors::failback::FailbackRequest;
 use kmirror_actors::node::{
-    MirrorListing, NodeError, NodeMetrics, PartitionDescription, StopOptions, TopicChange,
+    MirrorListing, Node, NodeError, NodeMetrics, PartitionDescription, StopOptions, TopicChange,
 };
 use kmirror_events::FailbackMode;
 
@@ -149,16 +149,33 @@ fn resource(path: &str) -> actix_web::Resource {
 }
 
 async fn list(node: Data<NodeHandle>, req: HttpRequest) -> Reply {
-    let mut mirrors = Vec::new();
-    for local in node.locals().await {
-        mirrors.extend(
-            node.run(local, |n| async move { n.list_mirrors().await })
-                .await?,
-        );
-    }
-    mirrors.extend(fan_out::<MirrorListing>(&node, &req, "/mirrors").await?);
+    let mut mirrors: Vec<MirrorListing> = gather(&node, &req, "/mirrors", |n| async move {
+        Ok(n.list_mirrors().await)
+    })
+    .await?;
     mirrors.sort_by(|a, b| a.mirror.cmp(&b.mirror));
     Ok(HttpResponse::Ok().json(mirrors))
+}
+
+/// Every node's answer to a listing: this process's nodes through `local`,
+/// every other node of the cluster through `path`.
+async fn gather<T, F, Fut>(
+    node: &NodeHandle,
+    req: &HttpRequest,
+    path: &str,
+    local: F,
+) -> Result<Vec<T>, ApiError>
+where
+    T: serde::de::DeserializeOwned + Send + 'static,
+    F: Fn(Node) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<Vec<T>, NodeError>> + 'static,
+{
+    let mut all = Vec::new();
+    for here in node.locals().await {
+        all.extend(node.run(here, local.clone()).await??);
+    }
+    all.extend(fan_out::<T>(node, req, path).await?);
+    Ok(all)
 }
 
 async fn create(node: Data<NodeHandle>, req: HttpRequest, body: Json<CreateBody>) -> Reply {
@@ -232,14 +249,11 @@ async fn describe_all(
     req: HttpRequest,
     query: Query<DescribeQuery>,
 ) -> Reply {
-    let mut partitions = Vec::new();
-    for local in node.locals().await {
-        partitions.extend(
-            node.run(local, |n| async move { n.describe(None).await })
-                .await??,
-        );
-    }
-    partitions.extend(fan_out::<PartitionDescription>(&node, &req, "/partitions").await?);
+    let mut partitions: Vec<PartitionDescription> =
+        gather(&node, &req, "/partitions", |n| async move {
+            n.describe(None).await
+        })
+        .await?;
     partitions.sort_by(|a, b| {
         (&a.mirror, &a.topic, a.partition).cmp(&(&b.mirror, &b.topic, b.partition))
     });
