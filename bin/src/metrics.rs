@@ -311,9 +311,10 @@ mod tests {
         assert_eq!(gauge_name("MIRRORING"), "MirroringPartitionState");
     }
 
-    #[test]
-    fn renders_states_lag_and_totals() {
-        let m = NodeMetrics {
+    /// A node with one mirror, a MIRRORING and a FAILED partition, and a
+    /// metadata-sync meter: every family `render` can write has a sample.
+    fn sample() -> NodeMetrics {
+        NodeMetrics {
             partitions: vec![
                 partition("orders", 0, "MIRRORING"),
                 partition("orders", 1, "FAILED"),
@@ -333,8 +334,12 @@ mod tests {
                 last_group_sync_ms: 1_500,
                 ..Default::default()
             }],
-        };
-        let text = render(&m);
+        }
+    }
+
+    #[test]
+    fn renders_states_lag_and_totals() {
+        let text = render(&sample());
         for line in [
             "kmirror_MirroringPartitionState 1",
             "kmirror_FailedPartitionState 1",
@@ -364,5 +369,41 @@ mod tests {
         let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
         let helps = text.lines().filter(|l| l.starts_with("# HELP")).count();
         assert_eq!(types, helps);
+    }
+
+    /// The Grafana dashboard and the alert rules are written against these
+    /// names; a metric renamed or dropped here must not leave them blank.
+    #[test]
+    fn deploy_files_name_only_exported_metrics() {
+        let text = render(&sample());
+        let exported: BTreeSet<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split(' ').next())
+            .collect();
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/");
+        let mut checked = 0;
+        for file in [
+            "grafana/kmirror.json",
+            "prometheus/alerts.yml",
+            "prometheus/alerts_test.yml",
+        ] {
+            let body = std::fs::read_to_string(format!("{root}{file}")).unwrap();
+            for (at, _) in body.match_indices("kmirror_") {
+                let name: String = body[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if name == "kmirror_" {
+                    continue; // a pattern such as `kmirror_.+PartitionState`
+                }
+                assert!(
+                    exported.contains(name.as_str()),
+                    "{file} uses `{name}`, which /metrics does not export"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 20, "only {checked} metric names found");
     }
 }
