@@ -18,6 +18,7 @@ use kmirror_events::FailbackMode;
 
 mod error;
 mod route;
+mod ui;
 
 pub use error::ApiError;
 use error::Reply;
@@ -131,6 +132,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/metrics").route(web::get().to(metrics)))
     .service(resource("/cluster").route(web::get().to(cluster)))
     .service(resource("/health").route(web::get().to(health)))
+    .service(resource("/ui").route(web::get().to(ui::page)))
+    .service(resource("/audit").route(web::get().to(ui::audit)))
     .default_service(web::to(|req: HttpRequest| async move {
         ApiError(NodeError::new(
             "NOT_FOUND",
