@@ -643,9 +643,9 @@ impl PartitionActor {
             progress: self.progress.lock().unwrap().clone(),
             // The deadline only while its timer is pending and the
             // partition still FAILED (a taken timer leaves a stale one).
-            next_retry_at_ms: self
-                .retry_at_ms
-                .filter(|_| self.retry_timer.is_some() && self.state.state == PartitionState::Failed),
+            next_retry_at_ms: self.retry_at_ms.filter(|_| {
+                self.retry_timer.is_some() && self.state.state == PartitionState::Failed
+            }),
         }
     }
 }

@@ -717,6 +717,33 @@ mod tests {
         assert_eq!(body["state_offset"], body["state_validation_offset"]);
     }
 
+    #[actix_web::test]
+    async fn the_page_and_the_audit_answer() {
+        let (status, body) = call_raw(web_test::TestRequest::get().uri("/ui")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(String::from_utf8(body)
+            .unwrap()
+            .contains("<title>kmirror status</title>"));
+        let (status, body) = call(web_test::TestRequest::get().uri("/audit?mirror=m")).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body, serde_json::json!([]));
+        for (uri, mentions) in [
+            ("/audit", "missing field `mirror`"),
+            ("/audit?mirror=m&limit=0", "limit"),
+            ("/audit?mirror=m&limit=1001", "limit"),
+            ("/audit?mirror=m&type=FailoverReport,Nope", "`Nope`"),
+        ] {
+            let got = call(web_test::TestRequest::get().uri(uri)).await;
+            assert_error(got, 400, "INVALID_REQUEST", mentions);
+        }
+        assert_error(
+            call(web_test::TestRequest::get().uri("/audit?mirror=m&topic=nope")).await,
+            404,
+            "TOPIC_NOT_IN_CLUSTER_MIRROR",
+            "nope",
+        );
+    }
+
     #[test]
     fn statuses() {
         assert_eq!(status_for("MIRROR_TOPIC_NOT_PAUSED"), StatusCode::CONFLICT);

@@ -57,11 +57,7 @@ fn record_type_names() -> Vec<&'static str> {
 
 /// The newest records of a mirror (a topic, a partition), oldest first,
 /// each as `{"offset", "timestamp_ms", "time", "type", "text"}`.
-pub(super) async fn audit(
-    node: Data<NodeHandle>,
-    req: HttpRequest,
-    q: Query<AuditQuery>,
-) -> Reply {
+pub(super) async fn audit(node: Data<NodeHandle>, req: HttpRequest, q: Query<AuditQuery>) -> Reply {
     let q = q.into_inner();
     let limit = q.limit.unwrap_or(DEFAULT_AUDIT_LIMIT);
     if !(1..=MAX_AUDIT_LIMIT).contains(&limit) {
