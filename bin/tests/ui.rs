@@ -309,6 +309,18 @@ fn the_status_page_shows_what_describe_says() {
         );
         states.push(cells["state"].clone());
     }
+    // And the destination offsets shown are the destination's own, as
+    // Kafka's kafka-get-offsets reads them.
+    for topic in [&orders, &paused, &stopped] {
+        let on_page: i64 = shown
+            .iter()
+            .filter(|(k, _)| &k.1 == topic)
+            .map(|(_, cells)| cells["destination_offset"].parse::<i64>().unwrap())
+            .sum();
+        let on_kafka = records_on(&bed().destination, topic) as i64;
+        assert_eq!(on_page, on_kafka, "{topic}: page vs kafka-get-offsets");
+        println!("{topic}: destination end offsets {on_page} on the page, {on_kafka} by kafka-get-offsets");
+    }
     states.sort();
     states.dedup();
     assert_eq!(states, ["FAILED", "MIRRORING", "PAUSED", "STOPPED"]);
