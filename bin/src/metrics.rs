@@ -295,6 +295,7 @@ mod tests {
             state: state.into(),
             retry_attempt: 0,
             max_attempts: 20,
+            next_retry_at_ms: None,
             error: (state == "FAILED").then(|| "boom".into()),
             offsets_identical: true,
             records_mirrored: 90,

@@ -167,6 +167,22 @@ fn clustered_nodes_share_the_work_and_take_over_a_killed_one() {
         parts.len() == 2 && parts.iter().all(|p| p["state"] == "PAUSED")
     });
     node(&nodes, other).cli_ok(&["mirror", "resume", "--mirror", mirror, "--topics", topic]);
+    // The status page's log read goes to the mirror's coordinator too: its
+    // shard's log (the state topic partition) tells the pause.
+    let (status, body) = node(&nodes, other).http(
+        "GET",
+        &format!("/audit?mirror={mirror}&type=MirrorPartitionState&limit=20"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    let lines: Vec<Value> = serde_json::from_str(&body).unwrap();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["text"].as_str().unwrap().contains("-> PAUSED")),
+        "{body}"
+    );
+    assert_eq!(node(&nodes, other).http("GET", "/ui", None).0, 200);
 
     // kill -9 the coordinator of the first mirror; the others take its
     // shards over and the copy goes on, exactly.

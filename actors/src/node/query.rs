@@ -3,9 +3,11 @@
 //! never write to the event log.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use actix::prelude::*;
-use kmirror_events::{MirrorPartitionKey, PartitionState, Translation};
+use kmirror_events::{MirrorPartitionKey, MirrorStateImage, PartitionState, Translation};
+use kmirror_store::EventLog;
 
 use super::{
     unavailable, MirrorListing, Node, NodeError, NodeMetrics, OffsetTranslation,
@@ -84,6 +86,7 @@ impl Node {
                     state: s.state.kip_name().to_string(),
                     retry_attempt: s.retry_attempt,
                     max_attempts,
+                    next_retry_at_ms: s.next_retry_at_ms,
                     error: s.error,
                     offsets_identical: s.progress.offsets_identical,
                     records_mirrored: s.progress.records_mirrored,
@@ -94,6 +97,15 @@ impl Node {
             }
         }
         Ok(out)
+    }
+
+    /// The event log and the image folded from it, for the reads the
+    /// binary makes of the log itself (the audit timeline of `GET /audit`).
+    /// Reading the log blocks: callers read it on a blocking pool.
+    pub async fn log_and_image(
+        &self,
+    ) -> Result<(Arc<dyn EventLog>, Arc<MirrorStateImage>), NodeError> {
+        Ok((self.inner.log.clone(), self.image().await?))
     }
 
     /// The current StateValidationOffset (the event log end offset), for

@@ -67,6 +67,10 @@ pub struct PartitionDescription {
     pub retry_attempt: i16,
     /// `mirror.failed.retry.max.attempts`, for "n/max".
     pub max_attempts: u32,
+    /// When a FAILED partition's pending retry fires (epoch ms); absent
+    /// when none is pending (not FAILED, not retryable, or retries used up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_retry_at_ms: Option<i64>,
     pub error: Option<String>,
     /// The offset map is one run from equal offsets: consumers can use
     /// source offsets on the destination unchanged.

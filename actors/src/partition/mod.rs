@@ -91,6 +91,9 @@ pub struct PartitionStatus {
     pub retry_attempt: i16,
     pub error: Option<String>,
     pub progress: Progress,
+    /// When the pending retry of a FAILED partition fires (epoch ms): the
+    /// timer's own deadline, so a status page can count down to it.
+    pub next_retry_at_ms: Option<i64>,
 }
 
 #[derive(Message)]
@@ -151,6 +154,9 @@ pub struct PartitionActor {
     pump: Option<RunningPump>,
     generation: u64,
     retry_timer: Option<SpawnHandle>,
+    /// The deadline of `retry_timer` when it is a FAILED partition's retry
+    /// (not STOPPING's re-entry), in epoch ms.
+    retry_at_ms: Option<i64>,
     /// The state epoch of the FAILED state last reported as final, so each
     /// refresh re-sending the desired state does not repeat the warning.
     reported_final: Option<i32>,
@@ -182,6 +188,7 @@ impl PartitionActor {
             pump: None,
             generation: 0,
             retry_timer: None,
+            retry_at_ms: None,
             reported_final: None,
             shutting_down: false,
             shutdown_waiters: Vec::new(),
@@ -420,6 +427,7 @@ impl PartitionActor {
                         // One retry pending at a time: every desired state
                         // the MirrorActor re-sends would start another.
                         if act.retry_timer.is_none() {
+                            act.retry_at_ms = None;
                             act.retry_timer = Some(ctx.run_later(STOPPING_RETRY, |act, ctx| {
                                 act.retry_timer = None;
                                 act.enter(ctx)
@@ -444,6 +452,7 @@ impl PartitionActor {
         match self.spec.retry.decide(&self.state, jitter) {
             RetryDecision::RetryAfter { delay_ms, target } => {
                 tracing::info!(partition = %self.tp, attempt = self.state.retry_attempt, delay_ms, %target, "retrying failed partition");
+                self.retry_at_ms = Some(crate::coordinator::now_ms() + delay_ms as i64);
                 self.retry_timer = Some(ctx.run_later(
                     Duration::from_millis(delay_ms),
                     move |act, ctx| {
@@ -632,6 +641,11 @@ impl PartitionActor {
             retry_attempt: self.state.retry_attempt,
             error: self.state.error_message.clone(),
             progress: self.progress.lock().unwrap().clone(),
+            // The deadline only while its timer is pending and the
+            // partition still FAILED (a taken timer leaves a stale one).
+            next_retry_at_ms: self.retry_at_ms.filter(|_| {
+                self.retry_timer.is_some() && self.state.state == PartitionState::Failed
+            }),
         }
     }
 }

@@ -18,6 +18,7 @@ use kmirror_events::FailbackMode;
 
 mod error;
 mod route;
+mod ui;
 
 pub use error::ApiError;
 use error::Reply;
@@ -131,6 +132,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/metrics").route(web::get().to(metrics)))
     .service(resource("/cluster").route(web::get().to(cluster)))
     .service(resource("/health").route(web::get().to(health)))
+    .service(resource("/ui").route(web::get().to(ui::page)))
+    .service(resource("/audit").route(web::get().to(ui::audit)))
     .default_service(web::to(|req: HttpRequest| async move {
         ApiError(NodeError::new(
             "NOT_FOUND",
@@ -712,6 +715,33 @@ mod tests {
         assert_eq!(status, StatusCode::OK);
         assert!(body["state_validation_offset"].is_u64(), "{body}");
         assert_eq!(body["state_offset"], body["state_validation_offset"]);
+    }
+
+    #[actix_web::test]
+    async fn the_page_and_the_audit_answer() {
+        let (status, body) = call_raw(web_test::TestRequest::get().uri("/ui")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(String::from_utf8(body)
+            .unwrap()
+            .contains("<title>kmirror status</title>"));
+        let (status, body) = call(web_test::TestRequest::get().uri("/audit?mirror=m")).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body, serde_json::json!([]));
+        for (uri, mentions) in [
+            ("/audit", "missing field `mirror`"),
+            ("/audit?mirror=m&limit=0", "limit"),
+            ("/audit?mirror=m&limit=1001", "limit"),
+            ("/audit?mirror=m&type=FailoverReport,Nope", "`Nope`"),
+        ] {
+            let got = call(web_test::TestRequest::get().uri(uri)).await;
+            assert_error(got, 400, "INVALID_REQUEST", mentions);
+        }
+        assert_error(
+            call(web_test::TestRequest::get().uri("/audit?mirror=m&topic=nope")).await,
+            404,
+            "TOPIC_NOT_IN_CLUSTER_MIRROR",
+            "nope",
+        );
     }
 
     #[test]

@@ -407,6 +407,7 @@ mod tests {
             state: state.into(),
             retry_attempt: retry,
             max_attempts: 20,
+            next_retry_at_ms: None,
             error: error.map(Into::into),
             offsets_identical: false,
             records_mirrored: 0,

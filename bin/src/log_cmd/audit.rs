@@ -9,7 +9,7 @@ use clap::Args;
 use kmirror_events::{
     MirrorPartitionKey, MirrorStateImage, Offset, PartitionState, Record, TopicId,
 };
-use kmirror_store::LogEntry;
+use kmirror_store::{EventLog, LogEntry};
 
 use super::read::{open_ro, CliResult, Progress, Source};
 
@@ -35,7 +35,7 @@ pub(super) struct AuditArgs {
     json: bool,
 }
 
-pub(super) fn names_of(image: &MirrorStateImage) -> HashMap<TopicId, String> {
+pub(crate) fn names_of(image: &MirrorStateImage) -> HashMap<TopicId, String> {
     image
         .topics()
         .map(|(id, t)| (*id, t.change.topic_name.clone()))
@@ -51,7 +51,7 @@ pub(super) fn partition_label(names: &HashMap<TopicId, String>, k: &MirrorPartit
 
 /// A `--since`/`--until` bound: a log offset or a wall-clock time.
 #[derive(Clone, Copy)]
-enum Bound {
+pub(crate) enum Bound {
     Offset(Offset),
     TimeMs(i64),
 }
@@ -330,6 +330,144 @@ pub(super) fn entry_json(e: &LogEntry) -> serde_json::Value {
     })
 }
 
+/// Which records an audit shows: the filters of `kmirror log audit`, and
+/// of the admin API's `GET /audit`, which tells the same lines.
+#[derive(Default)]
+pub(crate) struct AuditFilter {
+    pub mirror: Option<String>,
+    /// Resolved by [`topic_ids`]: a name may have had several ids.
+    pub topic_ids: Option<Vec<TopicId>>,
+    pub partition: Option<i32>,
+    pub since: Option<Bound>,
+    pub until: Option<Bound>,
+    /// Record type names (`FailoverReport`, …); empty: every type.
+    pub types: Vec<String>,
+}
+
+impl AuditFilter {
+    fn shows(&self, e: &LogEntry) -> bool {
+        let from = match self.since {
+            Some(Bound::Offset(o)) => o,
+            _ => 0,
+        };
+        e.offset >= from
+            && in_bounds(e, self.since, self.until)
+            && self
+                .mirror
+                .as_ref()
+                .is_none_or(|m| e.record.mirror_name() == Some(m.as_str()))
+            && self
+                .topic_ids
+                .as_ref()
+                .is_none_or(|ids| e.record.topic_id().is_some_and(|id| ids.contains(&id)))
+            && self
+                .partition
+                .is_none_or(|p| e.record.partition() == Some(p))
+            && (self.types.is_empty()
+                || self
+                    .types
+                    .iter()
+                    .any(|t| t == e.record.record_type().name()))
+    }
+}
+
+/// The topic ids a `topic` filter means: every id the log knew by that
+/// name, or the id itself. Empty when the log knows neither.
+pub(crate) fn topic_ids(names: &HashMap<TopicId, String>, topic: &str) -> Vec<TopicId> {
+    let mut ids: Vec<TopicId> = names
+        .iter()
+        .filter(|(_, n)| *n == topic)
+        .map(|(id, _)| *id)
+        .collect();
+    if let Ok(id) = topic.parse::<TopicId>() {
+        ids.push(id);
+    }
+    ids
+}
+
+/// One shown record, told as a sentence.
+pub(crate) struct AuditLine {
+    pub offset: Offset,
+    pub timestamp_ms: i64,
+    pub record_type: &'static str,
+    pub text: String,
+}
+
+impl AuditLine {
+    /// As the admin API answers it (the `offset`, `timestamp_ms`, `time`
+    /// and `type` of `--json`, and the sentence as `text`).
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "offset": self.offset,
+            "timestamp_ms": self.timestamp_ms,
+            "time": format_ms(self.timestamp_ms),
+            "type": self.record_type,
+            "text": self.text,
+        })
+    }
+}
+
+impl std::fmt::Display for AuditLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}  #{:<8} {:<22} {}",
+            format_ms(self.timestamp_ms),
+            self.offset,
+            self.record_type,
+            self.text
+        )
+    }
+}
+
+/// Walks the whole log (a partition's previous state needs every record
+/// before it) and hands each record `filter` shows to `each`, with its
+/// sentence when `tell` (JSON output needs none); `progress` draws the bar
+/// of a long walk on a terminal (never in the daemon). Blocking: call it on
+/// a blocking pool in the daemon.
+pub(crate) fn walk(
+    log: &dyn EventLog,
+    names: &HashMap<TopicId, String>,
+    filter: &AuditFilter,
+    tell: bool,
+    progress: bool,
+    mut each: impl FnMut(&LogEntry, Option<AuditLine>) -> CliResult<()>,
+) -> CliResult<()> {
+    let mut states: HashMap<MirrorPartitionKey, PartitionState> = HashMap::new();
+    let mut p = progress.then(|| Progress::new("audit", log.end_offset()));
+    for e in log.read(0)? {
+        let e = e?;
+        if let Some(p) = &mut p {
+            p.tick();
+        }
+        let prev = match &e.record {
+            Record::MirrorPartitionState(k, v) => {
+                let prev = states.get(k).copied();
+                match v {
+                    Some(v) => states.insert(k.clone(), v.state),
+                    None => states.remove(k),
+                };
+                prev
+            }
+            _ => None,
+        };
+        if !filter.shows(&e) {
+            continue;
+        }
+        let line = tell.then(|| AuditLine {
+            offset: e.offset,
+            timestamp_ms: e.timestamp_ms,
+            record_type: e.record.record_type().name(),
+            text: describe(&e.record, names, prev),
+        });
+        each(&e, line)?;
+    }
+    if let Some(p) = p {
+        p.finish();
+    }
+    Ok(())
+}
+
 pub(super) fn audit(source: &Source, a: AuditArgs) -> CliResult<ExitCode> {
     let since = a
         .since
@@ -346,82 +484,37 @@ pub(super) fn audit(source: &Source, a: AuditArgs) -> CliResult<ExitCode> {
     // latest state change still show its name.
     let image = log.load_image()?;
     let names = names_of(&image);
-    let topic_filter: Option<Vec<TopicId>> = a.topic.as_ref().map(|t| {
-        let mut ids: Vec<TopicId> = names
-            .iter()
-            .filter(|(_, n)| *n == t)
-            .map(|(id, _)| *id)
-            .collect();
-        if let Ok(id) = t.parse::<TopicId>() {
-            ids.push(id);
+    let topic_filter = match &a.topic {
+        None => None,
+        Some(t) => {
+            let ids = topic_ids(&names, t);
+            if ids.is_empty() {
+                return Err(
+                    format!("--topic {t:?}: no such topic name or topic id in the log").into(),
+                );
+            }
+            Some(ids)
         }
-        ids
-    });
-    if let Some(ids) = &topic_filter {
-        if ids.is_empty() {
-            return Err(format!(
-                "--topic {:?}: no such topic name or topic id in the log",
-                a.topic.unwrap_or_default()
-            )
-            .into());
-        }
-    }
-    let from = match since {
-        Some(Bound::Offset(o)) => o,
-        _ => 0,
     };
-    let mut states: HashMap<MirrorPartitionKey, PartitionState> = HashMap::new();
+    let filter = AuditFilter {
+        mirror: a.mirror,
+        topic_ids: topic_filter,
+        partition: a.partition,
+        since,
+        until,
+        types: Vec::new(),
+    };
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut shown = 0u64;
-    let mut p = Progress::new("audit", log.end_offset());
-    for e in log.read(0)? {
-        let e = e?;
-        p.tick();
-        let prev = match &e.record {
-            Record::MirrorPartitionState(k, v) => {
-                let prev = states.get(k).copied();
-                match v {
-                    Some(v) => states.insert(k.clone(), v.state),
-                    None => states.remove(k),
-                };
-                prev
-            }
-            _ => None,
-        };
-        if e.offset < from || !in_bounds(&e, since, until) {
-            continue;
-        }
-        if let Some(m) = &a.mirror {
-            if e.record.mirror_name() != Some(m.as_str()) {
-                continue;
-            }
-        }
-        if let Some(ids) = &topic_filter {
-            if !e.record.topic_id().is_some_and(|id| ids.contains(&id)) {
-                continue;
-            }
-        }
-        if let Some(part) = a.partition {
-            if e.record.partition() != Some(part) {
-                continue;
-            }
-        }
+    walk(log.as_ref(), &names, &filter, !a.json, true, |e, line| {
         shown += 1;
-        if a.json {
-            writeln!(out, "{}", entry_json(&e))?;
-        } else {
-            writeln!(
-                out,
-                "{}  #{:<8} {:<22} {}",
-                format_ms(e.timestamp_ms),
-                e.offset,
-                e.record.record_type().name(),
-                describe(&e.record, &names, prev)
-            )?;
+        match line {
+            Some(line) => writeln!(out, "{line}")?,
+            None => writeln!(out, "{}", entry_json(e))?,
         }
-    }
+        Ok(())
+    })?;
     out.flush()?;
-    p.finish();
     if shown == 0 && !a.json {
         eprintln!("kmirror log audit: no records matched");
     }

@@ -21,7 +21,7 @@ use kmirror_actors::state_log::StateLogOptions;
 use kmirror_events::{MirrorStateImage, PartitionState};
 use kmirror_store::{verify, verify_entries, EventLog, SledLog};
 
-mod audit;
+pub(crate) mod audit;
 mod read;
 
 use audit::{audit, entry_json, names_of, partition_label, AuditArgs};

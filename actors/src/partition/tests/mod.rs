@@ -321,6 +321,36 @@ async fn a_retryable_produce_failure_retries_back_to_mirroring_without_duplicate
     );
 }
 
+/// The status says when a FAILED partition's pending retry fires (the
+/// status page counts down to it), and nothing while none is pending.
+#[actix::test]
+async fn a_pending_retry_reports_when_it_fires() {
+    let rig = rig().await;
+    rig.append(1, 0);
+    let actor = rig.start(RetryPolicy {
+        initial_backoff_ms: 30_000,
+        max_backoff_ms: 30_000,
+        ..RetryPolicy::default()
+    });
+    eventually("1 record", async || rig.dest.records(&rig.tp).len() == 1).await;
+    assert_eq!(state(&actor).await.next_retry_at_ms, None, "none pending");
+    rig.dest.fail_next_produce(
+        &rig.tp,
+        KafkaError::Unknown("injected: broker not available".into()),
+    );
+    rig.append(1, 1);
+    eventually("FAILED", async || {
+        state(&actor).await.state == PartitionState::Failed
+    })
+    .await;
+    let now = crate::coordinator::now_ms();
+    let at = state(&actor)
+        .await
+        .next_retry_at_ms
+        .expect("a retry pending");
+    assert!((now..=now + 30_000).contains(&at), "{at} vs now {now}");
+}
+
 #[actix::test]
 async fn a_foreign_write_fails_the_partition_for_good() {
     let rig = rig().await;
