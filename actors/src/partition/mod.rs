@@ -16,6 +16,7 @@ pub mod cursor;
 pub mod failover;
 mod position;
 pub mod pump;
+pub mod risk;
 
 pub use context::{Progress, PumpExit};
 
@@ -91,6 +92,8 @@ pub struct PartitionStatus {
     pub retry_attempt: i16,
     pub error: Option<String>,
     pub progress: Progress,
+    /// RPO now and the retention margin (see [`risk`]).
+    pub risk: risk::RiskView,
 }
 
 #[derive(Message)]
@@ -140,6 +143,9 @@ pub struct PartitionSpec {
     pub published: Option<Recipient<WaitPublished>>,
     /// The source's history, for the mirror-loop rule at alignment.
     pub history: Option<Arc<SourceHistory>>,
+    /// How often the at-risk figures are sampled, and the retention margin
+    /// below which the partition warns.
+    pub risk: kmirror_events::RiskSettings,
 }
 
 pub struct PartitionActor {
@@ -156,6 +162,7 @@ pub struct PartitionActor {
     reported_final: Option<i32>,
     shutting_down: bool,
     shutdown_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
+    risk: risk::Risk,
 }
 
 fn unknown_state() -> MirrorPartitionStateValue {
@@ -173,6 +180,7 @@ impl PartitionActor {
     pub fn new(spec: PartitionSpec) -> Self {
         let tp = TopicPartition::new(&spec.topic, spec.key.partition);
         let desired = spec.desired;
+        let risk = risk::Risk::new(spec.risk);
         PartitionActor {
             spec,
             tp,
@@ -185,6 +193,7 @@ impl PartitionActor {
             reported_final: None,
             shutting_down: false,
             shutdown_waiters: Vec::new(),
+            risk,
         }
     }
 
@@ -473,6 +482,10 @@ impl Actor for PartitionActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.reload(ctx);
+        self.sample_risk();
+        ctx.run_interval(self.risk.settings.refresh_interval, |act, _| {
+            act.sample_risk()
+        });
     }
 }
 
@@ -625,14 +638,44 @@ impl Handler<Recover> for PartitionActor {
 
 impl PartitionActor {
     fn status(&self) -> PartitionStatus {
+        let progress = self.progress.lock().unwrap().clone();
+        let risk = self
+            .risk
+            .view(self.state.state, &progress, self.ran(&progress));
         PartitionStatus {
             key: self.spec.key.clone(),
             topic: self.spec.topic.clone(),
             state: self.state.state,
             retry_attempt: self.state.retry_attempt,
             error: self.state.error_message.clone(),
-            progress: self.progress.lock().unwrap().clone(),
+            progress,
+            risk,
         }
+    }
+
+    /// Whether a pump of this process has placed the copy, so its
+    /// progress is the position (else the map and destination say).
+    fn ran(&self, p: &Progress) -> bool {
+        self.generation > 0
+            && (p.source_high_watermark > 0
+                || p.destination_offset > 0
+                || self.state.state == PartitionState::Mirroring)
+    }
+
+    /// One at-risk sample, in the background (see [`risk`]).
+    fn sample_risk(&self) {
+        let progress = self.progress.lock().unwrap().clone();
+        let spec = &self.spec;
+        actix::spawn(self.risk.clone().tick(
+            spec.key.clone(),
+            self.tp.clone(),
+            spec.source.clone(),
+            spec.destination.clone(),
+            spec.coordinator.clone(),
+            self.state.state,
+            progress.clone(),
+            self.ran(&progress),
+        ));
     }
 }
 
