@@ -326,12 +326,18 @@ fn view_of(
     } else {
         u.bytes
     };
+    // A capped read counted only part of the range: retention sees all of
+    // it, so the margin extrapolates at the bytes per record read.
+    let unmirrored_bytes = match bytes_per_record(&s.scan) {
+        Some(per) if u.bytes_at_least => (per * at_risk_records as f64) as i64,
+        _ => at_risk_bytes,
+    };
     let margin = retention_margin(
         &RetentionInputs {
             position,
             log_start: s.scan.log_start,
             high_watermark,
-            unmirrored_bytes: at_risk_bytes,
+            unmirrored_bytes,
             oldest_unmirrored_timestamp: s.scan.oldest_unmirrored_timestamp,
             retention_ms: s.retention.0,
             retention_bytes: s.retention.1,
