@@ -93,12 +93,15 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// `retention.ms` and `retention.bytes` of a source topic (None: unlimited).
+type Retention = (Option<i64>, Option<i64>);
+
 /// One read of the source, and what it was measured against.
 #[derive(Clone, Debug)]
 struct Sample {
     scan: Scan,
     /// `retention.ms` / `retention.bytes` of the source topic.
-    retention: (Option<i64>, Option<i64>),
+    retention: Retention,
     /// Bytes per second the source partition grows by, from this sample's
     /// high watermark and the previous one's.
     produce_bytes_per_second: Option<f64>,
@@ -111,7 +114,7 @@ struct Shared {
     /// Where a copy that has not run in this process stands (read once
     /// from the map and the destination: it does not move without a pump).
     still: Option<Progress>,
-    configs: Option<(Instant, (Option<i64>, Option<i64>))>,
+    configs: Option<(Instant, Retention)>,
     /// The warning has been logged and not cleared since.
     warned: bool,
 }
@@ -278,7 +281,7 @@ fn bytes_per_record(s: &Scan) -> Option<f64> {
 
 /// `retention.ms` and `retention.bytes` from a topic's explicit configs
 /// (`None`: unlimited); `retention.ms` defaults to Kafka's 7 days.
-fn retention_configs(configs: &[(String, String)]) -> (Option<i64>, Option<i64>) {
+fn retention_configs(configs: &[(String, String)]) -> Retention {
     let get = |k: &str| {
         configs
             .iter()

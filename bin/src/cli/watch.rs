@@ -134,12 +134,12 @@ pub(super) fn run(
         let mut out = std::io::stdout().lock();
         let written = if tty {
             // Cursor home, clear the screen, then the frame.
-            write!(out, "\x1b[H\x1b[2J{}\n", lines.join("\n"))
+            writeln!(out, "\x1b[H\x1b[2J{}", lines.join("\n"))
         } else {
             let secs = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs());
-            write!(out, "--- describe at {secs}\n{}\n", lines.join("\n"))
+            writeln!(out, "--- describe at {secs}\n{}", lines.join("\n"))
         };
         if written.and_then(|_| out.flush()).is_err() {
             // The reader went away (a closed pipe): nothing more to show.
