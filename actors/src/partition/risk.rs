@@ -25,6 +25,9 @@ use crate::kafka::fetch::TopicPartition;
 
 /// Batch bytes a periodic sample reads at most; beyond, bytes are "at least".
 pub const SAMPLE_SCAN_BYTES: usize = 1 << 20;
+/// The cap while the copy is fetching: it reads the same range anyway, and
+/// the sample must cost little beside it (the margin extrapolates).
+pub const FETCHING_SCAN_BYTES: usize = 64 << 10;
 /// How long a sample may take, reads of both clusters included.
 const SAMPLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the source topic's retention configs are reused.
@@ -185,6 +188,11 @@ impl Risk {
         if state == PartitionState::Stopped || self.busy.swap(true, Ordering::SeqCst) {
             return;
         }
+        let cap = if state == PartitionState::Mirroring {
+            FETCHING_SCAN_BYTES
+        } else {
+            SAMPLE_SCAN_BYTES
+        };
         let work = self.sample(
             &key,
             &tp,
@@ -193,6 +201,7 @@ impl Risk {
             &coordinator,
             &progress,
             ran,
+            cap,
         );
         match tokio::time::timeout(SAMPLE_TIMEOUT, work).await {
             Ok(Ok(())) => {
@@ -225,6 +234,7 @@ impl Risk {
         coordinator: &Addr<CoordinatorActor>,
         progress: &Progress,
         ran: bool,
+        max_bytes: usize,
     ) -> Result<(), String> {
         let position = if ran {
             progress.clone()
@@ -240,8 +250,7 @@ impl Risk {
                 }
             }
         };
-        let scan =
-            failover::scan(key, tp, source, destination, &position, SAMPLE_SCAN_BYTES).await?;
+        let scan = failover::scan(key, tp, source, destination, &position, max_bytes).await?;
         let cached = self.shared.lock().unwrap().configs;
         let retention = match cached {
             Some((at, r)) if at.elapsed() < CONFIG_TTL => r,
