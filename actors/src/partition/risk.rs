@@ -6,6 +6,7 @@
 //! `mirror.risk.refresh.interval.ms`: the same bounded read as the failover
 //! report ([`failover::scan`]), with a smaller byte cap, under a timeout.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -30,6 +31,8 @@ pub const SAMPLE_SCAN_BYTES: usize = 1 << 20;
 pub const FETCHING_SCAN_BYTES: usize = 64 << 10;
 /// How long a sample may take, reads of both clusters included.
 const SAMPLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The produce rate is measured over at least this long, once possible.
+const RATE_WINDOW: Duration = Duration::from_secs(10);
 /// How long the source topic's retention configs are reused.
 const CONFIG_TTL: Duration = Duration::from_secs(60);
 /// Kafka's `retention.ms` when the topic sets none (the broker default of
@@ -105,10 +108,9 @@ struct Sample {
     scan: Scan,
     /// `retention.ms` / `retention.bytes` of the source topic.
     retention: Retention,
-    /// Bytes per second the source partition grows by, from this sample's
-    /// high watermark and the previous one's.
+    /// Bytes per second the source partition grows by, over the last
+    /// [`RATE_WINDOW`].
     produce_bytes_per_second: Option<f64>,
-    at: Instant,
 }
 
 #[derive(Default)]
@@ -120,6 +122,9 @@ struct Shared {
     configs: Option<(Instant, Retention)>,
     /// The warning has been logged and not cleared since.
     warned: bool,
+    /// (when, high watermark) of the samples of the last [`RATE_WINDOW`],
+    /// oldest first: the produce rate is measured across them.
+    rate_points: VecDeque<(Instant, i64)>,
 }
 
 /// A partition's sampler: `tick` reads, `view` answers. Cloned into the
@@ -216,7 +221,15 @@ impl Risk {
                         "the source's retention is about to delete records not mirrored yet"
                     );
                 }
-                shared.warned = view.retention_warning;
+                // Cleared only well clear of the threshold, so an estimate
+                // hovering around it does not log again and again.
+                let threshold = self.settings.retention_margin.as_millis() as i64;
+                if view.retention_warning {
+                    shared.warned = true;
+                } else if view.retention_margin_ms < 0 || view.retention_margin_ms >= 2 * threshold
+                {
+                    shared.warned = false;
+                }
             }
             Ok(Err(e)) => tracing::debug!(partition = %tp, error = %e, "risk sample failed"),
             Err(_) => tracing::debug!(partition = %tp, "risk sample timed out"),
@@ -266,18 +279,34 @@ impl Risk {
         };
         let at = Instant::now();
         let mut shared = self.shared.lock().unwrap();
-        let produce_bytes_per_second = shared.sample.as_ref().and_then(|prev| {
-            let grew =
-                scan.unmirrored.source_high_watermark - prev.scan.unmirrored.source_high_watermark;
-            let secs = at.duration_since(prev.at).as_secs_f64();
-            let per_record = bytes_per_record(&scan).or_else(|| bytes_per_record(&prev.scan))?;
-            (grew >= 0 && secs > 0.0).then(|| grew as f64 * per_record / secs)
+        // The rate over the last RATE_WINDOW, not between two samples: a
+        // producer's bursts would make the alarm flicker.
+        let hw = scan.unmirrored.source_high_watermark;
+        if shared.rate_points.back().is_some_and(|(_, h)| *h > hw) {
+            shared.rate_points.clear(); // the source was truncated: start over
+        }
+        while shared.rate_points.len() > 1
+            && at.duration_since(shared.rate_points[1].0) >= RATE_WINDOW
+        {
+            shared.rate_points.pop_front();
+        }
+        let per_record = bytes_per_record(&scan).or_else(|| {
+            shared
+                .sample
+                .as_ref()
+                .and_then(|p| bytes_per_record(&p.scan))
         });
+        let produce_bytes_per_second = match (shared.rate_points.front(), per_record) {
+            (Some(&(since, from)), Some(per)) if at > since => {
+                Some((hw - from) as f64 * per / at.duration_since(since).as_secs_f64())
+            }
+            _ => None,
+        };
+        shared.rate_points.push_back((at, hw));
         shared.sample = Some(Sample {
             scan,
             retention,
             produce_bytes_per_second,
-            at,
         });
         Ok(())
     }
@@ -390,7 +419,6 @@ mod tests {
             },
             retention: (Some(60_000), None),
             produce_bytes_per_second: None,
-            at: Instant::now(),
         }
     }
 
