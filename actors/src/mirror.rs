@@ -125,6 +125,12 @@ impl MirrorActor {
                 .get("mirror.support.unclean.leader.election")
                 .is_some_and(|v| v == "true")
         });
+        // Validated at create/alter; a partition keeps the settings it
+        // started with.
+        let risk = image
+            .mirror(&self.spec.name)
+            .and_then(|c| kmirror_events::RiskSettings::from_config(c).ok())
+            .unwrap_or_default();
         for entry in image.topics_of(&self.spec.name) {
             let t = &entry.change;
             for p in 0..t.partition_count {
@@ -143,6 +149,7 @@ impl MirrorActor {
                         final_sync: self.sync.clone().map(Addr::recipient),
                         published: self.spec.published.clone(),
                         history: self.spec.history.clone(),
+                        risk,
                     })
                     .start()
                 });

@@ -135,7 +135,7 @@ pub fn render(m: &NodeMetrics) -> String {
     f.sample("partitions_with_error", &[], with_error);
 
     type Value = fn(&kmirror_actors::node::PartitionDescription) -> String;
-    let per_partition: [(&str, &str, &str, Value); 6] = [
+    let per_partition: [(&str, &str, &str, Value); 11] = [
         (
             "partition_lag_records",
             "gauge",
@@ -171,6 +171,36 @@ pub fn render(m: &NodeMetrics) -> String {
             "gauge",
             "1 when the partition holds an error message.",
             |p| u8::from(p.error.is_some()).to_string(),
+        ),
+        (
+            "partition_at_risk_records",
+            "gauge",
+            "Records a failover now would lose (-1 not measured yet).",
+            |p| p.at_risk_records.to_string(),
+        ),
+        (
+            "partition_at_risk_bytes",
+            "gauge",
+            "Source bytes a failover now would lose (a lower bound when the read was capped; -1 not measured yet).",
+            |p| p.at_risk_bytes.to_string(),
+        ),
+        (
+            "partition_at_risk_seconds",
+            "gauge",
+            "Newest source timestamp minus newest mirrored timestamp (-1 unknown).",
+            |p| p.at_risk_seconds.to_string(),
+        ),
+        (
+            "partition_retention_margin_ms",
+            "gauge",
+            "Estimated ms until source retention deletes an unmirrored record (-1 unknown or none ahead).",
+            |p| p.retention_margin_ms.to_string(),
+        ),
+        (
+            "partition_retention_warning",
+            "gauge",
+            "1 when the retention margin is under mirror.retention.margin.ms, or records were already lost.",
+            |p| u8::from(p.retention_warning).to_string(),
         ),
     ];
     for (name, kind, help, value) in per_partition {
@@ -302,6 +332,13 @@ mod tests {
             bytes_mirrored: 9000,
             last_mirror_epochs: None,
             failback: None,
+            at_risk_records: 10,
+            at_risk_bytes: 1000,
+            at_risk_seconds: 1.5,
+            retention_margin_records: 100,
+            retention_margin_ms: 60_000,
+            retention_warning: true,
+            ..Default::default()
         }
     }
 
@@ -356,6 +393,11 @@ mod tests {
             "kmirror_partition_lag_records{mirror=\"m\\\"1\",topic=\"orders\",partition=\"1\"} 10",
             "kmirror_partition_lag_seconds{mirror=\"m\\\"1\",topic=\"orders\",partition=\"0\"} 1.5",
             "kmirror_partition_error{mirror=\"m\\\"1\",topic=\"orders\",partition=\"1\"} 1",
+            "kmirror_partition_at_risk_records{mirror=\"m\\\"1\",topic=\"orders\",partition=\"0\"} 10",
+            "kmirror_partition_at_risk_bytes{mirror=\"m\\\"1\",topic=\"orders\",partition=\"0\"} 1000",
+            "kmirror_partition_at_risk_seconds{mirror=\"m\\\"1\",topic=\"orders\",partition=\"0\"} 1.5",
+            "kmirror_partition_retention_margin_ms{mirror=\"m\\\"1\",topic=\"orders\",partition=\"0\"} 60000",
+            "kmirror_partition_retention_warning{mirror=\"m\\\"1\",topic=\"orders\",partition=\"0\"} 1",
             "# TYPE kmirror_partition_bytes_mirrored_total counter",
             "kmirror_ConsumerGroupOffsetSyncError{mirror=\"m\\\"1\"} 3",
             "kmirror_AclSyncError{mirror=\"m\\\"1\"} 0",

@@ -52,16 +52,25 @@ fn the_grafana_dashboard_is_well_formed() {
     let mut ids = std::collections::BTreeSet::new();
     for p in panels {
         let title = p["title"].as_str().unwrap();
-        assert!(ids.insert(p["id"].as_i64().unwrap()), "duplicate id: {title}");
+        assert!(
+            ids.insert(p["id"].as_i64().unwrap()),
+            "duplicate id: {title}"
+        );
         let g = &p["gridPos"];
         let (x, w) = (g["x"].as_i64().unwrap(), g["w"].as_i64().unwrap());
-        assert!(x >= 0 && w > 0 && x + w <= 24, "{title} leaves the 24-column grid");
+        assert!(
+            x >= 0 && w > 0 && x + w <= 24,
+            "{title} leaves the 24-column grid"
+        );
         assert_eq!(p["datasource"]["uid"], "${datasource}", "{title}");
         let targets = p["targets"].as_array().unwrap();
         assert!(!targets.is_empty(), "{title} has no query");
         for t in targets {
             let expr = t["expr"].as_str().unwrap();
-            assert!(expr.contains("kmirror_") || expr.contains("up{job=\"kmirror\"}"), "{title}: {expr}");
+            assert!(
+                expr.contains("kmirror_") || expr.contains("up{job=\"kmirror\"}"),
+                "{title}: {expr}"
+            );
             // Balanced brackets: a typo here shows as an empty panel only in Grafana.
             for (open, close) in [('(', ')'), ('{', '}'), ('[', ']')] {
                 assert_eq!(

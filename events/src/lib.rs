@@ -17,6 +17,7 @@ pub mod offset_map;
 pub mod pattern;
 pub mod record;
 pub mod retry;
+pub mod risk;
 pub mod routing;
 pub mod source_epochs;
 pub mod state;
@@ -35,6 +36,7 @@ pub use pattern::{
 };
 pub use record::*;
 pub use retry::{RetryDecision, RetryPolicy};
+pub use risk::{retention_margin, RetentionInputs, RetentionMargin, RiskSettings};
 pub use routing::{coordinator_partition, java_string_hash_code, kafka_abs};
 pub use state::{is_valid_transition, next_state, retry_target, PartitionState};
 pub use sync::{group_offset_target, is_active_group_state, AclEntry, AclRules, SyncSettings};

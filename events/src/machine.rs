@@ -65,6 +65,7 @@ fn validate_config(config: &MirrorConfig) -> Result<(), DecideError> {
     // here so a bad rule is an INVALID_CONFIG at create/alter time rather
     // than a sync error every tick.
     crate::sync::SyncSettings::from_config(config)?;
+    crate::risk::RiskSettings::from_config(config)?;
     if config.source_bootstrap.trim().is_empty() {
         return Err(DecideError::InvalidRequest(
             "source bootstrap servers must not be empty".into(),

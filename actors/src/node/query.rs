@@ -15,6 +15,7 @@ use super::{
 };
 use crate::metadata_sync::{GetSyncMetrics, SyncMetrics};
 use crate::mirror::{Describe, MirrorActor};
+use crate::partition::risk::RiskView;
 
 impl Node {
     pub async fn list_mirrors(&self) -> Vec<MirrorListing> {
@@ -68,32 +69,41 @@ impl Node {
         let mut out = Vec::new();
         for (name, actor, max_attempts) in running {
             for s in actor.send(Describe).await.map_err(unavailable)? {
+                let risk = if s.state == PartitionState::Stopped {
+                    RiskView::stopped(image.failover_report(&s.key))
+                } else {
+                    s.risk
+                };
                 let known = s.progress.source_high_watermark > 0
                     || s.progress.destination_offset > 0
                     || s.state == PartitionState::Mirroring;
-                out.push(PartitionDescription {
-                    mirror: name.clone(),
-                    topic: s.topic,
-                    partition: s.key.partition,
-                    source_offset: if known { s.progress.source_offset } else { -1 },
-                    destination_offset: if known {
-                        s.progress.destination_offset
-                    } else {
-                        -1
-                    },
-                    lag: if known { s.progress.lag() } else { -1 },
-                    lag_seconds: s.progress.lag_seconds(),
-                    state: s.state.kip_name().to_string(),
-                    retry_attempt: s.retry_attempt,
-                    max_attempts,
-                    next_retry_at_ms: s.next_retry_at_ms,
-                    error: s.error,
-                    offsets_identical: s.progress.offsets_identical,
-                    records_mirrored: s.progress.records_mirrored,
-                    bytes_mirrored: s.progress.bytes_mirrored,
-                    last_mirror_epochs: image.last_mirror_epochs(&s.key).cloned(),
-                    failback: image.failback_plan(&s.key).cloned(),
-                });
+                out.push(
+                    PartitionDescription {
+                        mirror: name.clone(),
+                        topic: s.topic,
+                        partition: s.key.partition,
+                        source_offset: if known { s.progress.source_offset } else { -1 },
+                        destination_offset: if known {
+                            s.progress.destination_offset
+                        } else {
+                            -1
+                        },
+                        lag: if known { s.progress.lag() } else { -1 },
+                        lag_seconds: s.progress.lag_seconds(),
+                        state: s.state.kip_name().to_string(),
+                        retry_attempt: s.retry_attempt,
+                        max_attempts,
+                        next_retry_at_ms: s.next_retry_at_ms,
+                        error: s.error,
+                        offsets_identical: s.progress.offsets_identical,
+                        records_mirrored: s.progress.records_mirrored,
+                        bytes_mirrored: s.progress.bytes_mirrored,
+                        last_mirror_epochs: image.last_mirror_epochs(&s.key).cloned(),
+                        failback: image.failback_plan(&s.key).cloned(),
+                        ..Default::default()
+                    }
+                    .with_risk(&risk),
+                );
             }
         }
         Ok(out)

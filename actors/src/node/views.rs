@@ -9,6 +9,7 @@ use kmirror_events::{
 use serde::{Deserialize, Serialize};
 
 use crate::metadata_sync::SyncMetrics;
+use crate::partition::risk::RiskView;
 
 /// A refused or failed operation: the KIP error name first, then why. On
 /// the wire it is the admin API's error body, `{"error": CODE, "message"}`.
@@ -49,7 +50,7 @@ pub struct MirrorListing {
 }
 
 /// One mirror partition, as `kmirror mirror describe` shows it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct PartitionDescription {
     pub mirror: String,
     pub topic: String,
@@ -83,6 +84,45 @@ pub struct PartitionDescription {
     /// How a failback took the partition back, if one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failback: Option<FailbackPlan>,
+    /// RPO now: records a failover at this instant would lose (−1 not
+    /// measured yet). Fresh from the fetch while MIRRORING, else from the
+    /// partition's periodic source sample; STOPPED: the failover report's.
+    #[serde(default)]
+    pub at_risk_records: i64,
+    /// Their bytes in the source log (−1 not measured yet).
+    #[serde(default)]
+    pub at_risk_bytes: i64,
+    /// `at_risk_bytes` is a lower bound (the read of batch headers was capped).
+    #[serde(default)]
+    pub at_risk_bytes_at_least: bool,
+    /// Newest source timestamp − newest mirrored timestamp (−1 unknown).
+    #[serde(default)]
+    pub at_risk_seconds: f64,
+    /// Mirrored position − source log start; negative once retention
+    /// deleted records never mirrored (0 also when not measured).
+    #[serde(default)]
+    pub retention_margin_records: i64,
+    /// Estimated ms until the source's retention deletes the next
+    /// unmirrored record (−1 unknown or none ahead).
+    #[serde(default)]
+    pub retention_margin_ms: i64,
+    /// The margin is under `mirror.retention.margin.ms`, or a gap is due.
+    #[serde(default)]
+    pub retention_warning: bool,
+}
+
+impl PartitionDescription {
+    /// Sets the RPO and retention figures.
+    pub fn with_risk(mut self, r: &RiskView) -> Self {
+        self.at_risk_records = r.at_risk_records;
+        self.at_risk_bytes = r.at_risk_bytes;
+        self.at_risk_bytes_at_least = r.at_risk_bytes_at_least;
+        self.at_risk_seconds = r.at_risk_seconds;
+        self.retention_margin_records = r.retention_margin_records;
+        self.retention_margin_ms = r.retention_margin_ms;
+        self.retention_warning = r.retention_warning;
+        self
+    }
 }
 
 /// What an operation did, per topic.

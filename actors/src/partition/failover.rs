@@ -32,11 +32,11 @@ pub async fn report(
 ) -> FailoverReport {
     let read = tokio::time::timeout(
         SOURCE_READ_TIMEOUT,
-        unmirrored(key, tp, source, destination, position),
+        scan(key, tp, source, destination, position, MAX_SCAN_BYTES),
     )
     .await;
     let (unmirrored, source_error) = match read {
-        Ok(Ok(u)) => (Some(u), None),
+        Ok(Ok(s)) => (Some(s.unmirrored), None),
         Ok(Err(e)) => (None, Some(e)),
         Err(_) => (
             None,
@@ -96,13 +96,31 @@ fn newest_timestamp(batches: &[BatchHeader]) -> Option<i64> {
     newest(true).or_else(|| newest(false))
 }
 
-async fn unmirrored(
+/// What one read of the source found beyond a position: the failover
+/// report's figures, and what the retention alarm needs besides.
+#[derive(Clone, Debug)]
+pub struct Scan {
+    pub unmirrored: Unmirrored,
+    pub log_start: i64,
+    /// Newest timestamp of the first unmirrored data batch (None: nothing
+    /// unmirrored, or below the log start).
+    pub oldest_unmirrored_timestamp: Option<i64>,
+    /// Records in the batches read (the whole range unless capped): with
+    /// `unmirrored.bytes`, the source's bytes per record.
+    pub scanned_records: i64,
+}
+
+/// Reads what the source holds beyond `position`: its bounds, then batch
+/// headers up to `max_bytes` (beyond which bytes are "at least"). Unbounded
+/// in time: callers put it under their own timeout.
+pub async fn scan(
     key: &MirrorPartitionKey,
     tp: &TopicPartition,
     source: &dyn SourceCluster,
     destination: &dyn DestinationCluster,
     position: &Progress,
-) -> Result<Unmirrored, String> {
+    max_bytes: usize,
+) -> Result<Scan, String> {
     let topics = source
         .topics()
         .await
@@ -123,12 +141,17 @@ async fn unmirrored(
         .map_err(|e| format!("source offsets: {e}"))?;
     let records = (bounds.end - position.source_offset).max(0);
     if records == 0 {
-        return Ok(Unmirrored {
-            source_high_watermark: bounds.end,
-            records: 0,
-            bytes: 0,
-            bytes_at_least: false,
-            behind_ms: 0,
+        return Ok(Scan {
+            unmirrored: Unmirrored {
+                source_high_watermark: bounds.end,
+                records: 0,
+                bytes: 0,
+                bytes_at_least: false,
+                behind_ms: 0,
+            },
+            log_start: bounds.log_start,
+            oldest_unmirrored_timestamp: None,
+            scanned_records: 0,
         });
     }
     let read = |from: i64, max_bytes: usize| async move {
@@ -138,8 +161,18 @@ async fn unmirrored(
             .map_err(|e| format!("read source batch headers: {e}"))
     };
     // Records below the log start are gone (retention): counted, no bytes.
-    let scanned = read(position.source_offset.max(bounds.log_start), MAX_SCAN_BYTES).await?;
+    let from = position.source_offset.max(bounds.log_start);
+    let scanned = read(from, max_bytes).await?;
+    let scanned_records = scanned
+        .batches
+        .last()
+        .map_or(0, |b| (b.next_offset.min(bounds.end) - from).max(0));
     let bytes = scanned.batches.iter().map(|b| b.size as i64).sum();
+    let oldest_unmirrored_timestamp = scanned
+        .batches
+        .iter()
+        .find(|b| !b.is_control && b.max_timestamp >= 0)
+        .map(|b| b.max_timestamp);
     let mut newest = newest_timestamp(&scanned.batches);
     if scanned.capped {
         // The newest records sit just below the high watermark.
@@ -165,12 +198,17 @@ async fn unmirrored(
         (Some(n), Some(m)) => (n - m).max(0),
         _ => -1,
     };
-    Ok(Unmirrored {
-        source_high_watermark: bounds.end,
-        records,
-        bytes,
-        bytes_at_least: scanned.capped,
-        behind_ms,
+    Ok(Scan {
+        unmirrored: Unmirrored {
+            source_high_watermark: bounds.end,
+            records,
+            bytes,
+            bytes_at_least: scanned.capped,
+            behind_ms,
+        },
+        log_start: bounds.log_start,
+        oldest_unmirrored_timestamp,
+        scanned_records,
     })
 }
 

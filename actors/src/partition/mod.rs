@@ -16,6 +16,7 @@ pub mod cursor;
 pub mod failover;
 mod position;
 pub mod pump;
+pub mod risk;
 
 pub use context::{Progress, PumpExit};
 
@@ -94,6 +95,8 @@ pub struct PartitionStatus {
     /// When the pending retry of a FAILED partition fires (epoch ms): the
     /// timer's own deadline, so a status page can count down to it.
     pub next_retry_at_ms: Option<i64>,
+    /// RPO now and the retention margin (see [`risk`]).
+    pub risk: risk::RiskView,
 }
 
 #[derive(Message)]
@@ -143,6 +146,9 @@ pub struct PartitionSpec {
     pub published: Option<Recipient<WaitPublished>>,
     /// The source's history, for the mirror-loop rule at alignment.
     pub history: Option<Arc<SourceHistory>>,
+    /// How often the at-risk figures are sampled, and the retention margin
+    /// below which the partition warns.
+    pub risk: kmirror_events::RiskSettings,
 }
 
 pub struct PartitionActor {
@@ -162,6 +168,7 @@ pub struct PartitionActor {
     reported_final: Option<i32>,
     shutting_down: bool,
     shutdown_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
+    risk: risk::Risk,
 }
 
 fn unknown_state() -> MirrorPartitionStateValue {
@@ -179,6 +186,7 @@ impl PartitionActor {
     pub fn new(spec: PartitionSpec) -> Self {
         let tp = TopicPartition::new(&spec.topic, spec.key.partition);
         let desired = spec.desired;
+        let risk = risk::Risk::new(spec.risk);
         PartitionActor {
             spec,
             tp,
@@ -192,6 +200,7 @@ impl PartitionActor {
             reported_final: None,
             shutting_down: false,
             shutdown_waiters: Vec::new(),
+            risk,
         }
     }
 
@@ -482,6 +491,10 @@ impl Actor for PartitionActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.reload(ctx);
+        self.sample_risk();
+        ctx.run_interval(self.risk.settings.refresh_interval, |act, _| {
+            act.sample_risk()
+        });
     }
 }
 
@@ -634,19 +647,49 @@ impl Handler<Recover> for PartitionActor {
 
 impl PartitionActor {
     fn status(&self) -> PartitionStatus {
+        let progress = self.progress.lock().unwrap().clone();
+        let risk = self
+            .risk
+            .view(self.state.state, &progress, self.ran(&progress));
         PartitionStatus {
             key: self.spec.key.clone(),
             topic: self.spec.topic.clone(),
             state: self.state.state,
             retry_attempt: self.state.retry_attempt,
             error: self.state.error_message.clone(),
-            progress: self.progress.lock().unwrap().clone(),
+            progress,
+            risk,
             // The deadline only while its timer is pending and the
             // partition still FAILED (a taken timer leaves a stale one).
             next_retry_at_ms: self.retry_at_ms.filter(|_| {
                 self.retry_timer.is_some() && self.state.state == PartitionState::Failed
             }),
         }
+    }
+
+    /// Whether a pump of this process has placed the copy, so its
+    /// progress is the position (else the map and destination say).
+    fn ran(&self, p: &Progress) -> bool {
+        self.generation > 0
+            && (p.source_high_watermark > 0
+                || p.destination_offset > 0
+                || self.state.state == PartitionState::Mirroring)
+    }
+
+    /// One at-risk sample, in the background (see [`risk`]).
+    fn sample_risk(&self) {
+        let progress = self.progress.lock().unwrap().clone();
+        let spec = &self.spec;
+        actix::spawn(self.risk.clone().tick(
+            spec.key.clone(),
+            self.tp.clone(),
+            spec.source.clone(),
+            spec.destination.clone(),
+            spec.coordinator.clone(),
+            self.state.state,
+            progress.clone(),
+            self.ran(&progress),
+        ));
     }
 }
 

@@ -89,6 +89,13 @@ pub(super) enum MirrorCommand {
         /// Only FAILED partitions, with their retry count and error.
         #[arg(long)]
         failed: bool,
+        /// Refresh until Ctrl-C: redrawn in place on a terminal, appended
+        /// plain lines otherwise; progress bars for partitions still copying.
+        #[arg(long, conflicts_with = "json")]
+        watch: bool,
+        /// Seconds between refreshes of `--watch`.
+        #[arg(long, value_name = "SECS", default_value = "2", requires = "watch", value_parser = positive_seconds)]
+        interval: f64,
         #[command(flatten)]
         output: Output,
     },
@@ -210,4 +217,12 @@ pub(super) enum OffsetsCommand {
         #[command(flatten)]
         output: Output,
     },
+}
+
+/// `--interval`: a positive, finite number of seconds.
+fn positive_seconds(v: &str) -> Result<f64, String> {
+    match v.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 => Ok(s),
+        _ => Err(format!("expected a positive number of seconds, got {v:?}")),
+    }
 }

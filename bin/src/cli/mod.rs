@@ -8,6 +8,7 @@
 
 mod args;
 mod render;
+mod watch;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -107,13 +108,17 @@ fn show<T: DeserializeOwned>(
     if output.json {
         return Ok(render::pretty(&answer));
     }
-    let view = serde_json::from_value(answer).map_err(|e| {
+    Ok(text(decode(answer)?))
+}
+
+/// The daemon's answer as the node's own view type.
+fn decode<T: DeserializeOwned>(answer: Value) -> Result<T, NodeError> {
+    serde_json::from_value(answer).map_err(|e| {
         NodeError::new(
             "UNKNOWN_SERVER_ERROR",
             format!("unexpected answer from the daemon: {e}"),
         )
-    })?;
-    Ok(text(view))
+    })
 }
 
 /// A list flag's items, as the daemon will read them.
@@ -146,6 +151,8 @@ fn mirror(args: MirrorArgs) -> Result<String, NodeError> {
         MirrorCommand::Describe {
             mirror,
             failed,
+            watch,
+            interval,
             output,
         } => {
             let path = match &mirror {
@@ -157,6 +164,13 @@ fn mirror(args: MirrorArgs) -> Result<String, NodeError> {
             } else {
                 path
             };
+            if watch {
+                let fetch = || {
+                    let answer = client.call("GET", &path, None)?;
+                    decode(answer)
+                };
+                return watch::run(fetch, Duration::from_secs_f64(interval));
+            }
             let answer = client.call("GET", &path, None)?;
             show(answer, &output, |p: Vec<_>| {
                 render::describe_table(&p, failed)

@@ -161,6 +161,8 @@ pub(super) fn describe_table(partitions: &[PartitionDescription], failed: bool) 
                 p.lag.to_string(),
                 format!("{:.3}", p.lag_seconds),
                 p.state.clone(),
+                at_risk(p),
+                retention(p),
             ];
             if history {
                 row.push(p.last_mirror_epochs.as_ref().map_or("-".into(), |l| {
@@ -182,11 +184,116 @@ pub(super) fn describe_table(partitions: &[PartitionDescription], failed: bool) 
             row
         })
         .collect();
-    let mut columns = [&OFFSET_COLUMNS[..], &["LAG", "LAG-SECONDS", "STATE"]].concat();
+    let mut columns = [
+        &OFFSET_COLUMNS[..],
+        &["LAG", "LAG-SECONDS", "STATE", "AT-RISK", "RETENTION"],
+    ]
+    .concat();
     if history {
         columns.extend(["LAST-MIRRORED (SOURCE/DEST)", "FAILBACK"]);
     }
-    table(&columns, rows)
+    let mut out = table(&columns, rows);
+    out.push_str(&rpo_footer(partitions));
+    out
+}
+
+/// What a failover now would lose: `120 rec 14.2 KiB 3.1s` (`-` not
+/// measured yet; `≥` when the byte read was capped).
+pub(super) fn at_risk(p: &PartitionDescription) -> String {
+    if p.at_risk_records < 0 {
+        return "-".into();
+    }
+    let at_least = if p.at_risk_bytes_at_least { "≥" } else { "" };
+    let secs = if p.at_risk_seconds < 0.0 {
+        "?s".to_owned()
+    } else {
+        format!("{:.1}s", p.at_risk_seconds)
+    };
+    format!(
+        "{} rec {at_least}{} {secs}",
+        p.at_risk_records,
+        bytes(p.at_risk_bytes.max(0) as f64)
+    )
+}
+
+/// The retention margin: `WARN 40s`, `WARN gap` (records already lost),
+/// `3h` or `-` (no deletion ahead, or not measured).
+pub(super) fn retention(p: &PartitionDescription) -> String {
+    let margin = if p.retention_margin_records < 0 {
+        "gap".to_owned()
+    } else if p.retention_margin_ms < 0 {
+        "-".to_owned()
+    } else {
+        duration(p.retention_margin_ms as f64 / 1000.0)
+    };
+    if p.retention_warning {
+        format!("WARN {margin}")
+    } else {
+        margin
+    }
+}
+
+/// Per mirror: the RPO now (records and bytes summed, seconds the worst)
+/// and how many partitions warn about retention.
+pub(super) fn rpo_footer(partitions: &[PartitionDescription]) -> String {
+    let mut mirrors: Vec<&str> = partitions.iter().map(|p| p.mirror.as_str()).collect();
+    mirrors.dedup();
+    let mut out = String::new();
+    for m in mirrors {
+        let of: Vec<_> = partitions.iter().filter(|p| p.mirror == m).collect();
+        let measured: Vec<_> = of.iter().filter(|p| p.at_risk_records >= 0).collect();
+        let records: i64 = measured.iter().map(|p| p.at_risk_records).sum();
+        let b: i64 = measured.iter().map(|p| p.at_risk_bytes.max(0)).sum();
+        let at_least = measured.iter().any(|p| p.at_risk_bytes_at_least);
+        let secs = measured
+            .iter()
+            .map(|p| p.at_risk_seconds)
+            .fold(0.0f64, f64::max);
+        let unmeasured = of.len() - measured.len();
+        let warnings = of.iter().filter(|p| p.retention_warning).count();
+        out.push_str(&format!(
+            "Mirror {m}: a failover now loses {records} records, {}{}, {secs:.1} s behind",
+            if at_least { "at least " } else { "" },
+            bytes(b as f64)
+        ));
+        if unmeasured > 0 {
+            out.push_str(&format!(" ({unmeasured} partition(s) not measured yet)"));
+        }
+        if warnings > 0 {
+            out.push_str(&format!(
+                "; RETENTION WARNING on {warnings} partition(s): the source is about to delete records not mirrored"
+            ));
+        }
+        out.push_str(".\n");
+    }
+    out
+}
+
+/// `1.5 KiB`, `12 B`.
+pub(super) fn bytes(n: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{v:.0} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// `45s`, `12m30s`, `3h05m`, `2d04h`.
+pub(super) fn duration(secs: f64) -> String {
+    let s = secs.max(0.0).round() as u64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..=86399 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
+    }
 }
 
 pub(super) fn report_text(verb: &str, mirror: &str, r: &OperationReport) -> String {
@@ -363,7 +470,7 @@ pub(super) fn translation_table(t: &OffsetTranslation) -> String {
 
 /// The one table printer: left-aligned columns, two spaces apart, last
 /// column unpadded (so error messages can be long).
-fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
+pub(super) fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -414,6 +521,12 @@ mod tests {
             bytes_mirrored: 0,
             last_mirror_epochs: None,
             failback: None,
+            at_risk_records: 20,
+            at_risk_bytes: 2048,
+            at_risk_seconds: 0.25,
+            retention_margin_records: 100,
+            retention_margin_ms: -1,
+            ..Default::default()
         }
     }
 
@@ -422,9 +535,42 @@ mod tests {
         let text = describe_table(&[partition("MIRRORING", 0, None)], false);
         assert_eq!(
             text,
-            "MIRROR  TOPIC   PARTITION  SOURCE-OFFSET  DESTINATION-OFFSET  LAG  LAG-SECONDS  STATE\n\
-             m       orders  3          120            100                 20   0.250        MIRRORING\n"
+            "MIRROR  TOPIC   PARTITION  SOURCE-OFFSET  DESTINATION-OFFSET  LAG  LAG-SECONDS  STATE      AT-RISK              RETENTION\n\
+             m       orders  3          120            100                 20   0.250        MIRRORING  20 rec 2.0 KiB 0.2s  -\n\
+             Mirror m: a failover now loses 20 records, 2.0 KiB, 0.2 s behind.\n"
         );
+    }
+
+    #[test]
+    fn describe_sums_the_rpo_per_mirror_and_marks_the_retention_race() {
+        let mut warned = partition("PAUSED", 0, None);
+        warned.partition = 4;
+        warned.at_risk_bytes_at_least = true;
+        warned.at_risk_seconds = 7.5;
+        warned.retention_margin_ms = 40_000;
+        warned.retention_warning = true;
+        let mut gap = warned.clone();
+        gap.retention_margin_records = -3;
+        let mut unmeasured = partition("PAUSED", 0, None);
+        unmeasured.at_risk_records = -1;
+        let text = describe_table(
+            &[partition("MIRRORING", 0, None), warned, gap, unmeasured],
+            false,
+        );
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[2].ends_with("20 rec ≥2.0 KiB 7.5s  WARN 40s"),
+            "{text}"
+        );
+        assert!(lines[3].ends_with("WARN gap"), "{text}");
+        assert!(lines[4].contains("  -  "), "{text}");
+        assert_eq!(
+            lines[5],
+            "Mirror m: a failover now loses 60 records, at least 6.0 KiB, 7.5 s behind (1 partition(s) not measured yet); \
+             RETENTION WARNING on 2 partition(s): the source is about to delete records not mirrored."
+        );
+        assert_eq!(duration(3725.0), "1h02m");
+        assert_eq!(bytes(1536.0), "1.5 KiB");
     }
 
     #[test]

@@ -76,6 +76,7 @@ impl Rig {
             final_sync: None,
             published: None,
             history: self.history.clone(),
+            risk: Default::default(),
         })
         .start()
     }

@@ -1,0 +1,482 @@
+//! RPO now and the retention race, per partition: what a failover at this
+//! instant would lose, and how soon the source's retention deletes what is
+//! not mirrored yet. A running copy's fetches keep its high watermark
+//! fresh, but a PAUSED, FAILED, aligning or retrying partition fetches
+//! nothing, so every partition samples the source on its own, every
+//! `mirror.risk.refresh.interval.ms`: the same bounded read as the failover
+//! report ([`failover::scan`]), with a smaller byte cap, under a timeout.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use actix::Addr;
+use kmirror_events::{
+    retention_margin, FailoverReport, MirrorPartitionKey, PartitionState, RetentionInputs,
+    RiskSettings,
+};
+
+use super::context::Progress;
+use super::failover::{self, Scan};
+use super::position;
+use crate::cluster::{DestinationCluster, SourceCluster};
+use crate::coordinator::CoordinatorActor;
+use crate::kafka::fetch::TopicPartition;
+
+/// Batch bytes a periodic sample reads at most; beyond, bytes are "at least".
+pub const SAMPLE_SCAN_BYTES: usize = 1 << 20;
+/// The cap while the copy is fetching: it reads the same range anyway, and
+/// the sample must cost little beside it (the margin extrapolates).
+pub const FETCHING_SCAN_BYTES: usize = 64 << 10;
+/// How long a sample may take, reads of both clusters included.
+const SAMPLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The produce rate is measured over at least this long, once possible.
+const RATE_WINDOW: Duration = Duration::from_secs(10);
+/// How long the source topic's retention configs are reused.
+const CONFIG_TTL: Duration = Duration::from_secs(60);
+/// Kafka's `retention.ms` when the topic sets none (the broker default of
+/// 7 days; a broker-wide override is not visible in the topic's configs).
+const DEFAULT_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
+
+/// The figures describe and metrics show, under the JSON field names.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RiskView {
+    /// Records a failover now would lose (−1 not measured yet).
+    pub at_risk_records: i64,
+    /// Their bytes in the source log (−1 not measured yet).
+    pub at_risk_bytes: i64,
+    /// `at_risk_bytes` is a lower bound: the read was capped.
+    pub at_risk_bytes_at_least: bool,
+    /// Newest source timestamp − newest mirrored one (−1 unknown).
+    pub at_risk_seconds: f64,
+    /// Mirrored position − source log start (negative: a gap already; 0
+    /// also when not measured).
+    pub retention_margin_records: i64,
+    /// Estimated ms until retention deletes an unmirrored record (−1
+    /// unknown, or no deletion ahead).
+    pub retention_margin_ms: i64,
+    pub retention_warning: bool,
+}
+
+impl RiskView {
+    const UNKNOWN: RiskView = RiskView {
+        at_risk_records: -1,
+        at_risk_bytes: -1,
+        at_risk_bytes_at_least: false,
+        at_risk_seconds: -1.0,
+        retention_margin_records: 0,
+        retention_margin_ms: -1,
+        retention_warning: false,
+    };
+
+    /// A STOPPED partition's figures: what its failover report recorded.
+    pub fn stopped(report: Option<&FailoverReport>) -> RiskView {
+        let Some(u) = report.and_then(|r| r.unmirrored.as_ref()) else {
+            return RiskView::UNKNOWN;
+        };
+        RiskView {
+            at_risk_records: u.records,
+            at_risk_bytes: u.bytes,
+            at_risk_bytes_at_least: u.bytes_at_least,
+            at_risk_seconds: seconds(u.behind_ms),
+            ..RiskView::UNKNOWN
+        }
+    }
+}
+
+fn seconds(ms: i64) -> f64 {
+    if ms < 0 {
+        -1.0
+    } else {
+        ms as f64 / 1000.0
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// `retention.ms` and `retention.bytes` of a source topic (None: unlimited).
+type Retention = (Option<i64>, Option<i64>);
+
+/// One read of the source, and what it was measured against.
+#[derive(Clone, Debug)]
+struct Sample {
+    scan: Scan,
+    /// `retention.ms` / `retention.bytes` of the source topic.
+    retention: Retention,
+    /// Bytes per second the source partition grows by, over the last
+    /// [`RATE_WINDOW`].
+    produce_bytes_per_second: Option<f64>,
+}
+
+#[derive(Default)]
+struct Shared {
+    sample: Option<Sample>,
+    /// Where a copy that has not run in this process stands (read once
+    /// from the map and the destination: it does not move without a pump).
+    still: Option<Progress>,
+    configs: Option<(Instant, Retention)>,
+    /// The warning has been logged and not cleared since.
+    warned: bool,
+    /// (when, high watermark) of the samples of the last [`RATE_WINDOW`],
+    /// oldest first: the produce rate is measured across them.
+    rate_points: VecDeque<(Instant, i64)>,
+}
+
+/// A partition's sampler: `tick` reads, `view` answers. Cloned into the
+/// sampling task; one sample at a time.
+#[derive(Clone)]
+pub struct Risk {
+    shared: Arc<Mutex<Shared>>,
+    busy: Arc<AtomicBool>,
+    pub settings: RiskSettings,
+}
+
+impl Risk {
+    pub fn new(settings: RiskSettings) -> Self {
+        Risk {
+            shared: Arc::default(),
+            busy: Arc::default(),
+            settings,
+        }
+    }
+
+    /// A pump is starting: its progress is the position from now on.
+    pub fn forget_position(&self) {
+        self.shared.lock().unwrap().still = None;
+    }
+
+    /// The figures now. A copy that is fetching (MIRRORING) has a fresh
+    /// high watermark of its own; every other state counts from the sample.
+    pub fn view(&self, state: PartitionState, progress: &Progress, ran: bool) -> RiskView {
+        let shared = self.shared.lock().unwrap();
+        let position = if ran {
+            progress.source_offset
+        } else {
+            match &shared.still {
+                Some(p) => p.source_offset,
+                None => return RiskView::UNKNOWN,
+            }
+        };
+        let Some(s) = &shared.sample else {
+            return RiskView::UNKNOWN;
+        };
+        view_of(
+            s,
+            state,
+            progress,
+            position,
+            now_ms(),
+            self.settings.retention_margin,
+        )
+    }
+
+    /// Takes one sample unless one is under way; logs the retention warning
+    /// once when it starts. The position is `progress` when a pump ran here
+    /// (`ran`), else read once from the map and the destination.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn tick(
+        self,
+        key: MirrorPartitionKey,
+        tp: TopicPartition,
+        source: Arc<dyn SourceCluster>,
+        destination: Arc<dyn DestinationCluster>,
+        coordinator: Addr<CoordinatorActor>,
+        state: PartitionState,
+        progress: Progress,
+        ran: bool,
+    ) {
+        if state == PartitionState::Stopped || self.busy.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let cap = if state == PartitionState::Mirroring {
+            FETCHING_SCAN_BYTES
+        } else {
+            SAMPLE_SCAN_BYTES
+        };
+        let work = self.sample(
+            &key,
+            &tp,
+            &*source,
+            &*destination,
+            &coordinator,
+            &progress,
+            ran,
+            cap,
+        );
+        match tokio::time::timeout(SAMPLE_TIMEOUT, work).await {
+            Ok(Ok(())) => {
+                let view = self.view(state, &progress, ran);
+                let mut shared = self.shared.lock().unwrap();
+                if view.retention_warning && !shared.warned {
+                    tracing::warn!(
+                        partition = %tp,
+                        retention_margin_records = view.retention_margin_records,
+                        retention_margin_ms = view.retention_margin_ms,
+                        at_risk_records = view.at_risk_records,
+                        "the source's retention is about to delete records not mirrored yet"
+                    );
+                }
+                // Cleared only well clear of the threshold, so an estimate
+                // hovering around it does not log again and again.
+                let threshold = self.settings.retention_margin.as_millis() as i64;
+                if view.retention_warning {
+                    shared.warned = true;
+                } else if view.retention_margin_ms < 0 || view.retention_margin_ms >= 2 * threshold
+                {
+                    shared.warned = false;
+                }
+            }
+            Ok(Err(e)) => tracing::debug!(partition = %tp, error = %e, "risk sample failed"),
+            Err(_) => tracing::debug!(partition = %tp, "risk sample timed out"),
+        }
+        self.busy.store(false, Ordering::SeqCst);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn sample(
+        &self,
+        key: &MirrorPartitionKey,
+        tp: &TopicPartition,
+        source: &dyn SourceCluster,
+        destination: &dyn DestinationCluster,
+        coordinator: &Addr<CoordinatorActor>,
+        progress: &Progress,
+        ran: bool,
+        max_bytes: usize,
+    ) -> Result<(), String> {
+        let position = if ran {
+            progress.clone()
+        } else {
+            let still = self.shared.lock().unwrap().still.clone();
+            match still {
+                Some(p) => p,
+                None => {
+                    let p = position::stopped_position(key, tp, source, destination, coordinator)
+                        .await?;
+                    self.shared.lock().unwrap().still = Some(p.clone());
+                    p
+                }
+            }
+        };
+        let scan = failover::scan(key, tp, source, destination, &position, max_bytes).await?;
+        let cached = self.shared.lock().unwrap().configs;
+        let retention = match cached {
+            Some((at, r)) if at.elapsed() < CONFIG_TTL => r,
+            _ => {
+                let configs = source
+                    .topic_configs(&tp.topic)
+                    .await
+                    .map_err(|e| format!("source topic configs: {e}"))?;
+                let r = retention_configs(&configs);
+                self.shared.lock().unwrap().configs = Some((Instant::now(), r));
+                r
+            }
+        };
+        let at = Instant::now();
+        let mut shared = self.shared.lock().unwrap();
+        // The rate over the last RATE_WINDOW, not between two samples: a
+        // producer's bursts would make the alarm flicker.
+        let hw = scan.unmirrored.source_high_watermark;
+        if shared.rate_points.back().is_some_and(|(_, h)| *h > hw) {
+            shared.rate_points.clear(); // the source was truncated: start over
+        }
+        while shared.rate_points.len() > 1
+            && at.duration_since(shared.rate_points[1].0) >= RATE_WINDOW
+        {
+            shared.rate_points.pop_front();
+        }
+        let per_record = bytes_per_record(&scan).or_else(|| {
+            shared
+                .sample
+                .as_ref()
+                .and_then(|p| bytes_per_record(&p.scan))
+        });
+        let produce_bytes_per_second = match (shared.rate_points.front(), per_record) {
+            (Some(&(since, from)), Some(per)) if at > since => {
+                Some((hw - from) as f64 * per / at.duration_since(since).as_secs_f64())
+            }
+            _ => None,
+        };
+        shared.rate_points.push_back((at, hw));
+        shared.sample = Some(Sample {
+            scan,
+            retention,
+            produce_bytes_per_second,
+        });
+        Ok(())
+    }
+}
+
+fn bytes_per_record(s: &Scan) -> Option<f64> {
+    (s.scanned_records > 0 && s.unmirrored.bytes > 0)
+        .then(|| s.unmirrored.bytes as f64 / s.scanned_records as f64)
+}
+
+/// `retention.ms` and `retention.bytes` from a topic's explicit configs
+/// (`None`: unlimited); `retention.ms` defaults to Kafka's 7 days.
+fn retention_configs(configs: &[(String, String)]) -> Retention {
+    let get = |k: &str| {
+        configs
+            .iter()
+            .find(|(n, _)| n == k)
+            .and_then(|(_, v)| v.parse::<i64>().ok())
+    };
+    let limited = |v: i64| (v >= 0).then_some(v);
+    (
+        limited(get("retention.ms").unwrap_or(DEFAULT_RETENTION_MS)),
+        get("retention.bytes").and_then(limited),
+    )
+}
+
+/// The view of a sample for a copy standing at `position` now.
+fn view_of(
+    s: &Sample,
+    state: PartitionState,
+    progress: &Progress,
+    position: i64,
+    now_ms: i64,
+    threshold: Duration,
+) -> RiskView {
+    let u = &s.scan.unmirrored;
+    // A fetching copy's high watermark is newer than the sample's.
+    let fetching = state == PartitionState::Mirroring && progress.source_high_watermark > 0;
+    let high_watermark = if fetching {
+        progress.source_high_watermark.max(u.source_high_watermark)
+    } else {
+        u.source_high_watermark
+    };
+    let at_risk_records = (high_watermark - position).max(0);
+    let at_risk_seconds = if at_risk_records == 0 {
+        0.0
+    } else if fetching && progress.lag_seconds() >= 0.0 {
+        progress.lag_seconds()
+    } else {
+        seconds(u.behind_ms)
+    };
+    // The sample's bytes cover the range from its position; a copy that
+    // moved on since has copied some of them.
+    let at_risk_bytes = if at_risk_records == 0 {
+        0
+    } else if u.records > at_risk_records && u.records > 0 {
+        (u.bytes as f64 * at_risk_records as f64 / u.records as f64) as i64
+    } else {
+        u.bytes
+    };
+    // A capped read counted only part of the range: retention sees all of
+    // it, so the margin extrapolates at the bytes per record read.
+    let unmirrored_bytes = match bytes_per_record(&s.scan) {
+        Some(per) if u.bytes_at_least => (per * at_risk_records as f64) as i64,
+        _ => at_risk_bytes,
+    };
+    let margin = retention_margin(
+        &RetentionInputs {
+            position,
+            log_start: s.scan.log_start,
+            high_watermark,
+            unmirrored_bytes,
+            oldest_unmirrored_timestamp: s.scan.oldest_unmirrored_timestamp,
+            retention_ms: s.retention.0,
+            retention_bytes: s.retention.1,
+            produce_bytes_per_second: s.produce_bytes_per_second,
+        },
+        now_ms,
+    );
+    RiskView {
+        at_risk_records,
+        at_risk_bytes,
+        at_risk_bytes_at_least: u.bytes_at_least,
+        at_risk_seconds,
+        retention_margin_records: margin.records,
+        retention_margin_ms: margin.ms,
+        retention_warning: margin.warning(threshold),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kmirror_events::Unmirrored;
+
+    use super::*;
+
+    fn sample(hw: i64, bytes: i64, behind_ms: i64) -> Sample {
+        Sample {
+            scan: Scan {
+                unmirrored: Unmirrored {
+                    source_high_watermark: hw,
+                    records: hw - 10,
+                    bytes,
+                    bytes_at_least: false,
+                    behind_ms,
+                },
+                log_start: 0,
+                oldest_unmirrored_timestamp: Some(1_000),
+                scanned_records: hw - 10,
+            },
+            retention: (Some(60_000), None),
+            produce_bytes_per_second: None,
+        }
+    }
+
+    #[test]
+    fn a_paused_copy_counts_from_the_sample() {
+        let s = sample(110, 5_000, 4_000);
+        let v = view_of(
+            &s,
+            PartitionState::Paused,
+            &Progress::default(),
+            10,
+            31_000,
+            Duration::from_secs(600),
+        );
+        assert_eq!(v.at_risk_records, 100);
+        assert_eq!(v.at_risk_bytes, 5_000);
+        assert_eq!(v.at_risk_seconds, 4.0);
+        assert_eq!(
+            (v.retention_margin_records, v.retention_margin_ms),
+            (10, 30_000)
+        );
+        assert!(v.retention_warning);
+    }
+
+    #[test]
+    fn a_fetching_copy_uses_its_own_high_watermark() {
+        let s = sample(110, 5_000, 4_000);
+        let progress = Progress {
+            source_offset: 60,
+            source_high_watermark: 120,
+            newest_source_timestamp: 9_000,
+            newest_mirrored_timestamp: 7_000,
+            ..Progress::default()
+        };
+        let v = view_of(
+            &s,
+            PartitionState::Mirroring,
+            &progress,
+            60,
+            0,
+            Duration::from_secs(1),
+        );
+        assert_eq!(v.at_risk_records, 60);
+        assert_eq!(v.at_risk_seconds, 2.0);
+        // the sample's 100 records were 5000 bytes; 60 of them are left
+        assert_eq!(v.at_risk_bytes, 3_000);
+    }
+
+    #[test]
+    fn a_stopped_partition_shows_its_report_and_retention_defaults_to_a_week() {
+        assert_eq!(RiskView::stopped(None).at_risk_records, -1);
+        assert_eq!(
+            retention_configs(&[("retention.bytes".into(), "2048".into())]),
+            (Some(DEFAULT_RETENTION_MS), Some(2048))
+        );
+        assert_eq!(
+            retention_configs(&[("retention.ms".into(), "-1".into())]),
+            (None, None)
+        );
+    }
+}
