@@ -227,9 +227,16 @@ fn rpo_equals_the_end_offset_difference_while_paused_and_watch_prints_plain_line
 #[test]
 fn the_retention_alarm_fires_before_retention_deletes_unmirrored_records() {
     // Kafka checks retention every second here, so a gap comes quickly.
+    // The 2 MiB kept is the brokers' default, not the topic's: the alarm
+    // must read the retention in force, wherever it is set.
     let pair = OwnPair::start(
         "kmirror-risk",
-        &["--broker-config", "log.retention.check.interval.ms=1000"],
+        &[
+            "--broker-config",
+            "log.retention.check.interval.ms=1000",
+            "--broker-config",
+            "log.retention.bytes=2097152",
+        ],
     );
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -243,13 +250,8 @@ fn the_retention_alarm_fires_before_retention_deletes_unmirrored_records() {
         ),
     );
     let topic = unique("race");
-    // 1 MiB segments (Kafka's minimum), 2 MiB kept.
-    create_topic(
-        &pair.source,
-        &topic,
-        1,
-        &["segment.bytes=1048576", "retention.bytes=2097152"],
-    );
+    // 1 MiB segments (Kafka's minimum).
+    create_topic(&pair.source, &topic, 1, &["segment.bytes=1048576"]);
     produce_to(&pair.source, &topic, 0, 10);
     let mirror = mirror_topic(
         &daemon,

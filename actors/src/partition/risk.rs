@@ -35,9 +35,11 @@ const SAMPLE_TIMEOUT: Duration = Duration::from_secs(10);
 const RATE_WINDOW: Duration = Duration::from_secs(10);
 /// How long the source topic's retention configs are reused.
 const CONFIG_TTL: Duration = Duration::from_secs(60);
-/// Kafka's `retention.ms` when the topic sets none (the broker default of
-/// 7 days; a broker-wide override is not visible in the topic's configs).
+/// Kafka's default `retention.ms` (7 days), for a cluster that does not
+/// say (the in-memory ones; Kafka itself answers the value in force).
 const DEFAULT_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
+/// The source topic configs that decide when it deletes records.
+const RETENTION_CONFIGS: &[&str] = &["retention.ms", "retention.bytes", "cleanup.policy"];
 
 /// The figures describe and metrics show, under the JSON field names.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -269,7 +271,7 @@ impl Risk {
             Some((at, r)) if at.elapsed() < CONFIG_TTL => r,
             _ => {
                 let configs = source
-                    .topic_configs(&tp.topic)
+                    .effective_topic_configs(&tp.topic, RETENTION_CONFIGS)
                     .await
                     .map_err(|e| format!("source topic configs: {e}"))?;
                 let r = retention_configs(&configs);
@@ -317,15 +319,15 @@ fn bytes_per_record(s: &Scan) -> Option<f64> {
         .then(|| s.unmirrored.bytes as f64 / s.scanned_records as f64)
 }
 
-/// `retention.ms` and `retention.bytes` from a topic's explicit configs
-/// (`None`: unlimited); `retention.ms` defaults to Kafka's 7 days.
+/// `retention.ms` and `retention.bytes` in force (`None`: unlimited); a
+/// topic that is only compacted (`cleanup.policy` without `delete`) keeps
+/// every key's last record whatever its age or size, so neither limits it.
 fn retention_configs(configs: &[(String, String)]) -> Retention {
-    let get = |k: &str| {
-        configs
-            .iter()
-            .find(|(n, _)| n == k)
-            .and_then(|(_, v)| v.parse::<i64>().ok())
-    };
+    let value = |k: &str| configs.iter().find(|(n, _)| n == k).map(|(_, v)| v);
+    if value("cleanup.policy").is_some_and(|p| !p.split(',').any(|p| p.trim() == "delete")) {
+        return (None, None);
+    }
+    let get = |k: &str| value(k).and_then(|v| v.parse::<i64>().ok());
     let limited = |v: i64| (v >= 0).then_some(v);
     (
         limited(get("retention.ms").unwrap_or(DEFAULT_RETENTION_MS)),
@@ -478,5 +480,14 @@ mod tests {
             retention_configs(&[("retention.ms".into(), "-1".into())]),
             (None, None)
         );
+        let policy = |p: &str| {
+            retention_configs(&[
+                ("cleanup.policy".into(), p.into()),
+                ("retention.ms".into(), "1000".into()),
+            ])
+        };
+        assert_eq!(policy("compact"), (None, None));
+        assert_eq!(policy("compact,delete"), (Some(1000), None));
+        assert_eq!(policy("delete"), (Some(1000), None));
     }
 }
