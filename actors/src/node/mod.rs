@@ -13,6 +13,7 @@ mod failover;
 mod fence;
 mod ops;
 mod query;
+mod verify;
 mod views;
 
 pub use failover::StopOptions;

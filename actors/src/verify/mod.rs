@@ -1,0 +1,221 @@
+//! `kmirror verify`: proof that the copy equals the source. Both clusters
+//! are read as a `read_committed` consumer is served, the source's records
+//! are translated through the partition's exact offset map, and every
+//! record (or a seeded sample) is compared field by field with the one at
+//! its destination offset (`compare`, pure).
+//!
+//! It only reads: nothing here writes to either cluster or to the log. The
+//! background check records its result afterwards (`VerifyResult`).
+//! Reading is bounded: in bytes per read ([`CHUNK_BYTES`]), and in time by
+//! the request's deadline, on top of every broker call's own timeout.
+
+pub mod compare;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use kmirror_events::OffsetMap;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+pub use compare::{Difference, Tally};
+
+use crate::cluster::{DestinationCluster, SourceCluster};
+use crate::kafka::fetch::TopicPartition;
+
+/// Batch bytes read from the source per step of a full comparison.
+pub const CHUNK_BYTES: usize = 4 << 20;
+/// How long a verify may take unless the request says otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What to verify. Every field may be left out of the JSON body.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VerifyRequest {
+    /// Topic names of the mirror; empty: every topic.
+    pub topics: Vec<String>,
+    /// Compare source offsets below this one only (an end offset, like a
+    /// high watermark). Always capped at what the map records as copied.
+    pub through: Option<i64>,
+    /// Compare `sample` records per partition, drawn with `seed`, instead
+    /// of every record.
+    pub sample: Option<u64>,
+    pub seed: u64,
+    pub timeout_ms: Option<u64>,
+}
+
+/// One partition's verdict.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionVerify {
+    pub topic: String,
+    pub partition: i32,
+    /// The source range looked at: `[from, through)`.
+    pub from: i64,
+    pub through: i64,
+    #[serde(flatten)]
+    pub tally: Tally,
+    /// Why the comparison could not finish (the counts say how far it got).
+    pub error: Option<String>,
+}
+
+/// The answer of `POST /mirrors/{name}/verify`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifyReport {
+    pub mirror: String,
+    /// No difference and no partition that could not be read.
+    pub equal: bool,
+    pub sample: Option<u64>,
+    pub seed: u64,
+    pub compared: u64,
+    pub differences: u64,
+    pub skipped: u64,
+    pub partitions: Vec<PartitionVerify>,
+}
+
+impl VerifyReport {
+    pub fn new(mirror: &str, request: &VerifyRequest, partitions: Vec<PartitionVerify>) -> Self {
+        let sum = |f: fn(&Tally) -> u64| partitions.iter().map(|p| f(&p.tally)).sum();
+        VerifyReport {
+            mirror: mirror.to_string(),
+            equal: partitions
+                .iter()
+                .all(|p| p.tally.differences == 0 && p.error.is_none()),
+            sample: request.sample,
+            seed: request.seed,
+            compared: sum(|t| t.compared),
+            differences: sum(|t| t.differences),
+            skipped: sum(|t| t.skipped),
+            partitions,
+        }
+    }
+
+    /// The first partition (in topic, partition order) with a difference.
+    pub fn first_difference(&self) -> Option<(&PartitionVerify, &Difference)> {
+        self.partitions
+            .iter()
+            .find_map(|p| Some((p, p.tally.first_difference.as_ref()?)))
+    }
+}
+
+/// Verifies one partition against its map, by `deadline`.
+pub async fn partition(
+    source: &dyn SourceCluster,
+    destination: &dyn DestinationCluster,
+    tp: &TopicPartition,
+    map: &OffsetMap,
+    request: &VerifyRequest,
+    deadline: Instant,
+) -> PartitionVerify {
+    let mut out = PartitionVerify {
+        topic: tp.topic.to_string(),
+        partition: tp.partition,
+        from: 0,
+        through: 0,
+        tally: Tally::default(),
+        error: None,
+    };
+    let run = async {
+        let source_start = source
+            .bounds(tp)
+            .await
+            .map_err(|e| format!("source offsets: {e}"))?
+            .log_start;
+        let destination_start = destination
+            .bounds(tp)
+            .await
+            .map_err(|e| format!("destination offsets: {e}"))?
+            .log_start;
+        let (Some(first), Some(last)) = (map.runs().next(), map.last_run()) else {
+            return Ok(());
+        };
+        out.from = first.source_start.max(source_start);
+        out.through = last.source_end().min(request.through.unwrap_or(i64::MAX));
+        let side = Sides {
+            source,
+            destination,
+            tp,
+            map,
+            destination_start,
+        };
+        match request.sample {
+            Some(n) => {
+                let seed = compare::partition_seed(request.seed, &tp.topic, tp.partition);
+                for s in compare::sample_offsets(map, out.from, out.through, n, seed) {
+                    let (tally, _) = side.range(s, s + 1).await?;
+                    out.tally.add(tally);
+                }
+            }
+            None => {
+                let mut at = out.from;
+                while at < out.through {
+                    let (tally, next) = side.range(at, out.through).await?;
+                    out.tally.add(tally);
+                    if next <= at {
+                        return Err(format!(
+                            "the source serves nothing committed at offset {at} (an open transaction?)"
+                        ));
+                    }
+                    at = next;
+                }
+            }
+        }
+        Ok::<(), String>(())
+    };
+    match tokio::time::timeout_at(deadline, run).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => out.error = Some(e),
+        Err(_) => out.error = Some("the verify's deadline passed before this partition was done".into()),
+    }
+    out
+}
+
+/// Both sides of one partition.
+struct Sides<'a> {
+    source: &'a dyn SourceCluster,
+    destination: &'a dyn DestinationCluster,
+    tp: &'a TopicPartition,
+    map: &'a OffsetMap,
+    destination_start: i64,
+}
+
+impl Sides<'_> {
+    /// Compares the source records of `[from, to)` read in one bounded
+    /// step; answers where the next step starts.
+    async fn range(&self, from: i64, to: i64) -> Result<(Tally, i64), String> {
+        let read = self
+            .source
+            .read_committed(self.tp, from, to, CHUNK_BYTES)
+            .await
+            .map_err(|e| format!("read source at {from}: {e}"))?;
+        let source = compare::forwarded_records(
+            &read.batches,
+            &read.aborted_transactions,
+            from,
+            read.next_offset,
+        )
+        .map_err(|e| format!("decode source at {from}: {e}"))?;
+        let landed = compare::destination_offsets(self.map, &source);
+        let readable = landed.iter().flatten().filter(|d| **d >= self.destination_start);
+        let (low, high) = (readable.clone().min(), readable.max());
+        let mut destination = BTreeMap::new();
+        if let (Some(&low), Some(&high)) = (low, high) {
+            let read = self
+                .destination
+                .read_committed(self.tp, low, high + 1, usize::MAX)
+                .await
+                .map_err(|e| format!("read destination at {low}: {e}"))?;
+            for l in compare::forwarded_records(
+                &read.batches,
+                &read.aborted_transactions,
+                low,
+                high + 1,
+            )
+            .map_err(|e| format!("decode destination at {low}: {e}"))?
+            {
+                destination.insert(l.offset, l);
+            }
+        }
+        let tally = compare::compare(self.map, self.destination_start, &source, &destination);
+        Ok((tally, read.next_offset))
+    }
+}
