@@ -6,6 +6,7 @@ use kmirror_actors::node::{
     StopReport, UnfenceReport,
 };
 use kmirror_actors::shards::ClusterStatus;
+use kmirror_actors::verify::VerifyReport;
 use serde_json::Value;
 
 pub(super) fn pretty(v: &Value) -> String {
@@ -344,6 +345,55 @@ pub(super) fn unfence_text(mirror: &str, r: &UnfenceReport) -> String {
             r.removed_acls.join(", ")
         )
     }
+}
+
+/// The first difference (both offsets, the field), then one line per
+/// partition: records compared, equal, skipped, and its first difference
+/// or OK.
+pub(super) fn verify_text(r: &VerifyReport) -> String {
+    let mut out = String::new();
+    match r.first_difference() {
+        Some((p, d)) => out.push_str(&format!(
+            "FIRST DIFFERENCE {}-{}: source offset {} → destination offset {}, {}: {}\n",
+            p.topic, p.partition, d.source_offset, d.destination_offset, d.field, d.detail
+        )),
+        None if r.equal => out.push_str(&format!(
+            "Mirror {} is equal to its source: {} records compared.\n",
+            r.mirror, r.compared
+        )),
+        None => out.push_str(&format!(
+            "Mirror {}: no difference in {} records, but some partitions could not be verified.\n",
+            r.mirror, r.compared
+        )),
+    }
+    let rows = r
+        .partitions
+        .iter()
+        .map(|p| {
+            let verdict = match (&p.tally.first_difference, &p.error) {
+                (Some(d), _) => format!(
+                    "{} at source {} → destination {}",
+                    d.field, d.source_offset, d.destination_offset
+                ),
+                (None, Some(e)) => format!("ERROR {e}"),
+                (None, None) => "OK".to_owned(),
+            };
+            vec![
+                p.topic.clone(),
+                p.partition.to_string(),
+                format!("{}..{}", p.from, p.through),
+                p.tally.compared.to_string(),
+                p.tally.equal.to_string(),
+                p.tally.skipped.to_string(),
+                verdict,
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &["TOPIC", "PARTITION", "SOURCE-RANGE", "COMPARED", "EQUAL", "SKIPPED", "RESULT"],
+        rows,
+    ));
+    out
 }
 
 pub(super) fn translation_table(t: &OffsetTranslation) -> String {
