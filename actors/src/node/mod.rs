@@ -482,3 +482,5 @@ mod failover_tests;
 mod release_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod verify_tests;
