@@ -2,7 +2,9 @@
 //! thousand records with duplicate header keys is equal, in full and in a
 //! seeded sample; after Kafka's own `kafka-delete-records` on the
 //! destination it names the first lost offset on both sides; and the exit
-//! codes (0 equal, 3 differs, 1 could not verify, 2 usage).
+//! codes (0 equal, 3 differs, 1 could not verify, 2 usage). The
+//! background check (`mirror.verify.interval.ms`) records its results,
+//! which describe, `/metrics` and `kmirror log audit` show.
 
 mod common;
 
@@ -53,6 +55,9 @@ fn verify_proves_a_healthy_copy_and_names_records_lost_on_the_destination() {
     produce_with_headers(&topic);
     let mirror = unique("m");
     let props = write_properties(dir.path());
+    let mut text = std::fs::read_to_string(&props).unwrap();
+    text.push_str("mirror.verify.interval.ms=2000\n");
+    std::fs::write(&props, text).unwrap();
     daemon.cli_ok(&["mirror", "create", "--mirror", &mirror, "--mirror-config", &props]);
     daemon.cli_ok(&["mirror", "start", "--mirror", &mirror, "--topics", &topic]);
 
@@ -71,6 +76,26 @@ fn verify_proves_a_healthy_copy_and_names_records_lost_on_the_destination() {
     let (_, again) = verify_json(&daemon, &["--mirror", &mirror, "--sample", "50", "--seed", "7"]);
     assert_eq!(again, sample, "the same seed compares the same records");
     println!("sample of 50 per partition, seed 7: {} compared, {} differences", sample["compared"], sample["differences"]);
+
+    // The background check has sampled every partition meanwhile.
+    wait_for("a background verify of every partition", || {
+        let out = daemon.cli_ok(&["mirror", "describe", "--mirror", &mirror, "--json"]);
+        let parts: Value = serde_json::from_slice(&out.stdout).unwrap();
+        parts.as_array().unwrap().iter().all(|p| p["verify"]["compared"] == 100)
+    });
+    let out = daemon.cli_ok(&["mirror", "describe", "--mirror", &mirror, "--json"]);
+    let parts: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for p in parts.as_array().unwrap() {
+        assert_eq!(p["verify"]["differences"], 0, "{p}");
+        assert_eq!(p["verify"]["sample"], 100, "{p}");
+    }
+    println!("background verify in describe: {}", parts[0]["verify"]);
+    let (_, metrics) = daemon.http("GET", "/metrics", None);
+    let lines: Vec<&str> = metrics.lines().filter(|l| l.starts_with("kmirror_verify_") && l.contains(&mirror)).collect();
+    println!("{}", lines.join("\n"));
+    assert!(lines.contains(&format!("kmirror_verify_records_compared{{mirror=\"{mirror}\"}} 300").as_str()), "{metrics}");
+    assert!(lines.contains(&format!("kmirror_verify_differences{{mirror=\"{mirror}\"}} 0").as_str()), "{metrics}");
+    assert!(lines.iter().any(|l| l.starts_with(&format!("kmirror_verify_last_timestamp_seconds{{mirror=\"{mirror}\"}} 1"))), "{metrics}");
 
     // Kafka's own tool deletes the first 10 records of the busiest
     // destination partition.
@@ -138,5 +163,16 @@ fn verify_proves_a_healthy_copy_and_names_records_lost_on_the_destination() {
     let (status, body) = daemon.http("POST", &format!("/mirrors/{mirror}/verify"), Some(r#"{"sample":0}"#));
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("sample"), "{body}");
-    daemon.terminate();
+    assert_eq!(daemon.terminate().code(), Some(0));
+
+    // The background check's results are a line of the story.
+    let data = dir.path().join("data");
+    let out = kmirror(&["log", "audit", "--data-dir", data.to_str().unwrap(), "--mirror", &mirror]);
+    let audit = stdout(&out);
+    let line = audit
+        .lines()
+        .find(|l| l.contains("verified a sample (seed"))
+        .unwrap_or_else(|| panic!("no verify line in\n{audit}"));
+    println!("audit: {line}");
+    assert!(line.contains(&format!("{topic}[")) && line.contains("100 compared"), "{line}");
 }

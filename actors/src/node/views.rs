@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use kmirror_events::{
     FailbackPlan, FailoverReport, LastMirrorEpochsValue, PartitionState, Unmirrored,
+    VerifyResult,
 };
 use serde::{Deserialize, Serialize};
 
@@ -79,6 +80,9 @@ pub struct PartitionDescription {
     /// How a failback took the partition back, if one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failback: Option<FailbackPlan>,
+    /// The background check's last result (`mirror.verify.interval.ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<VerifyResult>,
 }
 
 /// What an operation did, per topic.

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use kmirror_events::{OffsetMap, Translation};
+use kmirror_events::{OffsetMap, Translation, VerifyDifference};
 use serde::{Deserialize, Serialize};
 
 use crate::kafka::batch::{
@@ -31,17 +31,6 @@ pub struct Located {
     pub record: Record,
 }
 
-/// The first difference found in a partition, with both offsets.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Difference {
-    pub source_offset: i64,
-    pub destination_offset: i64,
-    /// `key`, `value`, `headers`, `timestamp`, `missing` (the destination
-    /// has no record there) or `lost` (below the destination's log start).
-    pub field: String,
-    pub detail: String,
-}
-
 /// The counts of one partition's comparison so far.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tally {
@@ -54,11 +43,11 @@ pub struct Tally {
     /// aborted data, not yet checkpointed): not expected on the
     /// destination, so neither compared nor a difference.
     pub skipped: u64,
-    pub first_difference: Option<Difference>,
+    pub first_difference: Option<VerifyDifference>,
 }
 
 impl Tally {
-    fn differ(&mut self, d: Difference) {
+    fn differ(&mut self, d: VerifyDifference) {
         self.differences += 1;
         if self.first_difference.is_none() {
             self.first_difference = Some(d);
@@ -139,7 +128,7 @@ pub fn compare(
             continue;
         };
         tally.compared += 1;
-        let difference = |field: &str, detail: String| Difference {
+        let difference = |field: &str, detail: String| VerifyDifference {
             source_offset: s.offset,
             destination_offset: d,
             field: field.to_string(),

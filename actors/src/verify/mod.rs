@@ -14,13 +14,16 @@ pub mod compare;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kmirror_events::OffsetMap;
+use actix::Addr;
+use kmirror_events::{Command, MirrorPartitionKey, OffsetMap, VerifyResult};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-pub use compare::{Difference, Tally};
+pub use compare::Tally;
+pub use kmirror_events::VerifyDifference;
 
 use crate::cluster::{DestinationCluster, SourceCluster};
+use crate::coordinator::{CoordinatorActor, Execute, ReadImage};
 use crate::kafka::fetch::TopicPartition;
 
 /// Batch bytes read from the source per step of a full comparison.
@@ -90,7 +93,7 @@ impl VerifyReport {
     }
 
     /// The first partition (in topic, partition order) with a difference.
-    pub fn first_difference(&self) -> Option<(&PartitionVerify, &Difference)> {
+    pub fn first_difference(&self) -> Option<(&PartitionVerify, &VerifyDifference)> {
         self.partitions
             .iter()
             .find_map(|p| Some((p, p.tally.first_difference.as_ref()?)))
@@ -167,6 +170,93 @@ pub async fn partition(
         Err(_) => out.error = Some("the verify's deadline passed before this partition was done".into()),
     }
     out
+}
+
+/// Records per partition the background check compares each time.
+pub const BACKGROUND_SAMPLE: u64 = 100;
+/// How often the background check rereads `mirror.verify.interval.ms`.
+const BACKGROUND_POLL: Duration = Duration::from_secs(1);
+
+/// The background check of one mirror, for as long as its MirrorActor
+/// runs (it is spawned in the actor's context, so it stops with it): every
+/// `mirror.verify.interval.ms` (read from the image each poll, so an alter
+/// takes effect), a seeded sample of every partition with a map, each
+/// partition's result recorded as a `VerifyResult` after its reads. The
+/// seed is the check's wall-clock start, so `kmirror verify --sample 100
+/// --seed S` repeats a check exactly.
+pub async fn background(
+    mirror: String,
+    source: std::sync::Arc<dyn SourceCluster>,
+    destination: std::sync::Arc<dyn DestinationCluster>,
+    coordinator: Addr<CoordinatorActor>,
+) {
+    let mut last: Option<Instant> = None;
+    loop {
+        tokio::time::sleep(BACKGROUND_POLL).await;
+        let Ok(image) = coordinator.send(ReadImage).await else {
+            return;
+        };
+        let Some(config) = image.mirror(&mirror) else {
+            return;
+        };
+        let Ok(Some(every)) = kmirror_events::verify_interval(config) else {
+            last = None;
+            continue;
+        };
+        if last.is_some_and(|t| t.elapsed() < every) {
+            continue;
+        }
+        last = Some(Instant::now());
+        let now_ms = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64)
+        };
+        let request = VerifyRequest {
+            sample: Some(BACKGROUND_SAMPLE),
+            seed: now_ms() as u64,
+            ..VerifyRequest::default()
+        };
+        // A check may not outlast its interval (nor a few minutes).
+        let deadline = Instant::now() + every.min(DEFAULT_TIMEOUT);
+        let mut topics: Vec<_> = image.topics_of(&mirror).map(|e| e.change.clone()).collect();
+        topics.sort_by(|a, b| a.topic_name.cmp(&b.topic_name));
+        for t in topics {
+            for p in 0..t.partition_count {
+                let key = MirrorPartitionKey::new(mirror.as_str(), t.topic_id, p);
+                let map = image.offset_map(&key);
+                if map.is_empty() {
+                    continue;
+                }
+                let tp = TopicPartition::new(&t.topic_name, p);
+                let v = partition(source.as_ref(), destination.as_ref(), &tp, map, &request, deadline).await;
+                let value = VerifyResult {
+                    verified_at_ms: now_ms(),
+                    sample: BACKGROUND_SAMPLE,
+                    seed: request.seed,
+                    from: v.from,
+                    through: v.through,
+                    compared: v.tally.compared,
+                    equal: v.tally.equal,
+                    skipped: v.tally.skipped,
+                    differences: v.tally.differences,
+                    first_difference: v.tally.first_difference,
+                    error: v.error,
+                };
+                if value.differences > 0 {
+                    tracing::warn!(%mirror, topic = %t.topic_name, partition = p, first = ?value.first_difference, "background verify found a difference");
+                }
+                let recorded = coordinator
+                    .send(Execute::new(Command::RecordVerifyResult { key, value }))
+                    .await;
+                if !matches!(recorded, Ok(Ok(_))) {
+                    // The partition or the mirror went away meanwhile, or
+                    // the coordinator stops: the next check starts afresh.
+                    tracing::debug!(%mirror, topic = %t.topic_name, partition = p, "verify result not recorded");
+                }
+            }
+        }
+    }
 }
 
 /// Both sides of one partition.

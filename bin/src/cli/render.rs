@@ -447,6 +447,7 @@ mod tests {
 
     fn partition(state: &str, retry: i16, error: Option<&str>) -> PartitionDescription {
         PartitionDescription {
+            verify: None,
             mirror: "m".into(),
             topic: "orders".into(),
             partition: 3,

@@ -316,6 +316,25 @@ fn describe(
             k.shard, r.member, r.reason
         ),
         Record::ShardRelease(k, None) => format!("shard {} release removed", k.shard),
+        Record::VerifyResult(k, Some(v)) => {
+            let verdict = match (&v.first_difference, &v.error) {
+                (Some(d), _) => format!(
+                    "{} differ, first at source offset {} → destination offset {} ({}: {})",
+                    v.differences, d.source_offset, d.destination_offset, d.field, d.detail
+                ),
+                (None, Some(e)) => format!("could not finish: {e}"),
+                (None, None) => "equal".to_string(),
+            };
+            format!(
+                "{} verified a sample (seed {}) of source offsets {}..{}: {} compared, {verdict}",
+                partition_label(names, k),
+                v.seed,
+                v.from,
+                v.through,
+                v.compared
+            )
+        }
+        Record::VerifyResult(k, None) => format!("{} verify result removed", partition_label(names, k)),
     }
 }
 
