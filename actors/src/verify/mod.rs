@@ -217,8 +217,9 @@ pub async fn background(
             seed: now_ms() as u64,
             ..VerifyRequest::default()
         };
-        // A check may not outlast its interval (nor a few minutes).
-        let deadline = Instant::now() + every.min(DEFAULT_TIMEOUT);
+        // Checks never overlap: the next starts an interval after this one
+        // started, or when it ends if it took longer.
+        let deadline = Instant::now() + DEFAULT_TIMEOUT;
         let mut topics: Vec<_> = image.topics_of(&mirror).map(|e| e.change.clone()).collect();
         topics.sort_by(|a, b| a.topic_name.cmp(&b.topic_name));
         for t in topics {
