@@ -34,7 +34,11 @@ fn produce_with_headers(topic: &str) {
         ],
         input.as_bytes(),
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn verify_json(daemon: &Daemon, args: &[&str]) -> (i32, Value) {
@@ -58,7 +62,14 @@ fn verify_proves_a_healthy_copy_and_names_records_lost_on_the_destination() {
     let mut text = std::fs::read_to_string(&props).unwrap();
     text.push_str("mirror.verify.interval.ms=2000\n");
     std::fs::write(&props, text).unwrap();
-    daemon.cli_ok(&["mirror", "create", "--mirror", &mirror, "--mirror-config", &props]);
+    daemon.cli_ok(&[
+        "mirror",
+        "create",
+        "--mirror",
+        &mirror,
+        "--mirror-config",
+        &props,
+    ]);
     daemon.cli_ok(&["mirror", "start", "--mirror", &mirror, "--topics", &topic]);
 
     // Verify compares what the map records as copied: wait for all of it.
@@ -70,18 +81,31 @@ fn verify_proves_a_healthy_copy_and_names_records_lost_on_the_destination() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).contains(&format!("equal to its source: {RECORDS} records compared")));
 
-    let (code, sample) = verify_json(&daemon, &["--mirror", &mirror, "--sample", "50", "--seed", "7"]);
+    let (code, sample) = verify_json(
+        &daemon,
+        &["--mirror", &mirror, "--sample", "50", "--seed", "7"],
+    );
     assert_eq!(code, 0, "{sample}");
     assert_eq!(sample["compared"], 150, "{sample}");
-    let (_, again) = verify_json(&daemon, &["--mirror", &mirror, "--sample", "50", "--seed", "7"]);
+    let (_, again) = verify_json(
+        &daemon,
+        &["--mirror", &mirror, "--sample", "50", "--seed", "7"],
+    );
     assert_eq!(again, sample, "the same seed compares the same records");
-    println!("sample of 50 per partition, seed 7: {} compared, {} differences", sample["compared"], sample["differences"]);
+    println!(
+        "sample of 50 per partition, seed 7: {} compared, {} differences",
+        sample["compared"], sample["differences"]
+    );
 
     // The background check has sampled every partition meanwhile.
     wait_for("a background verify of every partition", || {
         let out = daemon.cli_ok(&["mirror", "describe", "--mirror", &mirror, "--json"]);
         let parts: Value = serde_json::from_slice(&out.stdout).unwrap();
-        parts.as_array().unwrap().iter().all(|p| p["verify"]["compared"] == 100)
+        parts
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["verify"]["compared"] == 100)
     });
     let out = daemon.cli_ok(&["mirror", "describe", "--mirror", &mirror, "--json"]);
     let parts: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -91,11 +115,27 @@ fn verify_proves_a_healthy_copy_and_names_records_lost_on_the_destination() {
     }
     println!("background verify in describe: {}", parts[0]["verify"]);
     let (_, metrics) = daemon.http("GET", "/metrics", None);
-    let lines: Vec<&str> = metrics.lines().filter(|l| l.starts_with("kmirror_verify_") && l.contains(&mirror)).collect();
+    let lines: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("kmirror_verify_") && l.contains(&mirror))
+        .collect();
     println!("{}", lines.join("\n"));
-    assert!(lines.contains(&format!("kmirror_verify_records_compared{{mirror=\"{mirror}\"}} 300").as_str()), "{metrics}");
-    assert!(lines.contains(&format!("kmirror_verify_differences{{mirror=\"{mirror}\"}} 0").as_str()), "{metrics}");
-    assert!(lines.iter().any(|l| l.starts_with(&format!("kmirror_verify_last_timestamp_seconds{{mirror=\"{mirror}\"}} 1"))), "{metrics}");
+    assert!(
+        lines.contains(
+            &format!("kmirror_verify_records_compared{{mirror=\"{mirror}\"}} 300").as_str()
+        ),
+        "{metrics}"
+    );
+    assert!(
+        lines.contains(&format!("kmirror_verify_differences{{mirror=\"{mirror}\"}} 0").as_str()),
+        "{metrics}"
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with(&format!(
+            "kmirror_verify_last_timestamp_seconds{{mirror=\"{mirror}\"}} 1"
+        ))),
+        "{metrics}"
+    );
 
     // Kafka's own tool deletes the first 10 records of the busiest
     // destination partition.
@@ -144,11 +184,18 @@ fn verify_proves_a_healthy_copy_and_names_records_lost_on_the_destination() {
     assert_eq!(p["first_difference"]["source_offset"], 0, "{p}");
     assert_eq!(p["first_difference"]["destination_offset"], 0, "{p}");
     assert_eq!(p["first_difference"]["field"], "lost", "{p}");
-    assert_eq!(p["equal"].as_u64().unwrap() + 10, p["compared"].as_u64().unwrap());
+    assert_eq!(
+        p["equal"].as_u64().unwrap() + 10,
+        p["compared"].as_u64().unwrap()
+    );
 
     // `--through` bounds the source range: the 10 deleted are all below 10.
     let (code, upto) = verify_json(&daemon, &["--mirror", &mirror, "--through", "10"]);
-    assert_eq!((code, upto["differences"].as_u64()), (3, Some(10)), "{upto}");
+    assert_eq!(
+        (code, upto["differences"].as_u64()),
+        (3, Some(10)),
+        "{upto}"
+    );
 
     // Exit codes: 1 could not verify, 2 usage.
     let out = daemon.cli(&["verify", "--mirror", "no-such-mirror"]);
@@ -157,22 +204,44 @@ fn verify_proves_a_healthy_copy_and_names_records_lost_on_the_destination() {
     let out = daemon.cli(&["verify", "--mirror", &mirror, "--topics", "nope"]);
     assert_eq!(out.status.code(), Some(1));
     assert_fails(&out, "TOPIC_NOT_IN_CLUSTER_MIRROR", "nope");
-    let out = daemon.cli(&["verify", "--mirror", &mirror, "--sample", "5", "--through", "9"]);
+    let out = daemon.cli(&[
+        "verify",
+        "--mirror",
+        &mirror,
+        "--sample",
+        "5",
+        "--through",
+        "9",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert_fails(&out, "INVALID_REQUEST", "--through");
-    let (status, body) = daemon.http("POST", &format!("/mirrors/{mirror}/verify"), Some(r#"{"sample":0}"#));
+    let (status, body) = daemon.http(
+        "POST",
+        &format!("/mirrors/{mirror}/verify"),
+        Some(r#"{"sample":0}"#),
+    );
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("sample"), "{body}");
     assert_eq!(daemon.terminate().code(), Some(0));
 
     // The background check's results are a line of the story.
     let data = dir.path().join("data");
-    let out = kmirror(&["log", "audit", "--data-dir", data.to_str().unwrap(), "--mirror", &mirror]);
+    let out = kmirror(&[
+        "log",
+        "audit",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--mirror",
+        &mirror,
+    ]);
     let audit = stdout(&out);
     let line = audit
         .lines()
         .find(|l| l.contains("verified a sample (seed"))
         .unwrap_or_else(|| panic!("no verify line in\n{audit}"));
     println!("audit: {line}");
-    assert!(line.contains(&format!("{topic}[")) && line.contains("100 compared"), "{line}");
+    assert!(
+        line.contains(&format!("{topic}[")) && line.contains("100 compared"),
+        "{line}"
+    );
 }

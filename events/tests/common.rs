@@ -458,24 +458,33 @@ pub fn any_record() -> impl Strategy<Value = Record> {
             .prop_map(|(k, v)| {
                 Record::VerifyResult(
                     k,
-                    v.map(|((at, sample, seed, from, through), (compared, equal, skipped, differences), d, error)| VerifyResult {
-                        verified_at_ms: at,
-                        sample,
-                        seed,
-                        from,
-                        through,
-                        compared,
-                        equal,
-                        skipped,
-                        differences,
-                        first_difference: d.map(|((so, dof), field, detail)| VerifyDifference {
-                            source_offset: so,
-                            destination_offset: dof,
-                            field,
-                            detail,
-                        }),
-                        error,
-                    }),
+                    v.map(
+                        |(
+                            (at, sample, seed, from, through),
+                            (compared, equal, skipped, differences),
+                            d,
+                            error,
+                        )| VerifyResult {
+                            verified_at_ms: at,
+                            sample,
+                            seed,
+                            from,
+                            through,
+                            compared,
+                            equal,
+                            skipped,
+                            differences,
+                            first_difference: d.map(|((so, dof), field, detail)| {
+                                VerifyDifference {
+                                    source_offset: so,
+                                    destination_offset: dof,
+                                    field,
+                                    detail,
+                                }
+                            }),
+                            error,
+                        },
+                    ),
                 )
             }),
     ]

@@ -19,9 +19,9 @@ use bytes::{Bytes, BytesMut};
 use kmirror_events::TopicId;
 
 use super::{
-    Ack, AclBinding, BatchHeader, BatchHeaders, BoxFuture, ClusterView, CommittedRead, CommittedOffset,
-    DestinationCluster, GroupListing, GroupOffsets, LogBounds, PartitionFetch, PartitionSink,
-    SourceCluster, TopicInfo,
+    Ack, AclBinding, BatchHeader, BatchHeaders, BoxFuture, ClusterView, CommittedOffset,
+    CommittedRead, DestinationCluster, GroupListing, GroupOffsets, LogBounds, PartitionFetch,
+    PartitionSink, SourceCluster, TopicInfo,
 };
 use crate::kafka::batch::{
     decode_records, encode_batch, BatchBuilder, Codec, OutgoingBatch, Record, RecordBatch,

@@ -43,7 +43,9 @@ impl Node {
             ));
         }
         topics.sort_by(|a, b| a.topic_name.cmp(&b.topic_name));
-        let timeout = request.timeout_ms.map_or(DEFAULT_TIMEOUT, Duration::from_millis);
+        let timeout = request
+            .timeout_ms
+            .map_or(DEFAULT_TIMEOUT, Duration::from_millis);
         let deadline = tokio::time::Instant::now() + timeout;
         let mut partitions = Vec::new();
         for t in &topics {

@@ -25,7 +25,11 @@ async fn mirrored(extra: &[(&str, &str)]) -> (Node, MemoryDestination) {
         let tp = TopicPartition::new("t", p);
         for chunk in 0..4 {
             let records: Vec<Record> = (chunk * 50..chunk * 50 + 50).map(rec).collect();
-            let codec = if chunk % 2 == 0 { Codec::Gzip } else { Codec::None };
+            let codec = if chunk % 2 == 0 {
+                Codec::Gzip
+            } else {
+                Codec::None
+            };
             source.append(&tp, &records, codec);
         }
     }
@@ -48,7 +52,9 @@ async fn mirrored(extra: &[(&str, &str)]) -> (Node, MemoryDestination) {
     let mut props = BTreeMap::from([("bootstrap.servers".to_string(), "memory:9092".to_string())]);
     props.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     node.create_mirror("m", props).await.unwrap();
-    node.start_topics("m", &["t".into()], &[], None).await.unwrap();
+    node.start_topics("m", &["t".into()], &[], None)
+        .await
+        .unwrap();
     (node, destination)
 }
 
@@ -59,7 +65,10 @@ fn rec(i: i64) -> Record {
         key: (i % 3 != 0).then(|| Bytes::from(format!("k{i}"))),
         value: (i % 4 != 0).then(|| Bytes::from(format!("v{i}"))),
         headers: vec![
-            (Bytes::from_static(b"dup"), Some(Bytes::from(format!("{i}")))),
+            (
+                Bytes::from_static(b"dup"),
+                Some(Bytes::from(format!("{i}"))),
+            ),
             (Bytes::from_static(b"dup"), None),
         ],
     }
@@ -83,7 +92,14 @@ async fn a_planted_difference_is_named_with_both_offsets_and_its_field() {
 
     // When one destination record's value is changed in place
     let tp = TopicPartition::new("t", 1);
-    destination.plant(&tp, 123, Record { value: Some(Bytes::from_static(b"forged")), ..rec(123) });
+    destination.plant(
+        &tp,
+        123,
+        Record {
+            value: Some(Bytes::from_static(b"forged")),
+            ..rec(123)
+        },
+    );
 
     // Then verify finds exactly it, in full and in a sample that draws it
     let report = node.verify("m", &all).await.unwrap();
@@ -106,8 +122,21 @@ async fn a_planted_difference_is_named_with_both_offsets_and_its_field() {
     let sampled = node.verify("m", &everything).await.unwrap();
     assert_eq!((sampled.compared, sampled.differences), (400, 1));
     // A planted header difference (one duplicate dropped) is a headers one.
-    destination.plant(&tp, 7, Record { headers: rec(7).headers[..1].to_vec(), ..rec(7) });
-    let (_, d) = node.verify("m", &all).await.unwrap().first_difference().map(|(p, d)| (p.clone(), d.clone())).unwrap();
+    destination.plant(
+        &tp,
+        7,
+        Record {
+            headers: rec(7).headers[..1].to_vec(),
+            ..rec(7)
+        },
+    );
+    let (_, d) = node
+        .verify("m", &all)
+        .await
+        .unwrap()
+        .first_difference()
+        .map(|(p, d)| (p.clone(), d.clone()))
+        .unwrap();
     assert_eq!((d.source_offset, d.field.as_str()), (7, "headers"));
 }
 
@@ -119,7 +148,10 @@ async fn the_background_check_records_its_result_for_describe_and_metrics() {
     let mut described = Vec::new();
     for _ in 0..500 {
         described = node.describe(Some("m")).await.unwrap();
-        if described.iter().all(|p| p.verify.as_ref().is_some_and(|v| v.compared == 100)) {
+        if described
+            .iter()
+            .all(|p| p.verify.as_ref().is_some_and(|v| v.compared == 100))
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -127,7 +159,11 @@ async fn the_background_check_records_its_result_for_describe_and_metrics() {
     // Then describe shows each partition's last result: 100 sampled, equal
     for p in &described {
         let v = p.verify.as_ref().expect("a verify result");
-        assert_eq!((v.compared, v.differences, v.sample), (100, 0, 100), "{v:?}");
+        assert_eq!(
+            (v.compared, v.differences, v.sample),
+            (100, 0, 100),
+            "{v:?}"
+        );
         assert!(v.first_difference.is_none() && v.error.is_none());
     }
     let metrics = node.metrics().await;

@@ -4,8 +4,7 @@
 use std::collections::BTreeMap;
 
 use kmirror_events::{
-    FailbackPlan, FailoverReport, LastMirrorEpochsValue, PartitionState, Unmirrored,
-    VerifyResult,
+    FailbackPlan, FailoverReport, LastMirrorEpochsValue, PartitionState, Unmirrored, VerifyResult,
 };
 use serde::{Deserialize, Serialize};
 

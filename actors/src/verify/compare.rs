@@ -79,9 +79,8 @@ pub fn forwarded_records(
     for b in batches {
         let is_aborted = aborted.is_aborted(b)?;
         // `from` 0: verify keeps every record and filters by offset below.
-        if let BatchAction::Drop(
-            DropReason::Control | DropReason::Aborted | DropReason::Empty,
-        ) = classify(b, is_aborted, usize::MAX, 0)
+        if let BatchAction::Drop(DropReason::Control | DropReason::Aborted | DropReason::Empty) =
+            classify(b, is_aborted, usize::MAX, 0)
         {
             continue;
         }
@@ -307,7 +306,7 @@ mod tests {
     fn map(runs: &[OffsetMapRun]) -> OffsetMap {
         let mut m = OffsetMap::default();
         for r in runs {
-            m.put_run(r.source_start, Some(r.clone()));
+            m.put_run(r.source_start, Some(*r));
         }
         m
     }
@@ -384,8 +383,9 @@ mod tests {
         assert_eq!((d.source_offset, d.destination_offset), (0, 0));
         assert_eq!(d.field, "lost");
         assert!(
-            d.detail
-                .contains("source offset 0 → destination offset 0 is below the destination log start 7"),
+            d.detail.contains(
+                "source offset 0 → destination offset 0 is below the destination log start 7"
+            ),
             "{}",
             d.detail
         );
@@ -397,7 +397,10 @@ mod tests {
         let (m, source, mut dest) = mirrored();
         dest.remove(&15);
         let d = compare(&m, 0, &source, &dest).first_difference.unwrap();
-        assert_eq!((d.source_offset, d.destination_offset, d.field.as_str()), (25, 15, "missing"));
+        assert_eq!(
+            (d.source_offset, d.destination_offset, d.field.as_str()),
+            (25, 15, "missing")
+        );
     }
 
     #[test]
@@ -421,7 +424,10 @@ mod tests {
         let t = compare(&m, 0, &source, &dest);
         // Then 15 are equal, the 15 others (gap 10..20, unrecorded 25..30)
         // skipped
-        assert_eq!((t.compared, t.equal, t.skipped, t.differences), (15, 15, 15, 0));
+        assert_eq!(
+            (t.compared, t.equal, t.skipped, t.differences),
+            (15, 15, 15, 0)
+        );
     }
 
     #[test]
@@ -430,13 +436,27 @@ mod tests {
         // and a compacted batch missing offset 7
         let data = BatchBuilder {
             base_offset: 0,
-            ..BatchBuilder::new((0..3).map(|i| Record { offset_delta: i, ..rec(i as i64) }).collect())
+            ..BatchBuilder::new(
+                (0..3)
+                    .map(|i| Record {
+                        offset_delta: i,
+                        ..rec(i as i64)
+                    })
+                    .collect(),
+            )
         };
         let aborted = BatchBuilder {
             base_offset: 3,
             transactional: true,
             producer: (9, 0, 0),
-            ..BatchBuilder::new((0..2).map(|i| Record { offset_delta: i, ..rec(3 + i as i64) }).collect())
+            ..BatchBuilder::new(
+                (0..2)
+                    .map(|i| Record {
+                        offset_delta: i,
+                        ..rec(3 + i as i64)
+                    })
+                    .collect(),
+            )
         };
         let abort_marker = BatchBuilder {
             base_offset: 5,
@@ -457,7 +477,10 @@ mod tests {
             ..BatchBuilder::new(
                 [0, 2]
                     .into_iter()
-                    .map(|d| Record { offset_delta: d, ..rec(6 + d as i64) })
+                    .map(|d| Record {
+                        offset_delta: d,
+                        ..rec(6 + d as i64)
+                    })
                     .collect(),
             )
         };
@@ -480,7 +503,11 @@ mod tests {
         assert_eq!(a, sample_offsets(&m, 0, 1_000, 20, 7));
         assert_ne!(a, sample_offsets(&m, 0, 1_000, 20, 8));
         assert_eq!(a.len(), 20);
-        assert!(a.iter().all(|o| (0..100).contains(o) || (500..600).contains(o)), "{a:?}");
+        assert!(
+            a.iter()
+                .all(|o| (0..100).contains(o) || (500..600).contains(o)),
+            "{a:?}"
+        );
         // Asking for more than there is takes everything recorded in range.
         assert_eq!(sample_offsets(&m, 90, 510, 1_000, 1).len(), 20);
         assert_ne!(partition_seed(1, "t", 0), partition_seed(1, "t", 1));

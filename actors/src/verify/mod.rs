@@ -167,7 +167,9 @@ pub async fn partition(
     match tokio::time::timeout_at(deadline, run).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => out.error = Some(e),
-        Err(_) => out.error = Some("the verify's deadline passed before this partition was done".into()),
+        Err(_) => {
+            out.error = Some("the verify's deadline passed before this partition was done".into())
+        }
     }
     out
 }
@@ -230,7 +232,15 @@ pub async fn background(
                     continue;
                 }
                 let tp = TopicPartition::new(&t.topic_name, p);
-                let v = partition(source.as_ref(), destination.as_ref(), &tp, map, &request, deadline).await;
+                let v = partition(
+                    source.as_ref(),
+                    destination.as_ref(),
+                    &tp,
+                    map,
+                    &request,
+                    deadline,
+                )
+                .await;
                 let value = VerifyResult {
                     verified_at_ms: now_ms(),
                     sample: BACKGROUND_SAMPLE,
@@ -286,7 +296,10 @@ impl Sides<'_> {
         )
         .map_err(|e| format!("decode source at {from}: {e}"))?;
         let landed = compare::destination_offsets(self.map, &source);
-        let readable = landed.iter().flatten().filter(|d| **d >= self.destination_start);
+        let readable = landed
+            .iter()
+            .flatten()
+            .filter(|d| **d >= self.destination_start);
         let (low, high) = (readable.clone().min(), readable.max());
         let mut destination = BTreeMap::new();
         if let (Some(&low), Some(&high)) = (low, high) {
@@ -295,13 +308,9 @@ impl Sides<'_> {
                 .read_committed(self.tp, low, high + 1, usize::MAX)
                 .await
                 .map_err(|e| format!("read destination at {low}: {e}"))?;
-            for l in compare::forwarded_records(
-                &read.batches,
-                &read.aborted_transactions,
-                low,
-                high + 1,
-            )
-            .map_err(|e| format!("decode destination at {low}: {e}"))?
+            for l in
+                compare::forwarded_records(&read.batches, &read.aborted_transactions, low, high + 1)
+                    .map_err(|e| format!("decode destination at {low}: {e}"))?
             {
                 destination.insert(l.offset, l);
             }

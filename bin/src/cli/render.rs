@@ -390,7 +390,15 @@ pub(super) fn verify_text(r: &VerifyReport) -> String {
         })
         .collect();
     out.push_str(&table(
-        &["TOPIC", "PARTITION", "SOURCE-RANGE", "COMPARED", "EQUAL", "SKIPPED", "RESULT"],
+        &[
+            "TOPIC",
+            "PARTITION",
+            "SOURCE-RANGE",
+            "COMPARED",
+            "EQUAL",
+            "SKIPPED",
+            "RESULT",
+        ],
         rows,
     ));
     out

@@ -521,7 +521,11 @@ mod tests {
             error: None,
         };
         assert_eq!(
-            describe(&Record::VerifyResult(key.clone(), Some(result.clone())), &names, None),
+            describe(
+                &Record::VerifyResult(key.clone(), Some(result.clone())),
+                &names,
+                None
+            ),
             r#"east/orders[3] verified a sample (seed 42) of source offsets 0..500: 100 compared, 1 differ, first at source offset 7 → destination offset 7 (value: "a" ≠ "b")"#
         );
         result.first_difference = None;

@@ -16,8 +16,9 @@ use kmirror_events::TopicId;
 use tokio::sync::mpsc;
 
 use super::{
-    Ack, AclBinding, BatchHeader, BatchHeaders, BoxFuture, ClusterView, CommittedRead, DestinationCluster,
-    GroupListing, GroupOffsets, LogBounds, PartitionFetch, PartitionSink, SourceCluster, TopicInfo,
+    Ack, AclBinding, BatchHeader, BatchHeaders, BoxFuture, ClusterView, CommittedRead,
+    DestinationCluster, GroupListing, GroupOffsets, LogBounds, PartitionFetch, PartitionSink,
+    SourceCluster, TopicInfo,
 };
 use crate::kafka::admin::{AclFilter, Admin, AlterConfigOp, ConfigResource, NewTopic, OffsetSpec};
 use crate::kafka::batch::{OutgoingBatch, RecordBatch};
