@@ -143,15 +143,21 @@ pub async fn partition(
         match request.sample {
             Some(n) => {
                 let seed = compare::partition_seed(request.seed, &tp.topic, tp.partition);
-                for s in compare::sample_offsets(map, out.from, out.through, n, seed) {
-                    let (tally, _) = side.range(s, s + 1).await?;
+                // One fetch serves every sampled offset it holds.
+                let offsets = compare::sample_offsets(map, out.from, out.through, n, seed);
+                let mut i = 0;
+                while let Some(&at) = offsets.get(i) {
+                    let (tally, next) = side.range(at, out.through, Some(&offsets[i..]), 1).await?;
                     out.tally.add(tally);
+                    while offsets.get(i).is_some_and(|o| *o < next.max(at + 1)) {
+                        i += 1;
+                    }
                 }
             }
             None => {
                 let mut at = out.from;
                 while at < out.through {
-                    let (tally, next) = side.range(at, out.through).await?;
+                    let (tally, next) = side.range(at, out.through, None, CHUNK_BYTES).await?;
                     out.tally.add(tally);
                     if next <= at {
                         return Err(format!(
@@ -280,12 +286,19 @@ struct Sides<'a> {
 }
 
 impl Sides<'_> {
-    /// Compares the source records of `[from, to)` read in one bounded
-    /// step; answers where the next step starts.
-    async fn range(&self, from: i64, to: i64) -> Result<(Tally, i64), String> {
+    /// Compares the source records of `[from, to)` read in one step of at
+    /// most `max_bytes` (at least one fetch), or only those at the sorted
+    /// offsets `only`; answers where the next step starts.
+    async fn range(
+        &self,
+        from: i64,
+        to: i64,
+        only: Option<&[i64]>,
+        max_bytes: usize,
+    ) -> Result<(Tally, i64), String> {
         let read = self
             .source
-            .read_committed(self.tp, from, to, CHUNK_BYTES)
+            .read_committed(self.tp, from, to, max_bytes)
             .await
             .map_err(|e| format!("read source at {from}: {e}"))?;
         let source = compare::forwarded_records(
@@ -295,6 +308,13 @@ impl Sides<'_> {
             read.next_offset,
         )
         .map_err(|e| format!("decode source at {from}: {e}"))?;
+        let source: Vec<_> = match only {
+            Some(only) => source
+                .into_iter()
+                .filter(|l| only.binary_search(&l.offset).is_ok())
+                .collect(),
+            None => source,
+        };
         let landed = compare::destination_offsets(self.map, &source);
         let readable = landed
             .iter()
