@@ -23,3 +23,4 @@ pub mod publisher;
 pub mod shards;
 pub mod state_log;
 pub mod state_topic;
+pub mod verify;

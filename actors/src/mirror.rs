@@ -339,6 +339,13 @@ impl Actor for MirrorActor {
         );
         self.refresh(ctx);
         ctx.run_interval(self.spec.refresh_interval, |act, ctx| act.refresh(ctx));
+        // Spawned in this context: it ends when the mirror stops.
+        ctx.spawn(actix::fut::wrap_future(crate::verify::background(
+            self.spec.name.clone(),
+            self.spec.source.clone(),
+            self.spec.destination.clone(),
+            self.spec.coordinator.clone(),
+        )));
     }
 }
 

@@ -54,6 +54,7 @@ fn routing(key: &RecordKey) -> Route {
         | RecordKey::MirrorProducer(k)
         | RecordKey::FailbackPlan(k)
         | RecordKey::FailoverReport(k)
+        | RecordKey::VerifyResult(k)
         | RecordKey::SourceEpochs(k) => k.mirror_name.clone(),
         RecordKey::MirrorConfig(k) => k.mirror_name.clone(),
         RecordKey::OffsetMapRun(k) | RecordKey::GapDetected(k) => k.partition.mirror_name.clone(),

@@ -35,6 +35,10 @@ enum Command {
     Log(log_cmd::LogArgs),
     /// A clustered daemon's members and who coordinates what.
     Cluster(cli::ClusterArgs),
+    /// Compare a mirror's copy with its source, record by record (or a
+    /// seeded sample), through the offset map. Exit 0 equal, 3 differs,
+    /// 1 could not verify.
+    Verify(cli::VerifyArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -57,5 +61,6 @@ fn main() -> std::process::ExitCode {
         Command::Offsets(args) => cli::run_offsets(args),
         Command::Log(args) => log_cmd::run(args),
         Command::Cluster(args) => cli::run_cluster(args),
+        Command::Verify(args) => cli::run_verify(args),
     }
 }

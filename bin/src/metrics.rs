@@ -73,6 +73,45 @@ impl Family<'_> {
     }
 }
 
+/// The background verify, per mirror, over its partitions' last results:
+/// when the newest finished, records compared, differences found (0 when
+/// the copy is equal). Mirrors never verified have no series.
+fn verify_families(f: &mut Family<'_>, m: &NodeMetrics) {
+    let mut by_mirror: BTreeMap<&str, (i64, u64, u64)> = BTreeMap::new();
+    for p in &m.partitions {
+        if let Some(v) = &p.verify {
+            let e = by_mirror.entry(&p.mirror).or_default();
+            e.0 = e.0.max(v.verified_at_ms);
+            e.1 += v.compared;
+            e.2 += v.differences;
+        }
+    }
+    type VerifyValue = fn(&(i64, u64, u64)) -> String;
+    let families: [(&str, &str, VerifyValue); 3] = [
+        (
+            "verify_last_timestamp_seconds",
+            "When the last background verify of the mirror finished.",
+            |v| (v.0 as f64 / 1000.0).to_string(),
+        ),
+        (
+            "verify_records_compared",
+            "Records compared by the last background verify of each partition.",
+            |v| v.1.to_string(),
+        ),
+        (
+            "verify_differences",
+            "Differences found by the last background verify of each partition (0: equal).",
+            |v| v.2.to_string(),
+        ),
+    ];
+    for (name, help, value) in families {
+        f.header(name, "gauge", help);
+        for (mirror, v) in &by_mirror {
+            f.sample(name, &[("mirror", mirror)], value(v));
+        }
+    }
+}
+
 /// Renders the node's figures.
 pub fn render(m: &NodeMetrics) -> String {
     let mut out = String::new();
@@ -216,6 +255,8 @@ pub fn render(m: &NodeMetrics) -> String {
         }
     }
 
+    verify_families(&mut f, m);
+
     // Metadata sync, per mirror. The error meters keep the KIP's names.
     type SyncValue = fn(&SyncMetrics) -> String;
     let per_mirror: [(&str, &str, &str, SyncValue); 13] = [
@@ -354,7 +395,22 @@ mod tests {
     fn sample() -> NodeMetrics {
         NodeMetrics {
             partitions: vec![
-                partition("orders", 0, "MIRRORING"),
+                kmirror_actors::node::PartitionDescription {
+                    verify: Some(kmirror_events::VerifyResult {
+                        verified_at_ms: 2_500,
+                        sample: 100,
+                        seed: 7,
+                        from: 0,
+                        through: 90,
+                        compared: 90,
+                        equal: 89,
+                        skipped: 0,
+                        differences: 1,
+                        first_difference: None,
+                        error: None,
+                    }),
+                    ..partition("orders", 0, "MIRRORING")
+                },
                 partition("orders", 1, "FAILED"),
             ],
             partitions_by_state: [
@@ -402,6 +458,9 @@ mod tests {
             "kmirror_ConsumerGroupOffsetSyncError{mirror=\"m\\\"1\"} 3",
             "kmirror_AclSyncError{mirror=\"m\\\"1\"} 0",
             "kmirror_sync_last_group_sync_timestamp_seconds{mirror=\"m\\\"1\"} 1.5",
+            "kmirror_verify_last_timestamp_seconds{mirror=\"m\\\"1\"} 2.5",
+            "kmirror_verify_records_compared{mirror=\"m\\\"1\"} 90",
+            "kmirror_verify_differences{mirror=\"m\\\"1\"} 1",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

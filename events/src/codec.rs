@@ -32,11 +32,12 @@ use crate::record::*;
 /// and `FailoverReport` (and their maps in the snapshot's image). 4 added
 /// `MirrorTopicDestination`, `FailbackPlan` and `SourceEpochs`, and their
 /// maps. 5 added `ShardRelease` (and the image's newest release per shard).
-pub const FORMAT_VERSION: u8 = 5;
+/// 6 added `VerifyResult` (and the image's last result per partition).
+pub const FORMAT_VERSION: u8 = 6;
 
 /// Snapshots of an older image layout than this are skipped (the log is
 /// replayed instead): a snapshot is a cache of the log, never its only copy.
-const SNAPSHOT_LAYOUT_VERSION: u8 = 5;
+const SNAPSHOT_LAYOUT_VERSION: u8 = 6;
 
 const CFG: Configuration = standard();
 /// Fixed header before `key_len`.
@@ -185,6 +186,10 @@ pub fn encode_key(key: &RecordKey) -> Vec<u8> {
             out.push(RecordType::ShardRelease as u8);
             enc(k, &mut out)
         }
+        RecordKey::VerifyResult(k) => {
+            out.push(RecordType::VerifyResult as u8);
+            enc(k, &mut out)
+        }
     }
     out
 }
@@ -220,6 +225,7 @@ pub fn decode_key(bytes: &[u8]) -> Result<RecordKey, CodecError> {
         RecordType::FailoverReport => RecordKey::FailoverReport(dec(key, "record key")?),
         RecordType::SourceEpochs => RecordKey::SourceEpochs(dec(key, "record key")?),
         RecordType::ShardRelease => RecordKey::ShardRelease(dec(key, "record key")?),
+        RecordType::VerifyResult => RecordKey::VerifyResult(dec(key, "record key")?),
     })
 }
 
@@ -273,6 +279,7 @@ pub fn encode_record(
         Record::FailoverReport(k, v) => enc_kv(k, v, &mut out),
         Record::SourceEpochs(k, v) => enc_kv(k, v, &mut out),
         Record::ShardRelease(k, v) => enc_kv(k, v, &mut out),
+        Record::VerifyResult(k, v) => enc_kv(k, v, &mut out),
     }
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
@@ -413,6 +420,10 @@ pub fn decode_record(bytes: &[u8]) -> Result<Envelope, CodecError> {
         RecordType::ShardRelease => {
             let (k, v) = dec_kv(body)?;
             Record::ShardRelease(k, v)
+        }
+        RecordType::VerifyResult => {
+            let (k, v) = dec_kv(body)?;
+            Record::VerifyResult(k, v)
         }
     };
     Ok(Envelope {

@@ -158,6 +158,11 @@ pub enum Command {
     RecordAclDeleted {
         key: AclSyncKey,
     },
+    /// The background verify's result for a partition.
+    RecordVerifyResult {
+        key: MirrorPartitionKey,
+        value: VerifyResult,
+    },
     /// What a partition's failover left unmirrored, before its STOPPED.
     RecordFailoverReport {
         key: MirrorPartitionKey,

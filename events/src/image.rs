@@ -60,6 +60,7 @@ pub struct MirrorStateImage {
     acls: OrdMap<AclSyncKey, AclSync>,
     source_fences: OrdMap<SourceFenceKey, SourceFence>,
     failover_reports: OrdMap<FailoverReportKey, FailoverReport>,
+    verify_results: OrdMap<VerifyResultKey, VerifyResult>,
     source_epochs: OrdMap<MirrorPartitionKey, SourceEpochs>,
     /// Per shard, its newest release and that record's offset: with
     /// `end_offset` (one past the newest record folded) it answers whether
@@ -169,6 +170,7 @@ impl MirrorStateImage {
             Record::AclSync(k, v) => put(&mut self.acls, k, v),
             Record::SourceFence(k, v) => put(&mut self.source_fences, k, v),
             Record::FailoverReport(k, v) => put(&mut self.failover_reports, k, v),
+            Record::VerifyResult(k, v) => put(&mut self.verify_results, k, v),
             Record::SourceEpochs(k, v) => put(&mut self.source_epochs, k, v),
             Record::ShardRelease(k, v) => put(
                 &mut self.releases,
@@ -376,6 +378,11 @@ impl MirrorStateImage {
             .filter(move |(k, _)| k.mirror_name == mirror)
     }
 
+    /// The partition's last background verify (see [`VerifyResult`]).
+    pub fn verify_result(&self, key: &MirrorPartitionKey) -> Option<&VerifyResult> {
+        self.verify_results.get(key)
+    }
+
     /// The report of the partition's last failover (see [`FailoverReport`]).
     pub fn failover_report(&self, key: &MirrorPartitionKey) -> Option<&FailoverReport> {
         self.failover_reports.get(key)
@@ -471,6 +478,12 @@ impl MirrorStateImage {
                 .filter(|k| k.mirror_name == mirror)
                 .map(|k| RecordKey::FailoverReport(k.clone())),
         );
+        out.extend(
+            self.verify_results
+                .keys()
+                .filter(|k| k.mirror_name == mirror)
+                .map(|k| RecordKey::VerifyResult(k.clone())),
+        );
         out
     }
 
@@ -523,6 +536,7 @@ impl RecordKey {
             RecordKey::FailoverReport(k) => Record::FailoverReport(k, None),
             RecordKey::SourceEpochs(k) => Record::SourceEpochs(k, None),
             RecordKey::ShardRelease(k) => Record::ShardRelease(k, None),
+            RecordKey::VerifyResult(k) => Record::VerifyResult(k, None),
         }
     }
 }

@@ -66,6 +66,7 @@ fn validate_config(config: &MirrorConfig) -> Result<(), DecideError> {
     // than a sync error every tick.
     crate::sync::SyncSettings::from_config(config)?;
     crate::risk::RiskSettings::from_config(config)?;
+    crate::sync::verify_interval(config)?;
     if config.source_bootstrap.trim().is_empty() {
         return Err(DecideError::InvalidRequest(
             "source bootstrap servers must not be empty".into(),
@@ -729,6 +730,10 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
         Command::RecordAclDeleted { key } => {
             require_mirror(image, &key.mirror_name)?;
             Ok(vec![Record::AclSync(key.clone(), None)])
+        }
+        Command::RecordVerifyResult { key, value } => {
+            require_partition(image, key)?;
+            Ok(vec![Record::VerifyResult(key.clone(), Some(value.clone()))])
         }
         Command::RecordFailoverReport { key, value } => {
             require_partition(image, key)?;

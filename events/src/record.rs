@@ -407,6 +407,43 @@ impl Unmirrored {
     }
 }
 
+/// Key of a verify result: one per mirror partition, so compaction keeps
+/// each partition's last result (describe shows it beside the partition).
+pub type VerifyResultKey = MirrorPartitionKey;
+
+/// Where a verify first found the copy unequal to the source.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct VerifyDifference {
+    pub source_offset: i64,
+    pub destination_offset: i64,
+    /// `key`, `value`, `headers`, `timestamp`, `missing` (the destination
+    /// has no record there) or `lost` (below the destination's log start).
+    pub field: String,
+    pub detail: String,
+}
+
+/// The background check's last comparison of a partition with its source
+/// (`mirror.verify.interval.ms`): a seeded sample, so `kmirror verify
+/// --sample N --seed S` repeats it exactly. Recorded after the reads; it
+/// decides nothing.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct VerifyResult {
+    /// Wall-clock time the check finished, stamped by the caller.
+    pub verified_at_ms: i64,
+    pub sample: u64,
+    pub seed: u64,
+    /// The source range sampled: `[from, through)`.
+    pub from: i64,
+    pub through: i64,
+    pub compared: u64,
+    pub equal: u64,
+    pub skipped: u64,
+    pub differences: u64,
+    pub first_difference: Option<VerifyDifference>,
+    /// Why the check could not finish.
+    pub error: Option<String>,
+}
+
 /// Key of a failover report: one per mirror partition.
 pub type FailoverReportKey = MirrorPartitionKey;
 
@@ -467,6 +504,7 @@ pub enum RecordType {
     FailoverReport = 15,
     SourceEpochs = 14,
     ShardRelease = 17,
+    VerifyResult = 18,
 }
 
 impl RecordType {
@@ -490,6 +528,7 @@ impl RecordType {
             15 => FailoverReport,
             14 => SourceEpochs,
             17 => ShardRelease,
+            18 => VerifyResult,
             _ => return None,
         })
     }
@@ -513,6 +552,7 @@ impl RecordType {
             FailoverReport => "FailoverReport",
             SourceEpochs => "SourceEpochs",
             ShardRelease => "ShardRelease",
+            VerifyResult => "VerifyResult",
         }
     }
 }
@@ -537,6 +577,7 @@ pub enum RecordKey {
     FailoverReport(FailoverReportKey),
     SourceEpochs(SourceEpochsKey),
     ShardRelease(ShardReleaseKey),
+    VerifyResult(VerifyResultKey),
 }
 
 /// One record: a typed key with its optional value (`None` = tombstone).
@@ -561,6 +602,7 @@ pub enum Record {
     FailoverReport(FailoverReportKey, Option<FailoverReport>),
     SourceEpochs(SourceEpochsKey, Option<SourceEpochs>),
     ShardRelease(ShardReleaseKey, Option<ShardRelease>),
+    VerifyResult(VerifyResultKey, Option<VerifyResult>),
 }
 
 impl Record {
@@ -583,6 +625,7 @@ impl Record {
             Record::FailoverReport(..) => RecordType::FailoverReport,
             Record::SourceEpochs(..) => RecordType::SourceEpochs,
             Record::ShardRelease(..) => RecordType::ShardRelease,
+            Record::VerifyResult(..) => RecordType::VerifyResult,
         }
     }
 
@@ -605,6 +648,7 @@ impl Record {
             Record::FailoverReport(k, _) => RecordKey::FailoverReport(k.clone()),
             Record::SourceEpochs(k, _) => RecordKey::SourceEpochs(k.clone()),
             Record::ShardRelease(k, _) => RecordKey::ShardRelease(*k),
+            Record::VerifyResult(k, _) => RecordKey::VerifyResult(k.clone()),
         }
     }
 
@@ -627,6 +671,7 @@ impl Record {
             Record::FailoverReport(_, v) => v.is_none(),
             Record::SourceEpochs(_, v) => v.is_none(),
             Record::ShardRelease(_, v) => v.is_none(),
+            Record::VerifyResult(_, v) => v.is_none(),
         }
     }
 
@@ -639,7 +684,8 @@ impl Record {
             | Record::MirrorProducer(k, _)
             | Record::SourceEpochs(k, _)
             | Record::FailbackPlan(k, _)
-            | Record::FailoverReport(k, _) => Some(&k.mirror_name),
+            | Record::FailoverReport(k, _)
+            | Record::VerifyResult(k, _) => Some(&k.mirror_name),
             Record::SourceFence(k, _) => Some(&k.mirror_name),
             Record::OffsetMapHole(k, _) => Some(&k.partition.mirror_name),
             // Keyed by the topic alone, like the topic's state change.
@@ -665,7 +711,8 @@ impl Record {
             | Record::MirrorProducer(k, _)
             | Record::SourceEpochs(k, _)
             | Record::FailbackPlan(k, _)
-            | Record::FailoverReport(k, _) => Some(k.topic_id),
+            | Record::FailoverReport(k, _)
+            | Record::VerifyResult(k, _) => Some(k.topic_id),
             Record::SourceFence(_, v) => v.as_ref().map(|v| v.topic_id),
             Record::OffsetMapHole(k, _) => Some(k.partition.topic_id),
             Record::MirrorTopicDestination(k, _) => Some(k.topic_id),
@@ -685,7 +732,8 @@ impl Record {
             | Record::MirrorProducer(k, _)
             | Record::SourceEpochs(k, _)
             | Record::FailbackPlan(k, _)
-            | Record::FailoverReport(k, _) => Some(k.partition),
+            | Record::FailoverReport(k, _)
+            | Record::VerifyResult(k, _) => Some(k.partition),
             Record::OffsetMapHole(k, _) => Some(k.partition.partition),
             Record::OffsetMapRun(k, _) | Record::GapDetected(k, _) => Some(k.partition.partition),
             Record::GroupOffsetSync(k, _) => Some(k.partition),

@@ -72,6 +72,26 @@ pub struct SyncSettings {
 pub const GROUP_SYNC_INTERVAL_KEY: &str = "mirror.groups.sync.interval.ms";
 pub const ACLS_INCLUDE_KEY: &str = "acls.include";
 pub const TOPIC_PROPERTIES_EXCLUDE_KEY: &str = "topic.properties.exclude";
+/// How often the daemon verifies a seeded sample of every partition
+/// (`kmirror verify`'s background check); 0 or absent: never.
+pub const VERIFY_INTERVAL_KEY: &str = "mirror.verify.interval.ms";
+
+/// `mirror.verify.interval.ms`: `None` when off (absent or 0); anything but
+/// a whole number of milliseconds is an error naming the key.
+pub fn verify_interval(config: &MirrorConfig) -> Result<Option<Duration>, PatternError> {
+    let Some(v) = config.source_properties.get(VERIFY_INTERVAL_KEY) else {
+        return Ok(None);
+    };
+    match v.trim().parse::<u64>() {
+        Ok(0) => Ok(None),
+        Ok(ms) => Ok(Some(Duration::from_millis(ms))),
+        Err(_) => Err(PatternError {
+            field: VERIFY_INTERVAL_KEY.into(),
+            pattern: v.into(),
+            message: "expected a number of milliseconds (0 or absent: off)".into(),
+        }),
+    }
+}
 
 fn prop<'a>(config: &'a MirrorConfig, key: &str) -> Option<&'a str> {
     config
@@ -475,6 +495,27 @@ mod tests {
         // ... and never below its log start.
         assert_eq!(group_offset_target(Exact(2), 4, 10), Some(4));
         assert_eq!(group_offset_target(Empty, 0, 10), None);
+    }
+
+    #[test]
+    fn the_verify_interval_is_off_unless_set_and_named_when_bad() {
+        let cfg = |v: Option<&str>| MirrorConfig {
+            source_properties: v
+                .map(|v| (VERIFY_INTERVAL_KEY.to_string(), v.to_string()))
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        };
+        assert_eq!(verify_interval(&cfg(None)).unwrap(), None);
+        assert_eq!(verify_interval(&cfg(Some("0"))).unwrap(), None);
+        assert_eq!(
+            verify_interval(&cfg(Some(" 60000 "))).unwrap(),
+            Some(Duration::from_secs(60))
+        );
+        for bad in ["-1", "1m", ""] {
+            let e = verify_interval(&cfg(Some(bad))).unwrap_err();
+            assert_eq!(e.field, "mirror.verify.interval.ms", "{bad}");
+        }
     }
 
     #[test]

@@ -116,6 +116,14 @@ pub fn command() -> impl Strategy<Value = Command> {
                 Command::RemoveSourceFence { key }
             }
         }),
+        1 => (pkey(), 0u64..100, 0u64..3).prop_map(|(key, compared, differences)| Command::RecordVerifyResult {
+            key,
+            value: VerifyResult {
+                verified_at_ms: 1, sample: 100, seed: 7, from: 0, through: 100,
+                compared, equal: compared.saturating_sub(differences), skipped: 0, differences,
+                first_difference: None, error: None,
+            },
+        }),
         1 => (0i32..4, ".{0,8}").prop_map(|(shard, member)| Command::ReleaseShard {
             shard,
             release: ShardRelease { member, reason: "node shutting down".into() },
@@ -438,5 +446,46 @@ pub fn any_record() -> impl Strategy<Value = Record> {
                 v.map(|(member, reason)| ShardRelease { member, reason }),
             )
         }),
+        (
+            key.clone(),
+            prop::option::of((
+                any::<(i64, u64, u64, i64, i64)>(),
+                any::<(u64, u64, u64, u64)>(),
+                prop::option::of((any::<(i64, i64)>(), ".{0,8}", ".{0,20}")),
+                opt_string()
+            ))
+        )
+            .prop_map(|(k, v)| {
+                Record::VerifyResult(
+                    k,
+                    v.map(
+                        |(
+                            (at, sample, seed, from, through),
+                            (compared, equal, skipped, differences),
+                            d,
+                            error,
+                        )| VerifyResult {
+                            verified_at_ms: at,
+                            sample,
+                            seed,
+                            from,
+                            through,
+                            compared,
+                            equal,
+                            skipped,
+                            differences,
+                            first_difference: d.map(|((so, dof), field, detail)| {
+                                VerifyDifference {
+                                    source_offset: so,
+                                    destination_offset: dof,
+                                    field,
+                                    detail,
+                                }
+                            }),
+                            error,
+                        },
+                    ),
+                )
+            }),
     ]
 }

@@ -20,8 +20,8 @@ use kmirror_events::TopicId;
 
 use super::{
     Ack, AclBinding, BatchHeader, BatchHeaders, BoxFuture, ClusterView, CommittedOffset,
-    DestinationCluster, GroupListing, GroupOffsets, LogBounds, PartitionFetch, PartitionSink,
-    SourceCluster, TopicInfo,
+    CommittedRead, DestinationCluster, GroupListing, GroupOffsets, LogBounds, PartitionFetch,
+    PartitionSink, SourceCluster, TopicInfo,
 };
 use crate::kafka::batch::{
     decode_records, encode_batch, BatchBuilder, Codec, OutgoingBatch, Record, RecordBatch,
@@ -170,6 +170,30 @@ fn headers_in(
             break;
         }
         bytes += b.size;
+        out.batches.push(b);
+    }
+    out
+}
+
+/// What a `read_committed` fetch of `[from, to)` returns from these
+/// batches (no aborted transactions: the in-memory clusters keep none).
+fn committed_in(
+    batches: impl Iterator<Item = RecordBatch>,
+    from: i64,
+    to: i64,
+    max_bytes: usize,
+) -> CommittedRead {
+    let mut out = CommittedRead {
+        next_offset: from,
+        ..CommittedRead::default()
+    };
+    let mut bytes = 0;
+    for b in batches.filter(|b| b.next_offset() > from && b.base_offset() < to) {
+        if bytes >= max_bytes {
+            break;
+        }
+        bytes += b.size();
+        out.next_offset = b.next_offset().min(to);
         out.batches.push(b);
     }
     out
@@ -654,6 +678,24 @@ impl ClusterView for MemorySource {
         Box::pin(async move { headers })
     }
 
+    fn read_committed(
+        &self,
+        tp: &TopicPartition,
+        from: i64,
+        to: i64,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<CommittedRead, KafkaError>> {
+        let read = self.reach().and_then(|()| {
+            let stored = self.with(tp, |p| p.batches.clone());
+            let batches = stored
+                .iter()
+                .map(|b| RecordBatch::new(b.bytes.clone()))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(committed_in(batches.into_iter(), from, to, max_bytes))
+        });
+        Box::pin(async move { read })
+    }
+
     fn topic_config_values(
         &self,
         topic: &str,
@@ -909,6 +951,39 @@ impl MemoryDestination {
         });
     }
 
+    /// Changes the record stored at `offset` in place, as no real broker
+    /// would: how a test plants a difference for `verify` to find.
+    pub fn plant(&self, tp: &TopicPartition, offset: i64, record: Record) {
+        self.with(tp, |p| {
+            let i = p
+                .appended
+                .iter()
+                .position(|b| b.base_offset() <= offset && offset < b.next_offset())
+                .expect("a batch holds the offset");
+            let b = &p.appended[i];
+            let mut decoded = decode_records(b).expect("a stored batch decodes");
+            let at = decoded
+                .records
+                .iter()
+                .position(|r| b.base_offset() + r.offset_delta as i64 == offset)
+                .expect("a record at the offset");
+            decoded.records[at] = Record {
+                offset_delta: decoded.records[at].offset_delta,
+                ..record.clone()
+            };
+            let rebuilt = BatchBuilder {
+                base_offset: b.base_offset(),
+                partition_leader_epoch: b.partition_leader_epoch(),
+                producer: (b.producer_id(), b.producer_epoch(), b.base_sequence()),
+                ..BatchBuilder::new(decoded.records)
+            };
+            p.appended[i] = rebuilt.build().expect("encode");
+            if let Some(r) = p.records.iter_mut().find(|r| r.offset == offset) {
+                r.record = record;
+            }
+        });
+    }
+
     /// Someone other than kmirror writes a record to `tp`.
     pub fn foreign_write(&self, tp: &TopicPartition, r: Record) {
         self.with(tp, |p| {
@@ -1058,6 +1133,19 @@ impl ClusterView for MemoryDestination {
             headers_in(p.appended.iter().map(BatchHeader::of), from, to, max_bytes)
         });
         Box::pin(async move { Ok(headers) })
+    }
+
+    fn read_committed(
+        &self,
+        tp: &TopicPartition,
+        from: i64,
+        to: i64,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<CommittedRead, KafkaError>> {
+        let read = self.with(tp, |p| {
+            committed_in(p.appended.iter().cloned(), from, to, max_bytes)
+        });
+        Box::pin(async move { Ok(read) })
     }
 
     fn topic_config_values(

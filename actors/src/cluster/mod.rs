@@ -128,6 +128,20 @@ pub fn acl_entry(a: &AclBinding) -> Option<AclEntry> {
     )
 }
 
+/// What [`ClusterView::read_committed`] read.
+#[derive(Clone, Debug, Default)]
+pub struct CommittedRead {
+    /// The batches holding offsets in the range, markers and aborted data
+    /// included: the caller drops them as the pump does.
+    pub batches: Vec<RecordBatch>,
+    /// `(producer id, first offset)` of the aborted transactions the
+    /// broker named for the range (Kafka's `read_committed` list).
+    pub aborted_transactions: Vec<(i64, i64)>,
+    /// Where the read stopped: the range's end, or earlier at the byte cap
+    /// or at the last stable offset (an open transaction).
+    pub next_offset: i64,
+}
+
 /// A topic as the source describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TopicInfo {
@@ -240,6 +254,18 @@ pub trait ClusterView: Send + Sync {
         to: i64,
         max_bytes: usize,
     ) -> BoxFuture<'_, Result<BatchHeaders, KafkaError>>;
+    /// The batches holding offsets `[from, to)` as a `read_committed`
+    /// consumer is served them, with the broker's aborted-transaction list,
+    /// in a fetch session of its own, until `max_bytes` of batches are read.
+    /// `kmirror verify` reads both sides with it, and drops what the pump
+    /// drops (markers, aborted data) with the pump's own classification.
+    fn read_committed(
+        &self,
+        tp: &TopicPartition,
+        from: i64,
+        to: i64,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<CommittedRead, KafkaError>>;
     /// A topic's effective config values, defaults included (sensitive
     /// ones as `None`).
     fn topic_config_values(

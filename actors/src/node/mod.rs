@@ -13,6 +13,7 @@ mod failover;
 mod fence;
 mod ops;
 mod query;
+mod verify;
 mod views;
 
 pub use failover::StopOptions;
@@ -481,3 +482,5 @@ mod failover_tests;
 mod release_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod verify_tests;

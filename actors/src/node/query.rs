@@ -100,6 +100,7 @@ impl Node {
                         bytes_mirrored: s.progress.bytes_mirrored,
                         last_mirror_epochs: image.last_mirror_epochs(&s.key).cloned(),
                         failback: image.failback_plan(&s.key).cloned(),
+                        verify: image.verify_result(&s.key).cloned(),
                         ..Default::default()
                     }
                     .with_risk(&risk),

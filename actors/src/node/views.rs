@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use kmirror_events::{
-    FailbackPlan, FailoverReport, LastMirrorEpochsValue, PartitionState, Unmirrored,
+    FailbackPlan, FailoverReport, LastMirrorEpochsValue, PartitionState, Unmirrored, VerifyResult,
 };
 use serde::{Deserialize, Serialize};
 
@@ -109,6 +109,9 @@ pub struct PartitionDescription {
     /// The margin is under `mirror.retention.margin.ms`, or a gap is due.
     #[serde(default)]
     pub retention_warning: bool,
+    /// The background check's last result (`mirror.verify.interval.ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<VerifyResult>,
 }
 
 impl PartitionDescription {

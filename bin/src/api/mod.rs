@@ -14,6 +14,7 @@ use kmirror_actors::failback::FailbackRequest;
 use kmirror_actors::node::{
     MirrorListing, Node, NodeError, NodeMetrics, PartitionDescription, StopOptions, TopicChange,
 };
+use kmirror_actors::verify::VerifyRequest;
 use kmirror_events::FailbackMode;
 
 mod error;
@@ -125,6 +126,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     )
     .service(resource("/mirrors/{name}").route(web::delete().to(delete)))
     .service(resource("/mirrors/{name}/partitions").route(web::get().to(describe_one)))
+    .service(resource("/mirrors/{name}/verify").route(web::post().to(verify)))
     .service(resource("/mirrors/{name}/{operation}").route(web::post().to(operate)))
     .service(resource("/partitions").route(web::get().to(describe_all)))
     .service(resource("/offsets/translate").route(web::get().to(translate)))
@@ -376,6 +378,42 @@ async fn operate(
         .await??;
     tracing::info!(%mirror, %operation, topics = %answer["topics"], "operation applied");
     Ok(HttpResponse::Ok().json(answer))
+}
+
+/// `POST /mirrors/{name}/verify`: 200 with the report whether or not the
+/// copy is equal (`equal` says); 4xx only for a bad request.
+async fn verify(
+    node: Data<NodeHandle>,
+    req: HttpRequest,
+    path: Path<String>,
+    body: Json<VerifyRequest>,
+) -> Reply {
+    let mirror = path.into_inner();
+    let here = match node.owner(&mirror, &req).await? {
+        Owner::There(url) => return forward(&url, &req, to_json(&body.into_inner())).await,
+        Owner::Here(here) => here,
+    };
+    let request = body.into_inner();
+    if request.through.is_some() && request.sample.is_some() {
+        return Err(ApiError::invalid(
+            "through, sample: give one of them, not both",
+        ));
+    }
+    if request.through.is_some_and(|t| t < 0) {
+        return Err(ApiError::invalid("through: must be an offset, 0 or more"));
+    }
+    if request.sample == Some(0) {
+        return Err(ApiError::invalid("sample: must be at least 1"));
+    }
+    if request.timeout_ms == Some(0) {
+        return Err(ApiError::invalid("timeout_ms: must be at least 1"));
+    }
+    let m = mirror.clone();
+    let report = node
+        .run(here, move |n| async move { n.verify(&m, &request).await })
+        .await??;
+    tracing::info!(%mirror, equal = report.equal, compared = report.compared, differences = report.differences, "verified");
+    Ok(HttpResponse::Ok().json(report))
 }
 
 async fn translate(node: Data<NodeHandle>, req: HttpRequest, q: Query<TranslateQuery>) -> Reply {

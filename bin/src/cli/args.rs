@@ -226,3 +226,29 @@ fn positive_seconds(v: &str) -> Result<f64, String> {
         _ => Err(format!("expected a positive number of seconds, got {v:?}")),
     }
 }
+
+/// `kmirror verify`: compare the copy with the source, record by record.
+#[derive(Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    pub(super) admin: AdminArg,
+    #[arg(long)]
+    pub(super) mirror: String,
+    /// Topic names of the mirror, comma-separated (default: all).
+    #[arg(long, value_delimiter = ',', value_name = "TOPICS")]
+    pub(super) topics: Vec<String>,
+    /// Compare source offsets below OFFSET only (default: all the map
+    /// records as copied).
+    #[arg(long, value_name = "OFFSET", conflicts_with = "sample")]
+    pub(super) through: Option<i64>,
+    /// Compare N records per partition, drawn with --seed, instead of all.
+    #[arg(long, value_name = "N")]
+    pub(super) sample: Option<u64>,
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    pub(super) seed: u64,
+    /// Give up after this long (partitions not done report an error).
+    #[arg(long, value_name = "MS", default_value_t = 300_000)]
+    pub(super) timeout_ms: u64,
+    #[command(flatten)]
+    pub(super) output: Output,
+}

@@ -8,6 +8,7 @@
 
 mod args;
 mod render;
+mod risk;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -16,11 +17,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use kmirror_actors::node::NodeError;
+use kmirror_actors::verify::{VerifyReport, VerifyRequest};
 use kmirror_events::{join_lists, list_items};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-pub use args::{ClusterArgs, MirrorArgs, OffsetsArgs};
+pub use args::{ClusterArgs, MirrorArgs, OffsetsArgs, VerifyArgs};
 
 use crate::api::{CreateBody, OperationBody};
 use crate::http::{encode, BaseUrl};
@@ -53,6 +55,59 @@ pub fn run_offsets(args: OffsetsArgs) -> ExitCode {
 
 pub fn run_cluster(args: ClusterArgs) -> ExitCode {
     finish(cluster(args))
+}
+
+/// `kmirror verify`'s exit code when the copy differs: not 2, which clap's
+/// usage errors already take, so a script can tell "differs" from "wrong
+/// flags" (and from 1, could not verify).
+pub const VERIFY_DIFFERS: u8 = 3;
+
+/// Exit 0 when equal, [`VERIFY_DIFFERS`] when a record differs, 1 when
+/// the verify could not be done (or a partition could not be read).
+pub fn run_verify(args: VerifyArgs) -> ExitCode {
+    match verify(args) {
+        Ok((text, report)) => {
+            print!("{text}");
+            if report.differences > 0 {
+                ExitCode::from(VERIFY_DIFFERS)
+            } else if report.equal {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => finish(Err(e)),
+    }
+}
+
+fn verify(args: VerifyArgs) -> Result<(String, VerifyReport), NodeError> {
+    let client = Client::new(&args.admin)?;
+    let client = Client {
+        base: client
+            .base
+            .with_read_timeout(Duration::from_millis(args.timeout_ms) + Duration::from_secs(60)),
+    };
+    let request = VerifyRequest {
+        topics: clean(&args.topics),
+        through: args.through,
+        sample: args.sample,
+        seed: args.seed,
+        timeout_ms: Some(args.timeout_ms),
+    };
+    let path = format!("/mirrors/{}/verify", encode(&args.mirror));
+    let answer = client.call("POST", &path, Some(to_json(&request)))?;
+    let report: VerifyReport = serde_json::from_value(answer.clone()).map_err(|e| {
+        NodeError::new(
+            "UNKNOWN_SERVER_ERROR",
+            format!("unexpected answer from the daemon: {e}"),
+        )
+    })?;
+    let text = if args.output.json {
+        render::pretty(&answer)
+    } else {
+        render::verify_text(&report)
+    };
+    Ok((text, report))
 }
 
 struct Client {

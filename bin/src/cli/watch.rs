@@ -12,7 +12,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kmirror_actors::node::{NodeError, PartitionDescription};
 
-use super::render::{at_risk, duration, retention, rpo_footer, table};
+use super::render::table;
+use super::risk::{at_risk, duration, retention, rpo_footer};
 
 /// One answer of the daemon and when it came, in seconds since any fixed
 /// instant (only differences matter).

@@ -316,6 +316,25 @@ fn describe(
             k.shard, r.member, r.reason
         ),
         Record::ShardRelease(k, None) => format!("shard {} release removed", k.shard),
+        Record::VerifyResult(k, Some(v)) => {
+            let verdict = match (&v.first_difference, &v.error) {
+                (Some(d), _) => format!(
+                    "{} differ, first at source offset {} → destination offset {} ({}: {})",
+                    v.differences, d.source_offset, d.destination_offset, d.field, d.detail
+                ),
+                (None, Some(e)) => format!("could not finish: {e}"),
+                (None, None) => "equal".to_string(),
+            };
+            format!(
+                "{} verified a sample (seed {}) of source offsets {}..{}: {} compared, {verdict}",
+                partition_label(names, k),
+                v.seed,
+                v.from,
+                v.through,
+                v.compared
+            )
+        }
+        Record::VerifyResult(k, None) => format!("{} verify result removed", partition_label(names, k)),
     }
 }
 
@@ -567,6 +586,45 @@ mod tests {
         assert_eq!(
             describe(&Record::FailbackPlan(key, Some(plan)), &names, None),
             "east/orders[3] FAILBACK delta from mirror west: source records [120, 160) to copy, destination records [120, 125) quarantined in orders.kmirror-divergent"
+        );
+    }
+
+    #[test]
+    fn a_verify_result_reads_as_a_sentence() {
+        use kmirror_events::{VerifyDifference, VerifyResult};
+        let id = TopicId([7; 16]);
+        let names = HashMap::from([(id, "orders".to_string())]);
+        let key = MirrorPartitionKey::new("east", id, 3);
+        let mut result = VerifyResult {
+            verified_at_ms: 1,
+            sample: 100,
+            seed: 42,
+            from: 0,
+            through: 500,
+            compared: 100,
+            equal: 99,
+            skipped: 0,
+            differences: 1,
+            first_difference: Some(VerifyDifference {
+                source_offset: 7,
+                destination_offset: 7,
+                field: "value".into(),
+                detail: r#""a" ≠ "b""#.into(),
+            }),
+            error: None,
+        };
+        assert_eq!(
+            describe(
+                &Record::VerifyResult(key.clone(), Some(result.clone())),
+                &names,
+                None
+            ),
+            r#"east/orders[3] verified a sample (seed 42) of source offsets 0..500: 100 compared, 1 differ, first at source offset 7 → destination offset 7 (value: "a" ≠ "b")"#
+        );
+        result.first_difference = None;
+        assert_eq!(
+            describe(&Record::VerifyResult(key, Some(result)), &names, None),
+            "east/orders[3] verified a sample (seed 42) of source offsets 0..500: 100 compared, equal"
         );
     }
 }

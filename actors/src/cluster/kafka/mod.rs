@@ -16,8 +16,9 @@ use kmirror_events::TopicId;
 use tokio::sync::mpsc;
 
 use super::{
-    Ack, AclBinding, BatchHeader, BatchHeaders, BoxFuture, ClusterView, DestinationCluster,
-    GroupListing, GroupOffsets, LogBounds, PartitionFetch, PartitionSink, SourceCluster, TopicInfo,
+    Ack, AclBinding, BatchHeader, BatchHeaders, BoxFuture, ClusterView, CommittedRead,
+    DestinationCluster, GroupListing, GroupOffsets, LogBounds, PartitionFetch, PartitionSink,
+    SourceCluster, TopicInfo,
 };
 use crate::kafka::admin::{AclFilter, Admin, AlterConfigOp, ConfigResource, NewTopic, OffsetSpec};
 use crate::kafka::batch::{OutgoingBatch, RecordBatch};
@@ -163,6 +164,69 @@ async fn read_range(
         at = fetched.next_offset;
     }
     Ok((out, false))
+}
+
+/// [`ClusterView::read_committed`] over Kafka: like [`read_range`], but at
+/// `read_committed`, keeping the broker's aborted-transaction lists, and
+/// ending early at the last stable offset rather than waiting on it.
+async fn read_committed(
+    client: &KafkaClient,
+    tp: &TopicPartition,
+    from: i64,
+    to: i64,
+    max_bytes: usize,
+) -> Result<CommittedRead, KafkaError> {
+    let mut out = CommittedRead {
+        next_offset: from,
+        ..CommittedRead::default()
+    };
+    if from >= to {
+        return Ok(out);
+    }
+    let (leader, epoch) = client.leader(&tp.topic, tp.partition).await?;
+    let options = FetchOptions {
+        isolation: IsolationLevel::ReadCommitted,
+        max_wait: Duration::from_millis(100),
+        incremental: false,
+        ..FetchOptions::default()
+    };
+    let mut session = FetchSession::new(client.clone(), leader, options);
+    session.add(tp.clone(), from, epoch, uuid::Uuid::nil());
+    let mut bytes = 0usize;
+    while out.next_offset < to && bytes < max_bytes {
+        let at = out.next_offset;
+        let fetched = session
+            .fetch()
+            .await?
+            .into_iter()
+            .find(|(t, _)| t == tp)
+            .map(|(_, r)| r)
+            .unwrap_or_else(|| {
+                Err(FetchError::Other(KafkaError::Unknown(format!(
+                    "{tp}: no data in a fetch at {at}"
+                ))))
+            })
+            .map_err(|e| match e {
+                FetchError::Other(e) => e,
+                other => KafkaError::Unknown(format!("reading {tp} at {at}: {other}")),
+            })?;
+        for b in fetched.batches() {
+            let b = b?;
+            if b.base_offset() < to && b.next_offset() > from {
+                bytes += b.size();
+                out.batches.push(b);
+            }
+        }
+        out.aborted_transactions
+            .extend(fetched.aborted_transactions.iter().copied());
+        if fetched.next_offset <= at {
+            // Nothing complete past `at`: the last stable offset (an open
+            // transaction) or the end of the log.
+            break;
+        }
+        out.next_offset = fetched.next_offset.min(to);
+    }
+    Ok(out)
 }
 
 /// A filter matching exactly one binding.
@@ -414,6 +478,17 @@ impl ClusterView for KafkaCluster {
                 capped,
             })
         })
+    }
+
+    fn read_committed(
+        &self,
+        tp: &TopicPartition,
+        from: i64,
+        to: i64,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<CommittedRead, KafkaError>> {
+        let tp = tp.clone();
+        Box::pin(async move { read_committed(&self.client, &tp, from, to, max_bytes).await })
     }
 
     fn topic_config_values(

@@ -1,0 +1,70 @@
+//! `verify` on the node: which partitions, read with the running mirror's
+//! source connection and the node's destination, against the maps in the
+//! image. It reads only; the log is not written.
+
+use std::time::Duration;
+
+use kmirror_events::MirrorPartitionKey;
+
+use super::{Node, NodeError};
+use crate::kafka::fetch::TopicPartition;
+use crate::verify::{self, VerifyReport, VerifyRequest, DEFAULT_TIMEOUT};
+
+impl Node {
+    /// Compares the mirror's partitions (of `request.topics`, or all) with
+    /// the source, partition by partition, within the request's time.
+    pub async fn verify(
+        &self,
+        mirror: &str,
+        request: &VerifyRequest,
+    ) -> Result<VerifyReport, NodeError> {
+        let source = {
+            let mirrors = self.inner.mirrors.lock().await;
+            let running = mirrors
+                .running
+                .get(mirror)
+                .ok_or_else(|| NodeError::unknown_mirror(mirror))?;
+            running.source.clone()
+        };
+        let image = self.image().await?;
+        let mut topics: Vec<_> = image
+            .topics_of(mirror)
+            .map(|e| e.change.clone())
+            .filter(|c| request.topics.is_empty() || request.topics.contains(&c.topic_name))
+            .collect();
+        if let Some(t) = request
+            .topics
+            .iter()
+            .find(|t| !topics.iter().any(|c| &c.topic_name == *t))
+        {
+            return Err(NodeError::new(
+                "TOPIC_NOT_IN_CLUSTER_MIRROR",
+                format!("topic {t} is not in cluster mirror {mirror:?}"),
+            ));
+        }
+        topics.sort_by(|a, b| a.topic_name.cmp(&b.topic_name));
+        let timeout = request
+            .timeout_ms
+            .map_or(DEFAULT_TIMEOUT, Duration::from_millis);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut partitions = Vec::new();
+        for t in &topics {
+            for p in 0..t.partition_count {
+                let key = MirrorPartitionKey::new(mirror, t.topic_id, p);
+                let tp = TopicPartition::new(&t.topic_name, p);
+                partitions.push(
+                    verify::partition(
+                        source.as_ref(),
+                        self.inner.destination.as_ref(),
+                        &tp,
+                        image.offset_map(&key),
+                        request,
+                        deadline,
+                    )
+                    .await,
+                );
+            }
+        }
+        Ok(VerifyReport::new(mirror, request, partitions))
+    }
+}
