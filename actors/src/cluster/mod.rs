@@ -218,24 +218,6 @@ pub trait ClusterView: Send + Sync {
         &self,
         topic: &str,
     ) -> BoxFuture<'_, Result<Vec<(String, String)>, KafkaError>>;
-    /// The values in force of the named topic configs, wherever they are
-    /// set (the topic, the broker, Kafka's default): what the topic
-    /// actually does, e.g. how long the source keeps records. Without a
-    /// broker to ask (the in-memory clusters) only the topic's own.
-    fn effective_topic_configs<'a>(
-        &'a self,
-        topic: &'a str,
-        names: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<(String, String)>, KafkaError>> {
-        Box::pin(async move {
-            Ok(self
-                .topic_configs(topic)
-                .await?
-                .into_iter()
-                .filter(|(k, _)| names.contains(&k.as_str()))
-                .collect())
-        })
-    }
     /// Creates these bindings. Both clusters are asked: ACL sync writes the
     /// destination, a planned switchover fences the source.
     fn create_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>>;

@@ -6,7 +6,7 @@
 //! `mirror.risk.refresh.interval.ms`: the same bounded read as the failover
 //! report ([`failover::scan`]), with a smaller byte cap, under a timeout.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -38,8 +38,6 @@ const CONFIG_TTL: Duration = Duration::from_secs(60);
 /// Kafka's default `retention.ms` (7 days), for a cluster that does not
 /// say (the in-memory ones; Kafka itself answers the value in force).
 const DEFAULT_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
-/// The source topic configs that decide when it deletes records.
-const RETENTION_CONFIGS: &[&str] = &["retention.ms", "retention.bytes", "cleanup.policy"];
 
 /// The figures describe and metrics show, under the JSON field names.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -271,7 +269,7 @@ impl Risk {
             Some((at, r)) if at.elapsed() < CONFIG_TTL => r,
             _ => {
                 let configs = source
-                    .effective_topic_configs(&tp.topic, RETENTION_CONFIGS)
+                    .topic_config_values(&tp.topic)
                     .await
                     .map_err(|e| format!("source topic configs: {e}"))?;
                 let r = retention_configs(&configs);
@@ -322,8 +320,8 @@ fn bytes_per_record(s: &Scan) -> Option<f64> {
 /// `retention.ms` and `retention.bytes` in force (`None`: unlimited); a
 /// topic that is only compacted (`cleanup.policy` without `delete`) keeps
 /// every key's last record whatever its age or size, so neither limits it.
-fn retention_configs(configs: &[(String, String)]) -> Retention {
-    let value = |k: &str| configs.iter().find(|(n, _)| n == k).map(|(_, v)| v);
+fn retention_configs(configs: &BTreeMap<String, Option<String>>) -> Retention {
+    let value = |k: &str| configs.get(k).and_then(Option::as_ref);
     if value("cleanup.policy").is_some_and(|p| !p.split(',').any(|p| p.trim() == "delete")) {
         return (None, None);
     }
@@ -469,22 +467,26 @@ mod tests {
         assert_eq!(v.at_risk_bytes, 3_000);
     }
 
+    fn configs(pairs: &[(&str, &str)]) -> BTreeMap<String, Option<String>> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), Some(v.to_string())))
+            .collect()
+    }
+
     #[test]
     fn a_stopped_partition_shows_its_report_and_retention_defaults_to_a_week() {
         assert_eq!(RiskView::stopped(None).at_risk_records, -1);
         assert_eq!(
-            retention_configs(&[("retention.bytes".into(), "2048".into())]),
+            retention_configs(&configs(&[("retention.bytes", "2048")])),
             (Some(DEFAULT_RETENTION_MS), Some(2048))
         );
         assert_eq!(
-            retention_configs(&[("retention.ms".into(), "-1".into())]),
+            retention_configs(&configs(&[("retention.ms", "-1")])),
             (None, None)
         );
         let policy = |p: &str| {
-            retention_configs(&[
-                ("cleanup.policy".into(), p.into()),
-                ("retention.ms".into(), "1000".into()),
-            ])
+            retention_configs(&configs(&[("cleanup.policy", p), ("retention.ms", "1000")]))
         };
         assert_eq!(policy("compact"), (None, None));
         assert_eq!(policy("compact,delete"), (Some(1000), None));

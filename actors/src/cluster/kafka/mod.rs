@@ -539,26 +539,6 @@ impl ClusterView for KafkaCluster {
                 .collect())
         })
     }
-
-    fn effective_topic_configs<'a>(
-        &'a self,
-        topic: &'a str,
-        names: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Vec<(String, String)>, KafkaError>> {
-        let resource = ConfigResource::Topic(topic.to_string());
-        Box::pin(async move {
-            // DescribeConfigs answers every config with the value in force,
-            // whatever its source (topic, dynamic or static broker, default).
-            Ok(self
-                .admin
-                .describe_configs(&resource)
-                .await?
-                .into_iter()
-                .filter(|e| names.contains(&e.name.as_str()) && !e.is_sensitive)
-                .filter_map(|e| Some((e.name, e.value?)))
-                .collect())
-        })
-    }
 }
 
 impl SourceCluster for KafkaCluster {
