@@ -15,13 +15,12 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::cluster::*;
 use common::*;
 use kmirror_events::coordinator_partition;
-use kmirror_tests::{bed, create_topic, kafka_script, kafka_tool_ok, unique, BrokerOp, PrivateBed};
+use kmirror_tests::{bed, create_topic, kafka_tool_ok, unique, BrokerOp, PrivateBed};
 use serde_json::Value;
 
 /// `mirror`'s partitions as `daemon` describes them (forwarded to the
@@ -60,35 +59,6 @@ fn wait_long(what: &str, secs: u64, mut check: impl FnMut() -> bool) -> Duration
         std::thread::sleep(Duration::from_millis(250));
     }
     start.elapsed()
-}
-
-/// Kafka's verifiable producer: unique values ("0", "1", …), acks=all,
-/// idempotent, `rate` records a second until killed.
-fn start_producer(bootstrap: &str, topic: &str, rate: u32) -> ChildGuard {
-    let child = Command::new(kafka_script())
-        .args([
-            "tool",
-            "kafka-verifiable-producer",
-            "--bootstrap-server",
-            bootstrap,
-            "--topic",
-            topic,
-            "--throughput",
-            &rate.to_string(),
-            "--max-messages",
-            "-1",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start kafka-verifiable-producer");
-    ChildGuard(child)
-}
-
-fn stop_producer(mut p: ChildGuard) {
-    let _ = p.0.kill();
-    let _ = p.0.wait();
 }
 
 fn end_offsets(bootstrap: &str, topic: &str) -> BTreeMap<i32, i64> {

@@ -368,15 +368,7 @@ fn kill_minus_nine_ten_times_loses_and_duplicates_nothing() {
     for round in 0..10 {
         let daemon = Daemon::start(dir.path());
         if round == 0 {
-            daemon.cli_ok(&[
-                "mirror",
-                "create",
-                "--mirror",
-                &mirror,
-                "--mirror-config",
-                &props,
-            ]);
-            daemon.cli_ok(&["mirror", "start", "--mirror", &mirror, "--topics", &topic]);
+            daemon.mirror_topics(&mirror, &props, &topic);
         }
         std::thread::sleep(Duration::from_millis(jitter_ms(100, 1_200)));
         kill9(daemon);

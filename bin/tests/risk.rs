@@ -66,15 +66,7 @@ fn mirror_topic(daemon: &Daemon, dir: &Path, source: &str, topic: &str, props: &
     std::fs::write(&file, text).unwrap();
     let mirror = unique("risk");
     let file = file.to_str().unwrap();
-    daemon.cli_ok(&[
-        "mirror",
-        "create",
-        "--mirror",
-        &mirror,
-        "--mirror-config",
-        file,
-    ]);
-    daemon.cli_ok(&["mirror", "start", "--mirror", &mirror, "--topics", topic]);
+    daemon.mirror_topics(&mirror, file, topic);
     mirror
 }
 

@@ -180,16 +180,8 @@ fn the_status_page_shows_what_describe_says() {
         ),
     )
     .unwrap();
-    daemon.cli_ok(&[
-        "mirror",
-        "create",
-        "--mirror",
-        &mirror,
-        "--mirror-config",
-        props.to_str().unwrap(),
-    ]);
     let all = format!("{orders},{paused},{stopped},{big}");
-    daemon.cli_ok(&["mirror", "start", "--mirror", &mirror, "--topics", &all]);
+    daemon.mirror_topics(&mirror, props.to_str().unwrap(), &all);
     wait_for("orders, paused and stopped mirrored", || {
         let parts = partitions(&daemon, &mirror);
         parts.len() == 5

@@ -62,15 +62,7 @@ fn verify_proves_a_healthy_copy_and_names_records_lost_on_the_destination() {
     let mut text = std::fs::read_to_string(&props).unwrap();
     text.push_str("mirror.verify.interval.ms=2000\n");
     std::fs::write(&props, text).unwrap();
-    daemon.cli_ok(&[
-        "mirror",
-        "create",
-        "--mirror",
-        &mirror,
-        "--mirror-config",
-        &props,
-    ]);
-    daemon.cli_ok(&["mirror", "start", "--mirror", &mirror, "--topics", &topic]);
+    daemon.mirror_topics(&mirror, &props, &topic);
 
     // Verify compares what the map records as copied: wait for all of it.
     wait_for("every record mirrored and recorded", || {

@@ -3,11 +3,13 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::process::{Command, Stdio};
 
 use kmirror_events::coordinator_partition;
+use kmirror_tests::kafka_script;
 use serde_json::Value;
 
-use super::{free_port, Daemon};
+use super::{free_port, ChildGuard, Daemon};
 
 /// Few state partitions: every shard a node acquires is fenced and loaded.
 pub const SHARDS: i32 = 6;
@@ -61,4 +63,33 @@ pub fn owner_port(daemon: &Daemon, mirror: &str) -> u16 {
         .map(|m| m["url"].as_str().unwrap().to_owned())
         .expect("an owner");
     url.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// Kafka's verifiable producer: unique values ("0", "1", …), acks=all,
+/// idempotent, `rate` records a second until killed.
+pub fn start_producer(bootstrap: &str, topic: &str, rate: u32) -> ChildGuard {
+    let child = Command::new(kafka_script())
+        .args([
+            "tool",
+            "kafka-verifiable-producer",
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--throughput",
+            &rate.to_string(),
+            "--max-messages",
+            "-1",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start kafka-verifiable-producer");
+    ChildGuard(child)
+}
+
+pub fn stop_producer(mut p: ChildGuard) {
+    let _ = p.0.kill();
+    let _ = p.0.wait();
 }

@@ -155,6 +155,21 @@ impl Daemon {
         out
     }
 
+    /// Creates `mirror` from the properties file `props`, then starts it
+    /// on `topics` (comma-separated): no auto-discovery, so a topic the
+    /// test stops stays stopped.
+    pub fn mirror_topics(&self, mirror: &str, props: &str, topics: &str) {
+        self.cli_ok(&[
+            "mirror",
+            "create",
+            "--mirror",
+            mirror,
+            "--mirror-config",
+            props,
+        ]);
+        self.cli_ok(&["mirror", "start", "--mirror", mirror, "--topics", topics]);
+    }
+
     pub fn cli(&self, args: &[&str]) -> Output {
         let admin = self.admin();
         let mut all = args.to_vec();

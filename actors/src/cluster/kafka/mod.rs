@@ -106,75 +106,19 @@ async fn describe_acls(admin: &Admin) -> Result<Vec<AclBinding>, KafkaError> {
     admin.describe_acls(&AclFilter::any()).await
 }
 
-/// The batches holding offsets `[from, to)`, read uncommitted in a fetch
-/// session of its own (never the shared stream a copy reads from), until
-/// `max_bytes` of batches are read; `true` when the cap cut the range short.
+/// The batches holding offsets `[from, to)`, read in a fetch session of
+/// its own (never the shared stream a copy reads from) at `isolation`,
+/// until `max_bytes` of batches are read (`next_offset` then says where it
+/// stopped). Read uncommitted, a range the log does not hold to its end is
+/// an error; read committed, the read ends early at the last stable offset
+/// (an open transaction) and keeps the broker's aborted-transaction lists.
 async fn read_range(
     client: &KafkaClient,
     tp: &TopicPartition,
     from: i64,
     to: i64,
     max_bytes: usize,
-) -> Result<(Vec<RecordBatch>, bool), KafkaError> {
-    let mut out = Vec::new();
-    if from >= to {
-        return Ok((out, false));
-    }
-    let (leader, epoch) = client.leader(&tp.topic, tp.partition).await?;
-    let options = FetchOptions {
-        isolation: IsolationLevel::ReadUncommitted,
-        max_wait: Duration::from_millis(100),
-        incremental: false,
-        ..FetchOptions::default()
-    };
-    let mut session = FetchSession::new(client.clone(), leader, options);
-    session.add(tp.clone(), from, epoch, uuid::Uuid::nil());
-    let (mut at, mut bytes) = (from, 0usize);
-    while at < to {
-        if bytes >= max_bytes {
-            return Ok((out, true));
-        }
-        let fetched = session
-            .fetch()
-            .await?
-            .into_iter()
-            .find(|(t, _)| t == tp)
-            .map(|(_, r)| r)
-            .unwrap_or_else(|| {
-                Err(FetchError::Other(KafkaError::Unknown(format!(
-                    "{tp}: no data in a fetch at {at}"
-                ))))
-            })
-            .map_err(|e| match e {
-                FetchError::Other(e) => e,
-                other => KafkaError::Unknown(format!("reading {tp} at {at}: {other}")),
-            })?;
-        for b in fetched.batches() {
-            let b = b?;
-            if b.base_offset() < to && b.next_offset() > from {
-                bytes += b.size();
-                out.push(b);
-            }
-        }
-        if fetched.next_offset <= at {
-            return Err(KafkaError::Unknown(format!(
-                "{tp}: no complete batch at offset {at} below the end {to}"
-            )));
-        }
-        at = fetched.next_offset;
-    }
-    Ok((out, false))
-}
-
-/// [`ClusterView::read_committed`] over Kafka: like [`read_range`], but at
-/// `read_committed`, keeping the broker's aborted-transaction lists, and
-/// ending early at the last stable offset rather than waiting on it.
-async fn read_committed(
-    client: &KafkaClient,
-    tp: &TopicPartition,
-    from: i64,
-    to: i64,
-    max_bytes: usize,
+    isolation: IsolationLevel,
 ) -> Result<CommittedRead, KafkaError> {
     let mut out = CommittedRead {
         next_offset: from,
@@ -185,7 +129,7 @@ async fn read_committed(
     }
     let (leader, epoch) = client.leader(&tp.topic, tp.partition).await?;
     let options = FetchOptions {
-        isolation: IsolationLevel::ReadCommitted,
+        isolation,
         max_wait: Duration::from_millis(100),
         incremental: false,
         ..FetchOptions::default()
@@ -220,9 +164,12 @@ async fn read_committed(
         out.aborted_transactions
             .extend(fetched.aborted_transactions.iter().copied());
         if fetched.next_offset <= at {
-            // Nothing complete past `at`: the last stable offset (an open
-            // transaction) or the end of the log.
-            break;
+            if isolation == IsolationLevel::ReadCommitted {
+                break; // nothing complete past `at` below the last stable offset
+            }
+            return Err(KafkaError::Unknown(format!(
+                "{tp}: no complete batch at offset {at} below the end {to}"
+            )));
         }
         out.next_offset = fetched.next_offset.min(to);
     }
@@ -472,10 +419,18 @@ impl ClusterView for KafkaCluster {
     ) -> BoxFuture<'_, Result<BatchHeaders, KafkaError>> {
         let tp = tp.clone();
         Box::pin(async move {
-            let (batches, capped) = read_range(&self.client, &tp, from, to, max_bytes).await?;
+            let read = read_range(
+                &self.client,
+                &tp,
+                from,
+                to,
+                max_bytes,
+                IsolationLevel::ReadUncommitted,
+            )
+            .await?;
             Ok(BatchHeaders {
-                batches: batches.iter().map(BatchHeader::of).collect(),
-                capped,
+                batches: read.batches.iter().map(BatchHeader::of).collect(),
+                capped: read.next_offset < to,
             })
         })
     }
@@ -488,7 +443,17 @@ impl ClusterView for KafkaCluster {
         max_bytes: usize,
     ) -> BoxFuture<'_, Result<CommittedRead, KafkaError>> {
         let tp = tp.clone();
-        Box::pin(async move { read_committed(&self.client, &tp, from, to, max_bytes).await })
+        Box::pin(async move {
+            read_range(
+                &self.client,
+                &tp,
+                from,
+                to,
+                max_bytes,
+                IsolationLevel::ReadCommitted,
+            )
+            .await
+        })
     }
 
     fn topic_config_values(
@@ -653,8 +618,16 @@ impl DestinationCluster for KafkaCluster {
     ) -> BoxFuture<'_, Result<Vec<RecordBatch>, KafkaError>> {
         let tp = tp.clone();
         Box::pin(async move {
-            let (batches, _) = read_range(&self.client, &tp, from, to, usize::MAX).await?;
-            Ok(batches)
+            let read = read_range(
+                &self.client,
+                &tp,
+                from,
+                to,
+                usize::MAX,
+                IsolationLevel::ReadUncommitted,
+            )
+            .await?;
+            Ok(read.batches)
         })
     }
 
