@@ -389,7 +389,8 @@ fn view_of(
     RiskView {
         at_risk_records,
         at_risk_bytes,
-        at_risk_bytes_at_least: u.bytes_at_least,
+        // The flag is the sample's; nothing at risk now is exactly 0 bytes.
+        at_risk_bytes_at_least: u.bytes_at_least && at_risk_records > 0,
         at_risk_seconds,
         retention_margin_records: margin.records,
         retention_margin_ms: margin.ms,

@@ -51,14 +51,23 @@ pub(super) fn rpo_footer(partitions: &[PartitionDescription]) -> String {
         let records: i64 = measured.iter().map(|p| p.at_risk_records).sum();
         let b: i64 = measured.iter().map(|p| p.at_risk_bytes.max(0)).sum();
         let at_least = measured.iter().any(|p| p.at_risk_bytes_at_least);
-        let secs = measured
+        // Records at risk with no mirrored record to time them against.
+        let untimed = measured
             .iter()
-            .map(|p| p.at_risk_seconds)
-            .fold(0.0f64, f64::max);
+            .any(|p| p.at_risk_seconds < 0.0 && p.at_risk_records > 0);
+        let secs = if untimed {
+            "?".to_owned()
+        } else {
+            let worst = measured
+                .iter()
+                .map(|p| p.at_risk_seconds)
+                .fold(0.0f64, f64::max);
+            format!("{worst:.1}")
+        };
         let unmeasured = of.len() - measured.len();
         let warnings = of.iter().filter(|p| p.retention_warning).count();
         out.push_str(&format!(
-            "Mirror {m}: a failover now loses {records} records, {}{}, {secs:.1} s behind",
+            "Mirror {m}: a failover now loses {records} records, {}{}, {secs} s behind",
             if at_least { "at least " } else { "" },
             bytes(b as f64)
         ));
@@ -112,5 +121,22 @@ mod tests {
         assert_eq!(duration(45.0), "45s");
         assert_eq!(bytes(1536.0), "1.5 KiB");
         assert_eq!(bytes(12.0), "12 B");
+    }
+
+    #[test]
+    fn records_at_risk_that_cannot_be_timed_yet_are_not_zero_seconds_behind() {
+        let untimed = PartitionDescription {
+            mirror: "m".into(),
+            at_risk_records: 62_409,
+            at_risk_bytes: 2 << 20,
+            at_risk_bytes_at_least: true,
+            at_risk_seconds: -1.0,
+            ..Default::default()
+        };
+        assert_eq!(at_risk(&untimed), "62409 rec ≥2.0 MiB ?s");
+        assert_eq!(
+            rpo_footer(&[untimed]),
+            "Mirror m: a failover now loses 62409 records, at least 2.0 MiB, ? s behind.\n"
+        );
     }
 }
