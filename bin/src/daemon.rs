@@ -15,6 +15,7 @@ use actix_web::{web::Data, App, HttpServer};
 use clap::Args;
 use kmirror_actors::cluster::kafka::KafkaCluster;
 use kmirror_actors::cluster::SourceCluster;
+use kmirror_actors::kafka::budget::MemoryBudget;
 use kmirror_actors::kafka::fetch::FetchOptions;
 use kmirror_actors::kafka::{KafkaClient, KafkaError};
 use kmirror_actors::node::{Node, NodeSettings, SourceConnector};
@@ -157,14 +158,15 @@ impl Running {
 async fn start(
     settings: &DaemonSettings,
     log: Option<Arc<dyn EventLog>>,
+    budget: &Arc<MemoryBudget>,
 ) -> Result<Running, String> {
     match (log, &settings.cluster) {
-        (Some(log), _) => start_node(settings, log).await.map(Running::Single),
+        (Some(log), _) => start_node(settings, log, budget).await.map(Running::Single),
         (None, Some(cluster)) => Clustered::start(
             settings,
             cluster,
             node_settings(settings),
-            source_connector(),
+            source_connector(budget.clone()),
         )
         .await
         .map(Running::Clustered),
@@ -174,6 +176,7 @@ async fn start(
 
 async fn serve(settings: DaemonSettings, log: Option<Arc<dyn EventLog>>) -> Result<(), String> {
     let mut signals = Signals::new()?;
+    let budget = MemoryBudget::new(settings.max_memory_bytes);
     // Bound before the slow part, so a busy port fails at once; connections
     // that arrive before the node is up wait in the backlog.
     let listener = std::net::TcpListener::bind(settings.admin_listen).map_err(|e| {
@@ -184,7 +187,7 @@ async fn serve(settings: DaemonSettings, log: Option<Arc<dyn EventLog>>) -> Resu
     })?;
 
     let running = tokio::select! {
-        running = start(&settings, log) => running?,
+        running = start(&settings, log, &budget) => running?,
         why = signals.recv() => {
             tracing::info!(signal = why, "stopped during start-up");
             return Ok(());
@@ -192,9 +195,11 @@ async fn serve(settings: DaemonSettings, log: Option<Arc<dyn EventLog>>) -> Resu
     };
 
     let data = Data::new(running.handle());
+    let memory = Data::new(budget);
     let server = HttpServer::new(move || {
         App::new()
             .app_data(data.clone())
+            .app_data(memory.clone())
             .configure(crate::api::configure)
     })
     .workers(1)
@@ -243,7 +248,11 @@ fn node_settings(settings: &DaemonSettings) -> NodeSettings {
     node_settings
 }
 
-async fn start_node(settings: &DaemonSettings, log: Arc<dyn EventLog>) -> Result<Node, String> {
+async fn start_node(
+    settings: &DaemonSettings,
+    log: Arc<dyn EventLog>,
+    budget: &Arc<MemoryBudget>,
+) -> Result<Node, String> {
     let bootstrap = &settings.destination["bootstrap.servers"];
     let client = KafkaClient::from_properties(&settings.destination)
         .await
@@ -252,19 +261,24 @@ async fn start_node(settings: &DaemonSettings, log: Arc<dyn EventLog>) -> Result
     Node::start(
         log,
         Arc::new(KafkaCluster::new(client, FetchOptions::default())),
-        source_connector(),
+        source_connector(budget.clone()),
         node_settings,
     )
     .await
     .map_err(|e| e.to_string())
 }
 
-fn source_connector() -> SourceConnector {
-    Arc::new(|properties: BTreeMap<String, String>| {
+/// Every mirror's source reads within the one budget of the daemon.
+fn source_connector(budget: Arc<MemoryBudget>) -> SourceConnector {
+    Arc::new(move |properties: BTreeMap<String, String>| {
+        let budget = budget.clone();
         Box::pin(async move {
             let (client_props, fetch) = source_properties(&properties)?;
             let client = KafkaClient::from_properties(&client_props).await?;
-            Ok(Arc::new(KafkaCluster::new(client, fetch)) as Arc<dyn SourceCluster>)
+            Ok(
+                Arc::new(KafkaCluster::new(client, fetch).with_budget(budget))
+                    as Arc<dyn SourceCluster>,
+            )
         })
     })
 }

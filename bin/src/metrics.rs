@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
+use kmirror_actors::kafka::budget::MemoryBudget;
 use kmirror_actors::metadata_sync::SyncMetrics;
 use kmirror_actors::node::NodeMetrics;
 
@@ -110,6 +111,23 @@ fn verify_families(f: &mut Family<'_>, m: &NodeMetrics) {
             f.sample(name, &[("mirror", mirror)], value(v));
         }
     }
+}
+
+/// Appends the memory budget's figures: the process's, not one shard's.
+pub fn render_memory(out: &mut String, budget: &MemoryBudget) {
+    let mut f = Family { out };
+    f.header(
+        "memory_budget_bytes",
+        "gauge",
+        "The budget for bytes in flight (max_memory_bytes).",
+    );
+    f.sample("memory_budget_bytes", &[], budget.limit());
+    f.header(
+        "memory_in_flight_bytes",
+        "gauge",
+        "Bytes fetched and not yet acknowledged by the destination, across every partition.",
+    );
+    f.sample("memory_in_flight_bytes", &[], budget.used());
 }
 
 /// Renders the node's figures.

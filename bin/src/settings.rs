@@ -16,6 +16,13 @@ use kmirror_actors::kafka::{ClientConfig, KafkaError};
 /// fresh daemon never exposes its control plane.
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9650";
 
+/// The memory budget for bytes in flight when nothing else is said: what
+/// a backlog on 100 partitions copies at full speed with.
+pub const DEFAULT_MAX_MEMORY_BYTES: usize = 64 * 1024 * 1024;
+/// Below this a budget cannot hold one batch of Kafka's default
+/// `max.message.bytes` next to the one being acknowledged.
+const MIN_MAX_MEMORY_BYTES: i64 = 1024 * 1024;
+
 const TOP_LEVEL_KEYS: &[&str] = &[
     "data_dir",
     "admin_listen",
@@ -23,6 +30,7 @@ const TOP_LEVEL_KEYS: &[&str] = &[
     "metadata_refresh_interval_ms",
     "state_topic",
     "state_topic_num_partitions",
+    "max_memory_bytes",
     "destination",
     "cluster",
 ];
@@ -63,6 +71,9 @@ pub struct DaemonSettings {
     pub state_topic_partitions: Option<i32>,
     /// Set: this node is one of a clustered daemon's (`[cluster]`).
     pub cluster: Option<ClusterSettings>,
+    /// The budget for bytes in flight (fetched, queued, unacknowledged)
+    /// across every partition of every mirror.
+    pub max_memory_bytes: usize,
 }
 
 /// `[cluster]`: nodes with the same `id` share the work through a group on
@@ -276,6 +287,24 @@ fn from_table(table: config::Map<String, Value>) -> Result<DaemonSettings, Setti
         }
     };
 
+    let max_memory_bytes = match table.get("max_memory_bytes") {
+        None => DEFAULT_MAX_MEMORY_BYTES,
+        Some(v) => {
+            let key = "max_memory_bytes";
+            let n = v
+                .clone()
+                .into_int()
+                .map_err(|_| err(key, format!("`{v}` is not a number of bytes")))?;
+            if n < MIN_MAX_MEMORY_BYTES {
+                return Err(err(
+                    key,
+                    format!("{n} is below the smallest budget, {MIN_MAX_MEMORY_BYTES} (1 MiB)"),
+                ));
+            }
+            usize::try_from(n).map_err(|_| err(key, format!("{n} is too large")))?
+        }
+    };
+
     let destination = destination_properties(table.get("destination"))?;
 
     Ok(DaemonSettings {
@@ -287,6 +316,7 @@ fn from_table(table: config::Map<String, Value>) -> Result<DaemonSettings, Setti
         state_topic,
         state_topic_partitions,
         cluster,
+        max_memory_bytes,
     })
 }
 
@@ -561,6 +591,14 @@ request_timeout_ms = 15000
             key_of(&format!("data_dir = \"/d\"\nadmin_port = 1\n{dest}")),
             "admin_port"
         );
+        for bad in ["\"lots\"", "1000", "-1"] {
+            assert_eq!(
+                key_of(&format!(
+                    "data_dir = \"/d\"\nmax_memory_bytes = {bad}\n{dest}"
+                )),
+                "max_memory_bytes"
+            );
+        }
         assert_eq!(
             key_of(&format!(
                 "data_dir = \"/d\"\n{dest}security_protocol = \"TLS\"\n"

@@ -533,6 +533,7 @@ impl MemorySource {
             records: out.freeze(),
             next_offset: next,
             truncated: false,
+            charge: Default::default(),
         })
     }
 }

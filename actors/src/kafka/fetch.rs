@@ -16,6 +16,7 @@ use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use super::batch::{AbortedTransactions, BatchIter};
+use super::budget::Charge;
 use super::client::KafkaClient;
 use super::error::{KafkaError, ResponseError, Result};
 
@@ -127,6 +128,10 @@ pub struct FetchedPartition {
     /// The data ended in a partial batch (the partition limit is smaller than
     /// a batch; if `next_offset == fetch_offset`, raise `partition_max_bytes`).
     pub truncated: bool,
+    /// `records` in the daemon's memory budget, until the last clone is
+    /// dropped: the pump keeps one with every produce these records became,
+    /// until the destination acknowledges it.
+    pub charge: Charge,
 }
 
 impl FetchedPartition {
@@ -230,6 +235,16 @@ impl FetchSession {
         self.session_id = 0;
         self.session_epoch = 0;
         self.sent.clear();
+    }
+
+    pub fn options(&self) -> &FetchOptions {
+        &self.options
+    }
+
+    /// The response size limit of the next requests (Fetch `max_bytes`):
+    /// what the memory budget has room for.
+    pub fn set_max_bytes(&mut self, max_bytes: usize) {
+        self.options.max_bytes = i32::try_from(max_bytes).unwrap_or(i32::MAX);
     }
 
     /// The broker this session fetches from.
@@ -508,6 +523,7 @@ impl FetchSession {
                             records,
                             next_offset: next,
                             truncated: it.truncated(),
+                            charge: Charge::default(),
                         })
                     }
                     Some(ResponseError::OffsetOutOfRange) => {

@@ -44,6 +44,7 @@
 
 pub mod admin;
 pub mod batch;
+pub mod budget;
 pub mod client;
 pub mod config;
 pub mod conn;

@@ -474,11 +474,18 @@ async fn forward(
     }
     cx.record_runs(new_runs).await?;
     for (pending, ob) in to_send {
+        // The fetched bytes stay in the memory budget until the last
+        // produce they became is acknowledged.
+        let charge = fetched.charge.clone();
         let ack: Ack = sink
             .send(ob)
             .await
             .map_err(|e| kafka_failure("produce to destination", e))?;
-        inflight.push_back(Box::pin(async move { (pending, ack.await) }));
+        inflight.push_back(Box::pin(async move {
+            let ack = ack.await;
+            drop(charge);
+            (pending, ack)
+        }));
     }
     Ok(())
 }

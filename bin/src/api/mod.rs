@@ -6,11 +6,13 @@
 //! the same code-to-status mapping.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::web::{self, Data, Json, Path, Query};
 use actix_web::{HttpRequest, HttpResponse};
 use kmirror_actors::failback::FailbackRequest;
+use kmirror_actors::kafka::budget::MemoryBudget;
 use kmirror_actors::node::{
     MirrorListing, Node, NodeError, NodeMetrics, PartitionDescription, StopOptions, TopicChange,
 };
@@ -465,7 +467,7 @@ async fn state_validation_offset(
 }
 
 /// This node's figures (each node of a cluster is scraped on its own).
-async fn metrics(node: Data<NodeHandle>) -> Reply {
+async fn metrics(node: Data<NodeHandle>, memory: Option<Data<Arc<MemoryBudget>>>) -> Reply {
     let mut figures = NodeMetrics::default();
     for local in node.locals().await {
         figures.merge(
@@ -473,9 +475,13 @@ async fn metrics(node: Data<NodeHandle>) -> Reply {
                 .await?,
         );
     }
+    let mut body = crate::metrics::render(&figures);
+    if let Some(memory) = memory {
+        crate::metrics::render_memory(&mut body, &memory);
+    }
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
-        .body(crate::metrics::render(&figures)))
+        .body(body))
 }
 
 /// Members, generation and who owns which state partition.
