@@ -195,7 +195,7 @@ async fn serve(settings: DaemonSettings, log: Option<Arc<dyn EventLog>>) -> Resu
     };
 
     let data = Data::new(running.handle());
-    let memory = Data::new(budget);
+    let memory = Data::from(budget);
     let server = HttpServer::new(move || {
         App::new()
             .app_data(data.clone())

@@ -113,27 +113,24 @@ fn verify_families(f: &mut Family<'_>, m: &NodeMetrics) {
     }
 }
 
-/// Appends the memory budget's figures: the process's, not one shard's.
-pub fn render_memory(out: &mut String, budget: &MemoryBudget) {
-    let mut f = Family { out };
-    f.header(
-        "memory_budget_bytes",
-        "gauge",
-        "The budget for bytes in flight (max_memory_bytes).",
-    );
-    f.sample("memory_budget_bytes", &[], budget.limit());
-    f.header(
-        "memory_in_flight_bytes",
-        "gauge",
-        "Bytes fetched and not yet acknowledged by the destination, across every partition.",
-    );
-    f.sample("memory_in_flight_bytes", &[], budget.used());
-}
-
-/// Renders the node's figures.
-pub fn render(m: &NodeMetrics) -> String {
+/// Renders the node's figures, and the process's memory budget.
+pub fn render(m: &NodeMetrics, memory: Option<&MemoryBudget>) -> String {
     let mut out = String::new();
     let mut f = Family { out: &mut out };
+    if let Some(budget) = memory {
+        f.header(
+            "memory_budget_bytes",
+            "gauge",
+            "The budget for bytes in flight (max_memory_bytes).",
+        );
+        f.sample("memory_budget_bytes", &[], budget.limit());
+        f.header(
+            "memory_in_flight_bytes",
+            "gauge",
+            "Bytes charged to the budget: fetched and not yet acknowledged by the destination, across every partition.",
+        );
+        f.sample("memory_in_flight_bytes", &[], budget.used());
+    }
 
     let mut states: BTreeSet<&str> = KIP_STATES.iter().copied().collect();
     states.extend(m.partitions_by_state.keys().map(String::as_str));
@@ -451,8 +448,10 @@ mod tests {
 
     #[test]
     fn renders_states_lag_and_totals() {
-        let text = render(&sample());
+        let text = render(&sample(), Some(&MemoryBudget::new(1 << 20)));
         for line in [
+            "kmirror_memory_budget_bytes 1048576",
+            "kmirror_memory_in_flight_bytes 0",
             "kmirror_MirroringPartitionState 1",
             "kmirror_FailedPartitionState 1",
             "kmirror_PausedPartitionState 0",
@@ -495,7 +494,7 @@ mod tests {
     /// names; a metric renamed or dropped here must not leave them blank.
     #[test]
     fn deploy_files_name_only_exported_metrics() {
-        let text = render(&sample());
+        let text = render(&sample(), Some(&MemoryBudget::new(1 << 20)));
         let exported: BTreeSet<&str> = text
             .lines()
             .filter_map(|l| l.strip_prefix("# TYPE "))

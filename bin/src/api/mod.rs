@@ -6,7 +6,6 @@
 //! the same code-to-status mapping.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::web::{self, Data, Json, Path, Query};
@@ -467,7 +466,7 @@ async fn state_validation_offset(
 }
 
 /// This node's figures (each node of a cluster is scraped on its own).
-async fn metrics(node: Data<NodeHandle>, memory: Option<Data<Arc<MemoryBudget>>>) -> Reply {
+async fn metrics(node: Data<NodeHandle>, memory: Option<Data<MemoryBudget>>) -> Reply {
     let mut figures = NodeMetrics::default();
     for local in node.locals().await {
         figures.merge(
@@ -475,13 +474,12 @@ async fn metrics(node: Data<NodeHandle>, memory: Option<Data<Arc<MemoryBudget>>>
                 .await?,
         );
     }
-    let mut body = crate::metrics::render(&figures);
-    if let Some(memory) = memory {
-        crate::metrics::render_memory(&mut body, &memory);
-    }
     Ok(HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
-        .body(body))
+        .body(crate::metrics::render(
+            &figures,
+            memory.as_ref().map(|m| m.get_ref()),
+        )))
 }
 
 /// Members, generation and who owns which state partition.

@@ -11,7 +11,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use indexmap::IndexMap;
 use kmirror_events::TopicId;
 use tokio::sync::mpsc;
 
@@ -22,19 +21,17 @@ use super::{
 };
 use crate::kafka::admin::{AclFilter, Admin, AlterConfigOp, ConfigResource, NewTopic, OffsetSpec};
 use crate::kafka::batch::{OutgoingBatch, RecordBatch};
-use crate::kafka::budget::{MemoryBudget, PartitionUse};
+use crate::kafka::budget::MemoryBudget;
 use crate::kafka::fence::{Lease, ProducerFence};
-use crate::kafka::fetch::{
-    FetchError, FetchOptions, FetchResults, FetchSession, FetchedPartition, IsolationLevel,
-    TopicPartition,
-};
+use crate::kafka::fetch::{FetchError, FetchOptions, FetchSession, IsolationLevel, TopicPartition};
 use crate::kafka::produce::{IdempotentProducer, PartitionProducer};
 use crate::kafka::{KafkaClient, KafkaError};
 
 mod fenced;
+mod fetcher;
 
-/// Buffered fetch responses per partition: one being processed, one ready.
-const PARTITION_BUFFER: usize = 2;
+use fetcher::{broker_fetcher, KafkaPartitionFetch, Register, PARTITION_BUFFER};
+
 /// How long a settled-bounds check waits for the destination's high
 /// watermark to reach its log end before giving up (retryable).
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -248,223 +245,6 @@ impl KafkaCluster {
         tokio::spawn(broker_fetcher(session, rx, self.budget.clone()));
         fetchers.insert(node, tx.clone());
         tx
-    }
-}
-
-/// A partition joining a broker's fetch stream.
-struct Register {
-    tp: TopicPartition,
-    topic_id: uuid::Uuid,
-    offset: i64,
-    leader_epoch: i32,
-    /// The leader epoch of the record before `offset` (−1 unknown).
-    last_epoch: i32,
-    tx: mpsc::Sender<Result<FetchedPartition, FetchError>>,
-}
-
-/// A registered partition: where its data goes, and its account in the
-/// memory budget.
-struct Part {
-    tx: mpsc::Sender<Result<FetchedPartition, FetchError>>,
-    account: Option<Arc<PartitionUse>>,
-}
-
-/// The smallest response a fetch waits for room for: below it, round trips
-/// cost more than the memory they save.
-const MIN_FETCH_BYTES: usize = 256 * 1024;
-
-/// One broker's fetch loop: a request for every registered partition with
-/// buffer room (and, under a budget, no more than its share held), results
-/// handed out, positions advanced. Ends when no partition is left and
-/// nobody can register any more.
-async fn broker_fetcher(
-    mut session: FetchSession,
-    mut rx: mpsc::UnboundedReceiver<Register>,
-    budget: Option<Arc<MemoryBudget>>,
-) {
-    let max_bytes = session_max_bytes(&session);
-    let mut parts: IndexMap<TopicPartition, Part> = IndexMap::new();
-    // Where a partition sitting out stands: (offset, last fetched epoch).
-    let mut paused: HashMap<TopicPartition, (i64, i32)> = HashMap::new();
-    // Leader epoch and topic id each partition was registered with.
-    let mut epochs: HashMap<TopicPartition, (i32, uuid::Uuid)> = HashMap::new();
-    loop {
-        // Take in new registrations; wait for one if nothing is open.
-        if parts.is_empty() {
-            match rx.recv().await {
-                Some(r) => add(
-                    &mut session,
-                    &mut parts,
-                    &mut epochs,
-                    &mut paused,
-                    r,
-                    budget.as_ref(),
-                ),
-                None => return,
-            }
-        }
-        while let Ok(r) = rx.try_recv() {
-            add(
-                &mut session,
-                &mut parts,
-                &mut epochs,
-                &mut paused,
-                r,
-                budget.as_ref(),
-            );
-        }
-        // Drop closed partitions; sit out full ones, bring back drained ones.
-        parts.retain(|tp, part| {
-            if part.tx.is_closed() {
-                session.remove(tp);
-                paused.remove(tp);
-                false
-            } else {
-                true
-            }
-        });
-        for (tp, part) in &parts {
-            let full =
-                part.tx.capacity() == 0 || part.account.as_ref().is_some_and(|a| a.over_share());
-            match (full, paused.contains_key(tp)) {
-                (true, false) => {
-                    let last_epoch = session.last_fetched_epoch(tp).unwrap_or(-1);
-                    if let Some(offset) = session.remove(tp) {
-                        paused.insert(tp.clone(), (offset, last_epoch));
-                    }
-                }
-                (false, true) => {
-                    let (offset, last_epoch) = paused.remove(tp).expect("paused entry");
-                    let (epoch, topic_id) =
-                        epochs.get(tp).copied().unwrap_or((-1, uuid::Uuid::nil()));
-                    session.add(tp.clone(), offset, epoch, topic_id);
-                    session.set_last_fetched_epoch(tp, last_epoch);
-                }
-                _ => {}
-            }
-        }
-        if session.is_empty() {
-            // Everyone is full: wait briefly for room or a registration.
-            if let Ok(Some(r)) = tokio::time::timeout(Duration::from_millis(2), rx.recv()).await {
-                add(
-                    &mut session,
-                    &mut parts,
-                    &mut epochs,
-                    &mut paused,
-                    r,
-                    budget.as_ref(),
-                );
-            }
-            continue;
-        }
-        // Room in the budget first; the broker is asked for no more.
-        let reservation = match &budget {
-            Some(b) => {
-                let (r, ask) = b.reserve(max_bytes, MIN_FETCH_BYTES.min(max_bytes)).await;
-                session.set_max_bytes(ask);
-                Some(r)
-            }
-            None => None,
-        };
-        match session.fetch().await {
-            Ok(mut results) => {
-                if reservation.is_some() {
-                    charge(&mut results, &parts);
-                }
-                // Charged: the reservation's room is now the leases'.
-                drop(reservation);
-                for (tp, result) in results {
-                    let failed = result.is_err();
-                    if let Some(part) = parts.get(&tp) {
-                        // Room was checked before the request and only this
-                        // task sends, so this cannot be full.
-                        let _ = part.tx.try_send(result);
-                    }
-                    if failed {
-                        // The partition's owner decides where to resume.
-                        session.remove(&tp);
-                        parts.shift_remove(&tp);
-                        epochs.remove(&tp);
-                    }
-                }
-            }
-            Err(e) => {
-                // The whole request failed (connection, timeout): every
-                // partition gets the error and re-registers after deciding.
-                let msg = e.to_string();
-                for (tp, part) in parts.drain(..) {
-                    session.remove(&tp);
-                    let _ = part
-                        .tx
-                        .try_send(Err(FetchError::Other(KafkaError::Unknown(msg.clone()))));
-                }
-                paused.clear();
-                epochs.clear();
-            }
-        }
-    }
-}
-
-fn add(
-    session: &mut FetchSession,
-    parts: &mut IndexMap<TopicPartition, Part>,
-    epochs: &mut HashMap<TopicPartition, (i32, uuid::Uuid)>,
-    paused: &mut HashMap<TopicPartition, (i64, i32)>,
-    r: Register,
-    budget: Option<&Arc<MemoryBudget>>,
-) {
-    paused.remove(&r.tp);
-    session.add(r.tp.clone(), r.offset, r.leader_epoch, r.topic_id);
-    session.set_last_fetched_epoch(&r.tp, r.last_epoch);
-    epochs.insert(r.tp.clone(), (r.leader_epoch, r.topic_id));
-    let account = budget.map(|b| b.partition());
-    parts.insert(r.tp, Part { tx: r.tx, account });
-}
-
-/// The response size a session asks for when the budget has room.
-fn session_max_bytes(session: &FetchSession) -> usize {
-    usize::try_from(session.options().max_bytes).unwrap_or(usize::MAX)
-}
-
-/// Charges each partition's data to its account. Data of a response shared
-/// by several partitions is copied out of the frame first: a slice would
-/// keep the whole frame alive until the slowest of them is acknowledged,
-/// far beyond what its charge says.
-fn charge(results: &mut FetchResults, parts: &IndexMap<TopicPartition, Part>) {
-    let shared = results
-        .iter()
-        .filter(|(_, r)| r.as_ref().is_ok_and(|f| !f.records.is_empty()))
-        .count()
-        > 1;
-    for (tp, result) in results.iter_mut() {
-        let (Ok(fetched), Some(account)) = (
-            result.as_mut(),
-            parts.get(tp).and_then(|p| p.account.as_ref()),
-        ) else {
-            continue;
-        };
-        if fetched.records.is_empty() {
-            continue;
-        }
-        if shared {
-            fetched.records = bytes::Bytes::copy_from_slice(&fetched.records);
-        }
-        fetched.charge = account.charge(fetched.records.len());
-    }
-}
-
-struct KafkaPartitionFetch {
-    rx: mpsc::Receiver<Result<FetchedPartition, FetchError>>,
-}
-
-impl PartitionFetch for KafkaPartitionFetch {
-    fn next(&mut self) -> BoxFuture<'_, Result<FetchedPartition, FetchError>> {
-        Box::pin(async move {
-            match self.rx.recv().await {
-                Some(r) => r,
-                None => Err(FetchError::Other(KafkaError::Closed)),
-            }
-        })
     }
 }
 
