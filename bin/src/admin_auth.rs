@@ -130,7 +130,11 @@ mod tests {
             b"s3cret-Token",
             b"",
         ] {
-            assert!(!t.accepts(Some(wrong)), "{}", String::from_utf8_lossy(wrong));
+            assert!(
+                !t.accepts(Some(wrong)),
+                "{}",
+                String::from_utf8_lossy(wrong)
+            );
         }
         assert!(!t.accepts(None));
         assert!(AdminToken::new("").is_err());

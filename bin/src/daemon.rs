@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use actix_web::middleware::from_fn;
 use actix_web::{web::Data, App, HttpServer};
-use rustls::ServerConfig;
 use clap::Args;
 use kmirror_actors::cluster::kafka::KafkaCluster;
 use kmirror_actors::cluster::SourceCluster;
@@ -21,6 +20,7 @@ use kmirror_actors::kafka::fetch::FetchOptions;
 use kmirror_actors::kafka::{KafkaClient, KafkaError};
 use kmirror_actors::node::{Node, NodeSettings, SourceConnector};
 use kmirror_store::{EventLog, SledLog};
+use rustls::ServerConfig;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::admin_auth::ClientAuth;

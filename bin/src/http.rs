@@ -162,8 +162,8 @@ impl BaseUrl {
             .trim_end_matches(']');
         let name = ServerName::try_from(host.to_owned())
             .map_err(|e| format!("{}: not a TLS server name: {e}", self.host_port))?;
-        let connection = rustls::ClientConnection::new(tls, name)
-            .map_err(|e| fail(std::io::Error::other(e)))?;
+        let connection =
+            rustls::ClientConnection::new(tls, name).map_err(|e| fail(std::io::Error::other(e)))?;
         exchange(
             rustls::StreamOwned::new(connection, stream),
             request.as_bytes(),
@@ -174,11 +174,7 @@ impl BaseUrl {
 }
 
 /// One request written and its answer read, over TCP or TLS.
-fn exchange(
-    mut stream: impl Read + Write,
-    head: &[u8],
-    body: &[u8],
-) -> std::io::Result<Response> {
+fn exchange(mut stream: impl Read + Write, head: &[u8], body: &[u8]) -> std::io::Result<Response> {
     stream.write_all(head)?;
     stream.write_all(body)?;
     stream.flush()?;

@@ -413,7 +413,9 @@ fn cluster_settings(
     if !advertised_url.starts_with(&format!("{scheme}://")) {
         return Err(err(
             "cluster.advertised_url",
-            format!("`{advertised_url}`: expected {scheme}://HOST:PORT (the admin API speaks {scheme})"),
+            format!(
+                "`{advertised_url}`: expected {scheme}://HOST:PORT (the admin API speaks {scheme})"
+            ),
         ));
     }
     let ms = |n: i64| Duration::from_millis(n as u64);
@@ -719,6 +721,9 @@ request_timeout_ms = 15000
             )),
             "admin_tls_cert"
         );
-        assert_eq!(key_of(&format!("admin_token = \"a b\"\n{dest}")), "admin_token");
+        assert_eq!(
+            key_of(&format!("admin_token = \"a b\"\n{dest}")),
+            "admin_token"
+        );
     }
 }

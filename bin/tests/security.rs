@@ -198,7 +198,11 @@ fn an_admin_api_off_loopback_needs_a_token_or_tls() {
     };
     let out = daemon(&["--admin-listen", "0.0.0.0:9650"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert_fails(&out, "INVALID_CONFIG", "admin_listen: 0.0.0.0:9650 is not a loopback address");
+    assert_fails(
+        &out,
+        "INVALID_CONFIG",
+        "admin_listen: 0.0.0.0:9650 is not a loopback address",
+    );
     assert!(stderr(&out).contains("admin_token"), "{}", stderr(&out));
     println!("refused: {}", stderr(&out).trim());
 
@@ -242,7 +246,14 @@ fn the_admin_token_guards_every_route_and_the_cli_sends_it() {
             .success()
     });
 
-    for path in ["/mirrors", "/metrics", "/health", "/ui", "/partitions", "/nowhere"] {
+    for path in [
+        "/mirrors",
+        "/metrics",
+        "/health",
+        "/ui",
+        "/partitions",
+        "/nowhere",
+    ] {
         for auth in [None, Some("Bearer wrong"), Some(&*format!("Basic {token}"))] {
             let (status, body) = raw(port, path, auth);
             assert_eq!(status, 401, "{path} {auth:?}: {body}");
@@ -263,7 +274,10 @@ fn the_admin_token_guards_every_route_and_the_cli_sends_it() {
         &[("KMIRROR_ADMIN_TOKEN", "wrong")],
     );
     assert_fails(&out, "AUTHENTICATION_FAILED", "admin token");
-    let out = cli(&["mirror", "list", "--json", "--admin", &admin], &with_token);
+    let out = cli(
+        &["mirror", "list", "--json", "--admin", &admin],
+        &with_token,
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out).trim(), "[]");
     println!("401 without or with a wrong token on 6 routes; 200 with it (CLI and /metrics)");
@@ -290,9 +304,12 @@ fn the_admin_api_speaks_https_to_the_cli() {
     let https = format!("https://127.0.0.1:{port}");
     let ca = ca.to_str().unwrap();
     let daemon = spawn_daemon(dir.path(), port, &text, || {
-        cli(&["mirror", "list", "--admin", &https], &[("KMIRROR_ADMIN_CA", ca)])
-            .status
-            .success()
+        cli(
+            &["mirror", "list", "--admin", &https],
+            &[("KMIRROR_ADMIN_CA", ca)],
+        )
+        .status
+        .success()
     });
     let out = cli(
         &["mirror", "list", "--admin", &https, "--admin-ca", ca],
@@ -309,7 +326,12 @@ fn the_admin_api_speaks_https_to_the_cli() {
     assert_fails(&out, "NETWORK_EXCEPTION", "certificate");
     println!("a certificate from another CA: {}", stderr(&out).trim());
     let out = cli(
-        &["mirror", "list", "--admin", &format!("http://127.0.0.1:{port}")],
+        &[
+            "mirror",
+            "list",
+            "--admin",
+            &format!("http://127.0.0.1:{port}"),
+        ],
         &[],
     );
     assert!(!out.status.success(), "plain HTTP to the HTTPS port");
@@ -417,7 +439,10 @@ fn sasl_scram_source_to_tls_destination_with_and_without_client_certificates_lea
             "security.protocol=SASL_PLAINTEXT".into(),
             "sasl.mechanism=SCRAM-SHA-512".into(),
             "sasl.username=kmirror".into(),
-            format!("sasl.password=${{file:{}:source.password}}", secrets.display()),
+            format!(
+                "sasl.password=${{file:{}:source.password}}",
+                secrets.display()
+            ),
         ],
     );
 
@@ -456,7 +481,9 @@ fn sasl_scram_source_to_tls_destination_with_and_without_client_certificates_lea
             .sum();
         rows.len() == 2
             && total == records
-            && rows.iter().all(|r| r["state"] == "MIRRORING" && r["lag"] == 0)
+            && rows
+                .iter()
+                .all(|r| r["state"] == "MIRRORING" && r["lag"] == 0)
     };
     let same_on_both = |records: usize, dest_props: &str| {
         let source = consume_sorted_with(
@@ -509,11 +536,13 @@ fn sasl_scram_source_to_tls_destination_with_and_without_client_certificates_lea
     // Run 2: the same daemon restarted against the listener that requires
     // a client certificate.
     let started = Instant::now();
-    let mtls = format!(
-        "ssl_keystore_location = \"{}\"\n",
-        client_pem.display()
+    let mtls = format!("ssl_keystore_location = \"{}\"\n", client_pem.display());
+    let daemon = spawn_daemon(
+        d,
+        port,
+        &settings(&pair.get("CLUSTER_2_MTLS"), &mtls),
+        ready,
     );
-    let daemon = spawn_daemon(d, port, &settings(&pair.get("CLUSTER_2_MTLS"), &mtls), ready);
     produce_to(&pair.source, &topic, 200, 300);
     wait_for("300 records mirrored over SASL → mTLS", || mirrored(300));
     println!(

@@ -568,13 +568,32 @@ mod tests {
     #[test]
     fn a_deny_is_synced_whatever_the_rules_select() {
         let allow_only = AclRules::parse("TOPIC;orders.*;READ;ALLOW").unwrap();
-        let deny = acl("TOPIC", "LITERAL", "orders-secret", "User:alice", "READ", "DENY");
+        let deny = acl(
+            "TOPIC",
+            "LITERAL",
+            "orders-secret",
+            "User:alice",
+            "READ",
+            "DENY",
+        );
         assert!(!allow_only.matches(&deny));
         assert!(allow_only.syncs(&deny));
         assert!(allow_only.syncs(&acl("GROUP", "PREFIXED", "g", "User:*", "ALL", "DENY")));
-        assert!(!allow_only.syncs(&acl("TOPIC", "LITERAL", "payments", "User:a", "READ", "ALLOW")));
-        assert!(!allow_only.syncs(&acl("CLUSTER", "LITERAL", "kafka-cluster", "User:a", "ALTER", "DENY")));
-        assert!(!AclRules::parse("").unwrap().syncs(&deny), "an empty acls.include syncs nothing");
+        assert!(!allow_only.syncs(&acl(
+            "TOPIC", "LITERAL", "payments", "User:a", "READ", "ALLOW"
+        )));
+        assert!(!allow_only.syncs(&acl(
+            "CLUSTER",
+            "LITERAL",
+            "kafka-cluster",
+            "User:a",
+            "ALTER",
+            "DENY"
+        )));
+        assert!(
+            !AclRules::parse("").unwrap().syncs(&deny),
+            "an empty acls.include syncs nothing"
+        );
     }
 
     #[test]

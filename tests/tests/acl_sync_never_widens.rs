@@ -89,7 +89,10 @@ async fn wait(
             "the destination grants {allow} without {deny}, which the source has: {have:#?}"
         );
         if ok(&have) {
-            println!("{what}: {looks} looks, {:.1} s", start.elapsed().as_secs_f64());
+            println!(
+                "{what}: {looks} looks, {:.1} s",
+                start.elapsed().as_secs_f64()
+            );
             return have;
         }
         assert!(
@@ -148,12 +151,19 @@ async fn acl_sync_copies_the_deny_beside_the_allow_and_keeps_the_destinations_de
             format!("TOPIC;{p}.*;READ;ALLOW"),
         ),
     ]);
-    node.create_mirror("deny", props).await.expect("create mirror");
+    node.create_mirror("deny", props)
+        .await
+        .expect("create mirror");
 
-    let synced: BTreeSet<String> = [allow.clone(), deny(&secret), deny(&audit), deny(&private)].into();
-    let have = wait(&pair.destination, "the ALLOW and the DENY synced", &allow, &deny(&secret), |h| {
-        h.contains(&allow)
-    })
+    let synced: BTreeSet<String> =
+        [allow.clone(), deny(&secret), deny(&audit), deny(&private)].into();
+    let have = wait(
+        &pair.destination,
+        "the ALLOW and the DENY synced",
+        &allow,
+        &deny(&secret),
+        |h| h.contains(&allow),
+    )
     .await;
     assert_eq!(have, synced);
     // A few more passes change nothing.
@@ -165,14 +175,22 @@ async fn acl_sync_copies_the_deny_beside_the_allow_and_keeps_the_destinations_de
     // DENY the source still has stays.
     alice_read(&pair.source, "--remove", "allow", "prefixed", &prefix);
     alice_read(&pair.source, "--remove", "deny", "literal", &audit);
-    let have = wait(&pair.destination, "the ALLOW removed", &allow, &deny(&secret), |h| {
-        !h.contains(&allow)
-    })
+    let have = wait(
+        &pair.destination,
+        "the ALLOW removed",
+        &allow,
+        &deny(&secret),
+        |h| !h.contains(&allow),
+    )
     .await;
     let expected: BTreeSet<String> = [deny(&secret), deny(&audit), deny(&private)].into();
     assert_eq!(have, expected);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(list(&pair.destination), expected, "no destination DENY removed");
+    assert_eq!(
+        list(&pair.destination),
+        expected,
+        "no destination DENY removed"
+    );
 
     let m = node.sync_metrics().await;
     println!(

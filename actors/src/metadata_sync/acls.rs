@@ -103,9 +103,7 @@ pub(super) async fn sync_acls(
     }
     let mut gone: Vec<&String> = owned.iter().filter(|k| !wanted.contains_key(*k)).collect();
     // ALLOWs first: a DENY goes only once what it restrains is gone.
-    gone.sort_by_key(|k| {
-        AclEntry::parse_canonical(k).is_some_and(|e| e.permission_type == "DENY")
-    });
+    gone.sort_by_key(|k| AclEntry::parse_canonical(k).is_some_and(|e| e.permission_type == "DENY"));
     for k in gone {
         let key = AclSyncKey {
             mirror_name: spec.mirror.clone(),

@@ -24,8 +24,8 @@ use serde_json::Value;
 
 pub use args::{ClusterArgs, MirrorArgs, OffsetsArgs, VerifyArgs};
 
-use crate::api::{CreateBody, OperationBody};
 use crate::admin_auth::{AdminToken, ClientAuth};
+use crate::api::{CreateBody, OperationBody};
 use crate::http::{encode, BaseUrl};
 use args::{
     AdminArg, ClusterCommand, Lock, MirrorCommand, OffsetsCommand, Operation, Output, Topics,
