@@ -205,7 +205,7 @@ async fn serve(settings: DaemonSettings, log: Option<Arc<dyn EventLog>>) -> Resu
         if let Some(token) = &token {
             app = app.app_data(token.clone());
         }
-        app.wrap(from_fn(crate::api::require_token))
+        app.wrap(from_fn(crate::api::auth::require_token))
             .configure(crate::api::configure)
     })
     .workers(1)

@@ -17,12 +17,11 @@ use kmirror_actors::node::{
 use kmirror_actors::verify::VerifyRequest;
 use kmirror_events::FailbackMode;
 
-mod auth;
+pub mod auth;
 mod error;
 mod route;
 mod ui;
 
-pub use auth::require_token;
 pub use error::ApiError;
 use error::Reply;
 pub use route::NodeHandle;
