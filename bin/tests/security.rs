@@ -16,7 +16,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use kmirror_tests::mirror::consume_sorted_with;
+use kmirror_tests::mirror::{self, consume_sorted_with};
 use kmirror_tests::{bed, create_topic, kafka_tool_ok, unique, OwnPair};
 use serde_json::Value;
 
@@ -338,6 +338,118 @@ fn the_admin_api_speaks_https_to_the_cli() {
     assert!(daemon.terminate().success());
 }
 
+#[test]
+fn clustered_nodes_forward_to_each_other_over_https_with_the_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = admin_certs(dir.path(), "cluster");
+    let token = format!("tok-{}", unique("cluster"));
+    let (cluster, state_topic) = (unique("sec-cluster"), unique("__sec_state"));
+    let env = [
+        ("KMIRROR_ADMIN_TOKEN", token.as_str()),
+        ("KMIRROR_ADMIN_CA", ca.to_str().unwrap()),
+    ];
+    let status = |admin: &str| -> Option<Value> {
+        let out = cli(&["cluster", "status", "--json", "--admin", admin], &env);
+        out.status
+            .success()
+            .then(|| serde_json::from_slice(&out.stdout).unwrap())
+    };
+    let mut nodes = Vec::new();
+    for i in 0..2 {
+        let node_dir = dir.path().join(format!("node-{i}"));
+        std::fs::create_dir_all(&node_dir).unwrap();
+        let port = free_port();
+        // No advertised_url: with TLS it defaults to https://admin_listen.
+        let text = format!(
+            "admin_listen = \"127.0.0.1:{port}\"\nadmin_token = \"{token}\"\nadmin_tls_cert = \"{}\"\nadmin_tls_key = \"{}\"\nadmin_tls_ca = \"{}\"\nstate_topic = \"{state_topic}\"\nstate_topic_num_partitions = 6\n[destination]\nbootstrap_servers = \"{}\"\n[cluster]\nid = \"{cluster}\"\nsession_timeout_ms = 6000\nheartbeat_interval_ms = 1000\n",
+            cert.display(),
+            key.display(),
+            ca.display(),
+            bed().destination
+        );
+        let admin = format!("https://127.0.0.1:{port}");
+        let daemon = spawn_daemon(&node_dir, port, &text, || status(&admin).is_some());
+        nodes.push((daemon, admin));
+    }
+    // Both members, every shard owned.
+    let owners = |admin: &str| -> Vec<(String, Vec<i64>)> {
+        status(admin)
+            .and_then(|s| s["members"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .map(|m| {
+                let shards = m["shards"].as_array().cloned().unwrap_or_default();
+                (
+                    m["url"].as_str().unwrap_or("").to_owned(),
+                    shards.iter().filter_map(|s| s.as_i64()).collect(),
+                )
+            })
+            .collect()
+    };
+    wait_for("two members sharing 6 shards", || {
+        let o = owners(&nodes[0].1);
+        o.len() == 2 && o.iter().map(|(_, s)| s.len()).sum::<usize>() == 6
+    });
+    let urls: Vec<String> = owners(&nodes[0].1).into_iter().map(|(u, _)| u).collect();
+    assert!(urls.iter().all(|u| u.starts_with("https://")), "{urls:?}");
+
+    // Mirrors created through node 0 land on both nodes' shards (those of
+    // node 1 forwarded), and node 1 lists them all (a fan-out to node 0).
+    let props = write_properties(dir.path());
+    let names: Vec<String> = (0..8).map(|i| format!("sec-m{i}")).collect();
+    for name in &names {
+        let out = cli(
+            &[
+                "mirror",
+                "create",
+                "--mirror",
+                name,
+                "--mirror-config",
+                &props,
+                "--admin",
+                &nodes[0].1,
+            ],
+            &env,
+        );
+        assert!(out.status.success(), "create {name}: {}", stderr(&out));
+    }
+    let out = cli(&["mirror", "list", "--json", "--admin", &nodes[1].1], &env);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listed: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let mut listed: Vec<String> = listed
+        .iter()
+        .map(|m| m["mirror"].as_str().unwrap().to_owned())
+        .collect();
+    listed.sort();
+    assert_eq!(listed, names);
+    let owners = owners(&nodes[1].1);
+    let on = |i: usize| {
+        names
+            .iter()
+            .filter(|n| {
+                let shard = kmirror_events::coordinator_partition(n, 6) as i64;
+                owners
+                    .iter()
+                    .find(|(_, s)| s.contains(&shard))
+                    .is_some_and(|(u, _)| *u == nodes[i].1)
+            })
+            .count()
+    };
+    let (here, there) = (on(0), on(1));
+    assert!(
+        here > 0 && there > 0,
+        "mirrors on node 0: {here}, node 1: {there}"
+    );
+    println!("8 mirrors created through node 0 over HTTPS: {here} served there, {there} forwarded to node 1; node 1 lists all 8");
+    for (daemon, _) in nodes {
+        assert!(daemon.terminate().success());
+    }
+    for i in 0..2 {
+        let log = std::fs::read_to_string(dir.path().join(format!("node-{i}/daemon.log"))).unwrap();
+        assert!(!log.contains(&token), "the token is in node {i}'s log");
+    }
+}
+
 /// Kafka client properties in a file of `dir`, for Kafka's tools.
 fn properties(dir: &Path, name: &str, lines: &[String]) -> String {
     let path = dir.join(name);
@@ -425,7 +537,8 @@ fn sasl_scram_source_to_tls_destination_with_and_without_client_certificates_lea
 
     let topic = unique("secure-orders");
     create_topic(&pair.source, &topic, 2, &[]);
-    produce_to(&pair.source, &topic, 0, 200);
+    // Keys, headers and nulls on both partitions, lz4 then zstd.
+    mirror::produce_to(&pair.source, &topic, &mirror::lines(200, "tls"), "lz4");
 
     // The mirror: the source over SASL/SCRAM-SHA-512, the password by
     // reference to a file, as the README says.
@@ -543,7 +656,7 @@ fn sasl_scram_source_to_tls_destination_with_and_without_client_certificates_lea
         &settings(&pair.get("CLUSTER_2_MTLS"), &mtls),
         ready,
     );
-    produce_to(&pair.source, &topic, 200, 300);
+    mirror::produce_to(&pair.source, &topic, &mirror::lines(100, "mtls"), "zstd");
     wait_for("300 records mirrored over SASL → mTLS", || mirrored(300));
     println!(
         "run 2 (SASL/SCRAM-SHA-512 → mTLS): 100 more records in {:.1} s",
