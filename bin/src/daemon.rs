@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use actix_web::middleware::from_fn;
 use actix_web::{web::Data, App, HttpServer};
 use clap::Args;
 use kmirror_actors::cluster::kafka::KafkaCluster;
@@ -20,8 +21,10 @@ use kmirror_actors::kafka::fetch::FetchOptions;
 use kmirror_actors::kafka::{KafkaClient, KafkaError};
 use kmirror_actors::node::{Node, NodeSettings, SourceConnector};
 use kmirror_store::{EventLog, SledLog};
+use rustls::ServerConfig;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
+use crate::admin_auth::ClientAuth;
 use crate::api::NodeHandle;
 use crate::clustered::Clustered;
 use crate::settings::{self, DaemonSettings, LogFormat, Overrides};
@@ -196,26 +199,39 @@ async fn serve(settings: DaemonSettings, log: Option<Arc<dyn EventLog>>) -> Resu
 
     let data = Data::new(running.handle());
     let memory = Data::from(budget);
+    let token = settings.admin_token.clone().map(Data::new);
+    let peers = Data::new(ClientAuth {
+        token: settings.admin_token.clone(),
+        tls: settings.admin_tls.as_ref().map(|t| t.peers.clone()),
+    });
     let server = HttpServer::new(move || {
-        App::new()
+        let mut app = App::new()
             .app_data(data.clone())
-            .app_data(memory.clone())
+            .app_data(peers.clone())
+            .app_data(memory.clone());
+        if let Some(token) = &token {
+            app = app.app_data(token.clone());
+        }
+        app.wrap(from_fn(crate::api::auth::require_token))
             .configure(crate::api::configure)
     })
     .workers(1)
     .disable_signals()
-    .shutdown_timeout(ADMIN_SHUTDOWN_TIMEOUT_SECS)
-    .listen(listener)
+    .shutdown_timeout(ADMIN_SHUTDOWN_TIMEOUT_SECS);
+    let server = match &settings.admin_tls {
+        None => server.listen(listener),
+        Some(tls) => server.listen_rustls_0_23(listener, ServerConfig::clone(&tls.server)),
+    }
     .map_err(|e| format!("INVALID_CONFIG: admin_listen: {e}"))?
     .run();
     let handle = server.handle();
     let mut server = actix_web::rt::spawn(server);
     match &settings.cluster {
         None => {
-            tracing::info!(admin = %settings.admin_listen, data_dir = %settings.data_dir.display(), "kmirror daemon ready")
+            tracing::info!(admin = %settings.admin_listen, admin_tls = settings.admin_tls.is_some(), admin_token = settings.admin_token.is_some(), data_dir = %settings.data_dir.display(), "kmirror daemon ready")
         }
         Some(c) => {
-            tracing::info!(admin = %settings.admin_listen, cluster = %c.id, "kmirror daemon ready, joining its cluster")
+            tracing::info!(admin = %settings.admin_listen, admin_tls = settings.admin_tls.is_some(), admin_token = settings.admin_token.is_some(), cluster = %c.id, "kmirror daemon ready, joining its cluster")
         }
     }
 

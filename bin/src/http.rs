@@ -1,12 +1,17 @@
-//! A minimal blocking HTTP/1.1 client for the CLI.
+//! A minimal blocking HTTP/1.1 client for the CLI (and for a clustered
+//! node forwarding to its peers), over plain TCP or rustls.
 //!
-//! The CLI only ever talks to a kmirror admin API (usually on loopback), one
-//! request per process; a few dozen lines over `TcpStream` avoid pulling a
-//! full HTTP client (and a TLS stack) into the binary.
+//! It only ever talks to a kmirror admin API, one request per connection;
+//! a few dozen lines over `TcpStream` avoid pulling a full HTTP client into
+//! the binary, and rustls is already linked for Kafka.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
+
+use rustls::pki_types::ServerName;
+
+use crate::admin_auth::ClientAuth;
 
 /// How long to wait for the daemon. Operations that connect to a source
 /// cluster can take a while (the Kafka client's own timeouts bound them).
@@ -20,19 +25,26 @@ pub struct Response {
     pub body: Vec<u8>,
 }
 
-/// `http://host:port[/prefix]`, split once.
-#[derive(Debug, Clone)]
+/// `http[s]://host:port[/prefix]`, split once, with what to prove to the
+/// daemon there.
+#[derive(Clone)]
 pub struct BaseUrl {
+    https: bool,
     host_port: String,
     prefix: String,
     read_timeout: Duration,
+    auth: ClientAuth,
 }
 
 impl BaseUrl {
     pub fn parse(url: &str) -> Result<Self, String> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| format!("`{url}`: only http:// URLs are supported"))?;
+        let (https, rest) = if let Some(rest) = url.strip_prefix("http://") {
+            (false, rest)
+        } else if let Some(rest) = url.strip_prefix("https://") {
+            (true, rest)
+        } else {
+            return Err(format!("`{url}`: expected http:// or https://"));
+        };
         let (host_port, prefix) = match rest.find('/') {
             Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
             None => (rest, ""),
@@ -46,13 +58,29 @@ impl BaseUrl {
         {
             host_port.to_owned()
         } else {
-            format!("{host_port}:80")
+            format!("{host_port}:{}", if https { 443 } else { 80 })
         };
         Ok(BaseUrl {
+            https,
             host_port,
             prefix: prefix.to_owned(),
             read_timeout: READ_TIMEOUT,
+            auth: ClientAuth::default(),
         })
+    }
+
+    /// The same URL, sending `auth`'s token and trusting its CA.
+    pub fn with_auth(mut self, auth: ClientAuth) -> Self {
+        self.auth = auth;
+        self
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.https {
+            "https"
+        } else {
+            "http"
+        }
     }
 
     /// The same URL, waiting up to `timeout` for an answer: for operations
@@ -84,7 +112,8 @@ impl BaseUrl {
     ) -> Result<Response, String> {
         let fail = |e: std::io::Error| {
             format!(
-                "cannot reach the kmirror daemon at http://{}: {e}",
+                "cannot reach the kmirror daemon at {}://{}: {e}",
+                self.scheme(),
                 self.host_port
             )
         };
@@ -94,7 +123,7 @@ impl BaseUrl {
             .map_err(fail)?
             .next()
             .ok_or_else(|| format!("{}: no address", self.host_port))?;
-        let mut stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(fail)?;
+        let stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(fail)?;
         stream
             .set_read_timeout(Some(self.read_timeout))
             .map_err(fail)?;
@@ -111,11 +140,45 @@ impl BaseUrl {
         for (name, value) in headers {
             request.push_str(&format!("{name}: {value}\r\n"));
         }
+        if let Some(token) = &self.auth.token {
+            request.push_str(&format!("Authorization: {}\r\n", token.header_value()));
+        }
         request.push_str("\r\n");
-        stream.write_all(request.as_bytes()).map_err(fail)?;
-        stream.write_all(body).map_err(fail)?;
-        read_response(BufReader::new(stream)).map_err(fail)
+        if !self.https {
+            return exchange(stream, request.as_bytes(), body).map_err(fail);
+        }
+        let tls = self.auth.tls.clone().ok_or_else(|| {
+            format!(
+                "{}://{}: HTTPS needs the CA that signed the daemon's certificate: set KMIRROR_ADMIN_CA (or --admin-ca) to its PEM file",
+                self.scheme(),
+                self.host_port
+            )
+        })?;
+        let host = self
+            .host_port
+            .rsplit_once(':')
+            .map_or(self.host_port.as_str(), |(h, _)| h)
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let name = ServerName::try_from(host.to_owned())
+            .map_err(|e| format!("{}: not a TLS server name: {e}", self.host_port))?;
+        let connection =
+            rustls::ClientConnection::new(tls, name).map_err(|e| fail(std::io::Error::other(e)))?;
+        exchange(
+            rustls::StreamOwned::new(connection, stream),
+            request.as_bytes(),
+            body,
+        )
+        .map_err(fail)
     }
+}
+
+/// One request written and its answer read, over TCP or TLS.
+fn exchange(mut stream: impl Read + Write, head: &[u8], body: &[u8]) -> std::io::Result<Response> {
+    stream.write_all(head)?;
+    stream.write_all(body)?;
+    stream.flush()?;
+    read_response(BufReader::new(stream))
 }
 
 fn bad(message: &str) -> std::io::Error {
@@ -204,7 +267,9 @@ mod tests {
             (u.host_port.as_str(), u.prefix.as_str()),
             ("localhost:80", "/kmirror")
         );
-        assert!(BaseUrl::parse("https://x:1").is_err());
+        let u = BaseUrl::parse("https://node-1.dr").unwrap();
+        assert_eq!((u.https, u.host_port.as_str()), (true, "node-1.dr:443"));
+        assert!(BaseUrl::parse("ftp://x:1").is_err());
         assert!(BaseUrl::parse("http://").is_err());
     }
 

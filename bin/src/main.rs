@@ -1,5 +1,6 @@
 //! The `kmirror` binary: daemon, mirror CLI and event-log tools.
 
+mod admin_auth;
 mod api;
 mod cli;
 mod clustered;

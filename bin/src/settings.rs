@@ -7,10 +7,13 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use config::{Config, Environment, File, FileFormat, Value, ValueKind};
 use kmirror_actors::kafka::{ClientConfig, KafkaError};
+
+use crate::admin_auth::{self, AdminToken};
 
 /// The admin API address when nothing else is said: loopback only, so a
 /// fresh daemon never exposes its control plane.
@@ -26,6 +29,10 @@ const MIN_MAX_MEMORY_BYTES: i64 = 1024 * 1024;
 const TOP_LEVEL_KEYS: &[&str] = &[
     "data_dir",
     "admin_listen",
+    "admin_token",
+    "admin_tls_cert",
+    "admin_tls_key",
+    "admin_tls_ca",
     "log_format",
     "metadata_refresh_interval_ms",
     "state_topic",
@@ -59,6 +66,11 @@ pub struct DaemonSettings {
     /// log is the state topic).
     pub data_dir: PathBuf,
     pub admin_listen: SocketAddr,
+    /// Set: every admin request needs `Authorization: Bearer <token>`, and
+    /// a clustered node sends it when it forwards.
+    pub admin_token: Option<AdminToken>,
+    /// Set: the admin API speaks HTTPS only.
+    pub admin_tls: Option<AdminTls>,
     /// Kafka client properties of the destination, with Kafka's own keys
     /// (`bootstrap.servers`, …), ready for `KafkaClient::from_properties`.
     pub destination: BTreeMap<String, String>,
@@ -74,6 +86,16 @@ pub struct DaemonSettings {
     /// The budget for bytes in flight (fetched, queued, unacknowledged)
     /// across every partition of every mirror.
     pub max_memory_bytes: usize,
+}
+
+/// The admin API's TLS, parsed once at start-up so a bad file is an
+/// `INVALID_CONFIG` naming its key before anything starts.
+#[derive(Debug, Clone)]
+pub struct AdminTls {
+    pub server: Arc<rustls::ServerConfig>,
+    /// Whom a clustered node trusts when it forwards to an `https://` peer:
+    /// `admin_tls_ca`, else the certificates in `admin_tls_cert`.
+    pub peers: Arc<rustls::ClientConfig>,
 }
 
 /// `[cluster]`: nodes with the same `id` share the work through a group on
@@ -215,7 +237,42 @@ fn from_table(table: config::Map<String, Value>) -> Result<DaemonSettings, Setti
             format!("`{listen}` is not an address like {DEFAULT_ADMIN_LISTEN}"),
         )
     })?;
-    let cluster = cluster_settings(table.get("cluster"), admin_listen)?;
+    let admin_token = string("admin_token")?
+        .map(|t| AdminToken::new(&t).map_err(|m| err("admin_token", m)))
+        .transpose()?;
+    let admin_tls = match (string("admin_tls_cert")?, string("admin_tls_key")?) {
+        (None, None) => {
+            if string("admin_tls_ca")?.is_some() {
+                return Err(err(
+                    "admin_tls_ca",
+                    "needs admin_tls_cert and admin_tls_key (it is whom a TLS node trusts when it forwards to its peers)",
+                ));
+            }
+            None
+        }
+        (Some(_), None) => return Err(err("admin_tls_key", "is required with admin_tls_cert")),
+        (None, Some(_)) => return Err(err("admin_tls_cert", "is required with admin_tls_key")),
+        (Some(cert), Some(key)) => {
+            let server = admin_auth::server_config(Path::new(&cert), Path::new(&key))
+                .map_err(|(key, message)| err(key, message))?;
+            let (ca_key, ca) = match string("admin_tls_ca")? {
+                Some(ca) => ("admin_tls_ca", ca),
+                None => ("admin_tls_cert", cert),
+            };
+            let peers = admin_auth::client_config(Path::new(&ca)).map_err(|m| err(ca_key, m))?;
+            Some(AdminTls {
+                server: Arc::new(server),
+                peers,
+            })
+        }
+    };
+    if !admin_listen.ip().is_loopback() && admin_token.is_none() && admin_tls.is_none() {
+        return Err(err(
+            "admin_listen",
+            format!("{admin_listen} is not a loopback address: anyone who reaches it could stop mirrors; set admin_token (a bearer token) or admin_tls_cert and admin_tls_key, or listen on 127.0.0.1"),
+        ));
+    }
+    let cluster = cluster_settings(table.get("cluster"), admin_listen, admin_tls.is_some())?;
 
     let data_dir = match string("data_dir")? {
         Some(dir) => PathBuf::from(dir),
@@ -310,6 +367,8 @@ fn from_table(table: config::Map<String, Value>) -> Result<DaemonSettings, Setti
     Ok(DaemonSettings {
         data_dir,
         admin_listen,
+        admin_token,
+        admin_tls,
         destination,
         log_format,
         metadata_refresh_interval,
@@ -323,6 +382,7 @@ fn from_table(table: config::Map<String, Value>) -> Result<DaemonSettings, Setti
 fn cluster_settings(
     value: Option<&Value>,
     admin_listen: SocketAddr,
+    admin_tls: bool,
 ) -> Result<Option<ClusterSettings>, SettingsError> {
     let Some(value) = value else {
         return Ok(None);
@@ -376,13 +436,16 @@ fn cluster_settings(
             format!("`{id}`: required, letters, digits, '.', '_' and '-' only"),
         ));
     }
+    let scheme = if admin_tls { "https" } else { "http" };
     let advertised_url = text("advertised_url")?
         .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| format!("http://{admin_listen}"));
-    if !advertised_url.starts_with("http://") {
+        .unwrap_or_else(|| format!("{scheme}://{admin_listen}"));
+    if !advertised_url.starts_with(&format!("{scheme}://")) {
         return Err(err(
             "cluster.advertised_url",
-            format!("`{advertised_url}`: expected http://HOST:PORT"),
+            format!(
+                "`{advertised_url}`: expected {scheme}://HOST:PORT (the admin API speaks {scheme})"
+            ),
         ));
     }
     let ms = |n: i64| Duration::from_millis(n as u64);
@@ -666,5 +729,39 @@ request_timeout_ms = 15000
         assert_eq!(load(&overrides, []).unwrap_err().key, "--config");
         let e = load_file("data_dir = \n", &[]).unwrap_err();
         assert!(e.key.ends_with("kmirror.toml"), "{e}");
+    }
+
+    #[test]
+    fn the_admin_api_leaves_loopback_only_behind_a_token_or_tls() {
+        let dest = "data_dir = \"/d\"\n[destination]\nbootstrap_servers = \"127.0.0.1:9092\"\n";
+        let open = format!("admin_listen = \"0.0.0.0:9650\"\n{dest}");
+        let e = load_file(&open, &[]).unwrap_err();
+        assert_eq!(e.key, "admin_listen", "{e}");
+        assert!(e.message.contains("admin_token"), "{e}");
+        let s = load_file(&open, &[("KMIRROR_ADMIN_TOKEN", "t0ken")]).unwrap();
+        assert!(s.admin_token.unwrap().accepts(Some(b"Bearer t0ken")));
+        assert!(load_file(&format!("admin_listen = \"[::1]:9650\"\n{dest}"), &[]).is_ok());
+        assert_eq!(
+            key_of(&format!("admin_tls_cert = \"/c.pem\"\n{dest}")),
+            "admin_tls_key"
+        );
+        assert_eq!(
+            key_of(&format!("admin_tls_key = \"/k.pem\"\n{dest}")),
+            "admin_tls_cert"
+        );
+        assert_eq!(
+            key_of(&format!("admin_tls_ca = \"/ca.pem\"\n{dest}")),
+            "admin_tls_ca"
+        );
+        assert_eq!(
+            key_of(&format!(
+                "admin_tls_cert = \"/nonexistent/c.pem\"\nadmin_tls_key = \"/k.pem\"\n{dest}"
+            )),
+            "admin_tls_cert"
+        );
+        assert_eq!(
+            key_of(&format!("admin_token = \"a b\"\n{dest}")),
+            "admin_token"
+        );
     }
 }

@@ -449,6 +449,19 @@ impl AclRules {
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
     }
+
+    /// Whether ACL sync copies `entry`: what [`Self::matches`] selects, and
+    /// every topic or group DENY as soon as any rule is set. A DENY only
+    /// narrows access, while an ALLOW copied without the DENY beside it on
+    /// the source (`acls.include = TOPIC;.*;READ;ALLOW`, say) would grant on
+    /// the destination what the source refuses.
+    pub fn syncs(&self, entry: &AclEntry) -> bool {
+        self.matches(entry)
+            || (!self.rules.is_empty()
+                && entry.permission_type == "DENY"
+                && SYNCED_ACL_RESOURCE_TYPES.contains(&entry.resource_type.as_str())
+                && matches!(entry.pattern_type.as_str(), "LITERAL" | "PREFIXED"))
+    }
 }
 
 #[cfg(test)]
@@ -550,6 +563,37 @@ mod tests {
             )]
         );
         assert_eq!(s.group_interval, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_deny_is_synced_whatever_the_rules_select() {
+        let allow_only = AclRules::parse("TOPIC;orders.*;READ;ALLOW").unwrap();
+        let deny = acl(
+            "TOPIC",
+            "LITERAL",
+            "orders-secret",
+            "User:alice",
+            "READ",
+            "DENY",
+        );
+        assert!(!allow_only.matches(&deny));
+        assert!(allow_only.syncs(&deny));
+        assert!(allow_only.syncs(&acl("GROUP", "PREFIXED", "g", "User:*", "ALL", "DENY")));
+        assert!(!allow_only.syncs(&acl(
+            "TOPIC", "LITERAL", "payments", "User:a", "READ", "ALLOW"
+        )));
+        assert!(!allow_only.syncs(&acl(
+            "CLUSTER",
+            "LITERAL",
+            "kafka-cluster",
+            "User:a",
+            "ALTER",
+            "DENY"
+        )));
+        assert!(
+            !AclRules::parse("").unwrap().syncs(&deny),
+            "an empty acls.include syncs nothing"
+        );
     }
 
     #[test]

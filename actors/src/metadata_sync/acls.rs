@@ -1,8 +1,13 @@
-//! ACL sync: the source's bindings that `acls.include` selects are created
-//! on the destination; a destination binding is deleted only when kmirror
-//! created it (its `AclSync` record) and the source no longer has it. An
-//! operator's own bindings are never touched, and kmirror's own write fences
-//! on the source (`SourceFence`) are never copied.
+//! ACL sync: the source's bindings that `acls.include` selects — and every
+//! topic or group DENY — are created on the destination; a destination
+//! binding is deleted only when kmirror created it (its `AclSync` record)
+//! and the source no longer has it. An operator's own bindings are never
+//! touched, and kmirror's own write fences on the source (`SourceFence`)
+//! are never copied.
+//!
+//! A pass never widens access, even for a moment: DENYs are created before
+//! the ALLOWs (which wait if a DENY could not be created), and ALLOWs are
+//! deleted before DENYs.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -40,7 +45,7 @@ pub(super) async fn sync_acls(
     let mut wanted: BTreeMap<String, AclEntry> = source
         .iter()
         .filter_map(acl_entry)
-        .filter(|e| settings.acls.matches(e))
+        .filter(|e| settings.acls.syncs(e))
         .map(|e| (e.canonical(), e))
         .collect();
     if !wanted.is_empty() {
@@ -81,16 +86,24 @@ pub(super) async fn sync_acls(
         )
         .await?;
     }
-    if !create.is_empty() {
-        let bindings: Vec<AclBinding> = create.iter().filter_map(|(_, e)| acl_binding(e)).collect();
+    let (denies, allows): (Vec<_>, Vec<_>) = create
+        .iter()
+        .partition(|(_, e)| e.permission_type == "DENY");
+    for batch in [denies, allows] {
+        if batch.is_empty() {
+            continue;
+        }
+        let bindings: Vec<AclBinding> = batch.iter().filter_map(|(_, e)| acl_binding(e)).collect();
         spec.destination
             .create_acls(bindings)
             .await
             .doing(|| "create destination ACLs".into())?;
-        counts.0 += create.len() as u64;
-        tracing::info!(mirror = %spec.mirror, acls = create.len(), "created ACLs on the destination");
+        counts.0 += batch.len() as u64;
+        tracing::info!(mirror = %spec.mirror, acls = batch.len(), "created ACLs on the destination");
     }
-    let gone: Vec<&String> = owned.iter().filter(|k| !wanted.contains_key(*k)).collect();
+    let mut gone: Vec<&String> = owned.iter().filter(|k| !wanted.contains_key(*k)).collect();
+    // ALLOWs first: a DENY goes only once what it restrains is gone.
+    gone.sort_by_key(|k| AclEntry::parse_canonical(k).is_some_and(|e| e.permission_type == "DENY"));
     for k in gone {
         let key = AclSyncKey {
             mirror_name: spec.mirror.clone(),

@@ -41,6 +41,7 @@ pub fn status_for(code: &str) -> StatusCode {
         | "UNKNOWN_TOPIC_OR_PARTITION"
         | "NOT_FOUND" => StatusCode::NOT_FOUND,
         "METHOD_NOT_ALLOWED" => StatusCode::METHOD_NOT_ALLOWED,
+        super::auth::AUTHENTICATION_FAILED => StatusCode::UNAUTHORIZED,
         "CLUSTER_MIRROR_ALREADY_EXISTS"
         | "TOPIC_ALREADY_IN_CLUSTER_MIRROR"
         | "MIRROR_TOPIC_ALREADY_PAUSED"

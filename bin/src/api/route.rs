@@ -12,6 +12,7 @@ use kmirror_actors::shards::{ClusterStatus, Shards};
 use serde::Serialize;
 
 use super::error::{ApiError, Reply};
+use crate::admin_auth::ClientAuth;
 
 /// The node as HTTP handlers reach it: one `Node`, or the shards of a
 /// clustered node (a request about a mirror whose shard another node owns
@@ -182,7 +183,7 @@ impl NodeHandle {
 /// Sends `req` (with `body`, JSON) to the node at `url` and answers with
 /// its answer.
 pub(super) async fn forward(url: &str, req: &HttpRequest, body: Option<Vec<u8>>) -> Reply {
-    let response = call_peer(url, req.method().as_str(), &path_and_query(req), body).await?;
+    let response = call_peer(req, url, req.method().as_str(), &path_and_query(req), body).await?;
     Ok(HttpResponse::build(
         StatusCode::from_u16(response.status).unwrap_or(StatusCode::BAD_GATEWAY),
     )
@@ -196,8 +197,11 @@ fn path_and_query(req: &HttpRequest) -> String {
         .map_or_else(|| req.path().to_owned(), |p| p.as_str().to_owned())
 }
 
-/// One request to another node of the cluster, marked as forwarded.
+/// One request to another node of the cluster, marked as forwarded, with
+/// this node's token and TLS trust (`Data<ClientAuth>`, when the daemon
+/// has any: the nodes of a cluster share `admin_token`).
 async fn call_peer(
+    req: &HttpRequest,
     url: &str,
     method: &str,
     path: &str,
@@ -209,9 +213,14 @@ async fn call_peer(
             format!("forwarding to {url}: {e}"),
         ))
     };
+    let auth = req
+        .app_data::<actix_web::web::Data<ClientAuth>>()
+        .map(|a| ClientAuth::clone(a))
+        .unwrap_or_default();
     let base = crate::http::BaseUrl::parse(url)
         .map_err(unreachable)?
-        .with_read_timeout(FORWARD_TIMEOUT);
+        .with_read_timeout(FORWARD_TIMEOUT)
+        .with_auth(auth);
     let (method, path) = (method.to_owned(), path.to_owned());
     tokio::task::spawn_blocking(move || {
         base.request_with(&method, &path, body.as_deref(), &[(FORWARDED, "1")])
@@ -231,7 +240,7 @@ pub(super) async fn fan_out<T: serde::de::DeserializeOwned>(
 ) -> Result<Vec<T>, ApiError> {
     let mut all = Vec::new();
     for url in node.peers(req) {
-        let response = call_peer(&url, "GET", path, None).await?;
+        let response = call_peer(req, &url, "GET", path, None).await?;
         if response.status != 200 {
             let error = serde_json::from_slice::<NodeError>(&response.body).unwrap_or_else(|_| {
                 NodeError::new(

@@ -14,6 +14,11 @@ pub struct AdminArg {
     /// The daemon's admin API.
     #[arg(long, global = true, value_name = "URL", env = "KMIRROR_ADMIN_URL", default_value = DEFAULT_ADMIN_URL)]
     pub(super) admin: String,
+    /// The CA (PEM) that signed the daemon's certificate, for an https://
+    /// admin URL. The bearer token, when the daemon has `admin_token`, is
+    /// read from KMIRROR_ADMIN_TOKEN only (a flag would show in `ps`).
+    #[arg(long, global = true, value_name = "PEM", env = "KMIRROR_ADMIN_CA")]
+    pub(super) admin_ca: Option<PathBuf>,
 }
 
 #[derive(Args)]

@@ -24,6 +24,7 @@ use serde_json::Value;
 
 pub use args::{ClusterArgs, MirrorArgs, OffsetsArgs, VerifyArgs};
 
+use crate::admin_auth::{AdminToken, ClientAuth};
 use crate::api::{CreateBody, OperationBody};
 use crate::http::{encode, BaseUrl};
 use args::{
@@ -118,7 +119,21 @@ impl Client {
     fn new(admin: &AdminArg) -> Result<Self, NodeError> {
         let base = BaseUrl::parse(&admin.admin)
             .map_err(|m| NodeError::new("INVALID_REQUEST", format!("--admin {m}")))?;
-        Ok(Client { base })
+        let token = std::env::var("KMIRROR_ADMIN_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty())
+            .map(|t| AdminToken::new(&t))
+            .transpose()
+            .map_err(|m| NodeError::new("INVALID_REQUEST", format!("KMIRROR_ADMIN_TOKEN {m}")))?;
+        let tls = admin
+            .admin_ca
+            .as_deref()
+            .map(crate::admin_auth::client_config)
+            .transpose()
+            .map_err(|m| NodeError::new("INVALID_REQUEST", format!("--admin-ca {m}")))?;
+        Ok(Client {
+            base: base.with_auth(ClientAuth { token, tls }),
+        })
     }
 
     /// One call; a non-2xx answer becomes its `{"error", "message"}`.
@@ -450,6 +465,7 @@ mod tests {
             .unwrap();
         });
         let client = Client::new(&AdminArg {
+            admin_ca: None,
             admin: format!("http://127.0.0.1:{port}"),
         })
         .unwrap();
@@ -470,6 +486,7 @@ mod tests {
             l.local_addr().unwrap().port()
         };
         let client = Client::new(&AdminArg {
+            admin_ca: None,
             admin: format!("http://127.0.0.1:{port}"),
         })
         .unwrap();

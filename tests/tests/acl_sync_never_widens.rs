@@ -1,0 +1,206 @@
+//! ACL sync never widens access on the destination (issue 16), against
+//! real Kafka with the StandardAuthorizer and Kafka's own `kafka-acls`.
+//! The source allows User:alice to read a topic prefix and denies her one
+//! topic under it; the mirror's `acls.include` selects only ALLOWs. The
+//! destination must never hold the ALLOW without the DENY, and the sync
+//! must leave the operator's own destination DENYs alone even when the
+//! source drops the same binding. Its own binary: its own authorizer pair.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kmirror_actors::cluster::kafka::KafkaCluster;
+use kmirror_actors::kafka::fetch::FetchOptions;
+use kmirror_actors::kafka::{ClientConfig, KafkaClient};
+use kmirror_actors::node::{Node, NodeSettings};
+use kmirror_store::SledLog;
+use kmirror_tests::mirror::connector;
+use kmirror_tests::{kafka_tool_ok, unique, OwnPair};
+
+/// `kafka-acls --add|--remove` of one READ binding for User:alice.
+fn alice_read(bootstrap: &str, verb: &str, permission: &str, pattern: &str, topic: &str) {
+    let mut args = vec!["--bootstrap-server", bootstrap, verb];
+    if verb == "--remove" {
+        args.push("--force");
+    }
+    let principal = format!("--{permission}-principal");
+    args.extend([
+        principal.as_str(),
+        "User:alice",
+        "--operation",
+        "Read",
+        "--resource-pattern-type",
+        pattern,
+        "--topic",
+        topic,
+    ]);
+    kafka_tool_ok("kafka-acls", &args);
+}
+
+/// `kafka-acls --list` as `TYPE:PATTERN:name principal host OPERATION PERMISSION` lines.
+fn list(bootstrap: &str) -> BTreeSet<String> {
+    let out = kafka_tool_ok("kafka-acls", &["--bootstrap-server", bootstrap, "--list"]);
+    let mut resource = String::new();
+    let mut set = BTreeSet::new();
+    for line in out.lines() {
+        let field = |l: &str, name: &str| -> String {
+            l.split(name)
+                .nth(1)
+                .map(|r| r.split([',', ')']).next().unwrap_or("").to_string())
+                .unwrap_or_default()
+        };
+        if line.contains("ResourcePattern(") {
+            resource = format!(
+                "{}:{}:{}",
+                field(line, "resourceType="),
+                field(line, "patternType="),
+                field(line, "name=")
+            );
+        } else if line.contains("(principal=") {
+            set.insert(format!(
+                "{resource} {} {} {} {}",
+                field(line, "principal="),
+                field(line, "host="),
+                field(line, "operation="),
+                field(line, "permissionType=")
+            ));
+        }
+    }
+    set
+}
+
+/// Polls the destination's ACLs until `ok`; at every look, `allow` is
+/// never there without `deny`.
+async fn wait(
+    destination: &str,
+    what: &str,
+    allow: &str,
+    deny: &str,
+    ok: impl Fn(&BTreeSet<String>) -> bool,
+) -> BTreeSet<String> {
+    let start = Instant::now();
+    let mut looks = 0;
+    loop {
+        let have = list(destination);
+        looks += 1;
+        assert!(
+            !have.contains(allow) || have.contains(deny),
+            "the destination grants {allow} without {deny}, which the source has: {have:#?}"
+        );
+        if ok(&have) {
+            println!(
+                "{what}: {looks} looks, {:.1} s",
+                start.elapsed().as_secs_f64()
+            );
+            return have;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{what}: destination ACLs are {have:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[actix::test]
+async fn acl_sync_copies_the_deny_beside_the_allow_and_keeps_the_destinations_denies() {
+    let pair = OwnPair::start("kmirror-acl-deny-bed", &["--authorizer"]);
+    let p = unique("deny");
+    let prefix = format!("{p}-");
+    let (secret, audit, private) = (
+        format!("{p}-secret"),
+        format!("{p}-audit"),
+        format!("{p}-private"),
+    );
+    alice_read(&pair.source, "--add", "allow", "prefixed", &prefix);
+    alice_read(&pair.source, "--add", "deny", "literal", &secret);
+    alice_read(&pair.source, "--add", "deny", "literal", &audit);
+    // The operator's own DENYs on the destination: one the source has
+    // too, one it never had.
+    alice_read(&pair.destination, "--add", "deny", "literal", &audit);
+    alice_read(&pair.destination, "--add", "deny", "literal", &private);
+
+    let allow = format!("TOPIC:PREFIXED:{prefix} User:alice * READ ALLOW");
+    let deny = |t: &str| format!("TOPIC:LITERAL:{t} User:alice * READ DENY");
+    let operators: BTreeSet<String> = [deny(&audit), deny(&private)].into();
+    assert_eq!(list(&pair.destination), operators);
+
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(SledLog::open(dir.path()).unwrap());
+    let dest = KafkaClient::connect(ClientConfig::plaintext(&pair.destination))
+        .await
+        .unwrap();
+    let node = Node::start(
+        log,
+        Arc::new(KafkaCluster::new(dest, FetchOptions::default())),
+        connector(),
+        NodeSettings {
+            refresh_interval: Duration::from_millis(500),
+            ..NodeSettings::default()
+        },
+    )
+    .await
+    .unwrap();
+    // Only ALLOWs are selected: copied alone, this one would let alice
+    // read `secret` on the destination.
+    let props = BTreeMap::from([
+        ("bootstrap.servers".to_string(), pair.source.clone()),
+        (
+            "acls.include".to_string(),
+            format!("TOPIC;{p}.*;READ;ALLOW"),
+        ),
+    ]);
+    node.create_mirror("deny", props)
+        .await
+        .expect("create mirror");
+
+    let synced: BTreeSet<String> =
+        [allow.clone(), deny(&secret), deny(&audit), deny(&private)].into();
+    let have = wait(
+        &pair.destination,
+        "the ALLOW and the DENY synced",
+        &allow,
+        &deny(&secret),
+        |h| h.contains(&allow),
+    )
+    .await;
+    assert_eq!(have, synced);
+    // A few more passes change nothing.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(list(&pair.destination), synced);
+
+    // The source drops its ALLOW and the DENY the operator also has on the
+    // destination: kmirror's ALLOW goes, the operator's DENYs stay, and the
+    // DENY the source still has stays.
+    alice_read(&pair.source, "--remove", "allow", "prefixed", &prefix);
+    alice_read(&pair.source, "--remove", "deny", "literal", &audit);
+    let have = wait(
+        &pair.destination,
+        "the ALLOW removed",
+        &allow,
+        &deny(&secret),
+        |h| !h.contains(&allow),
+    )
+    .await;
+    let expected: BTreeSet<String> = [deny(&secret), deny(&audit), deny(&private)].into();
+    assert_eq!(have, expected);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        list(&pair.destination),
+        expected,
+        "no destination DENY removed"
+    );
+
+    let m = node.sync_metrics().await;
+    println!(
+        "acls_created {} acls_deleted {} acl_sync_errors {}",
+        m[0].acls_created, m[0].acls_deleted, m[0].acl_sync_errors
+    );
+    assert_eq!(
+        (m[0].acls_created, m[0].acls_deleted, m[0].acl_sync_errors),
+        (2, 1, 0),
+        "{m:?}"
+    );
+    node.shutdown().await;
+}
