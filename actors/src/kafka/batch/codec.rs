@@ -122,8 +122,11 @@ pub fn decode_records(batch: &RecordBatch) -> Result<DecodedBatch> {
     let codec = batch.codec()?;
     let data = decompress(codec, batch.payload())?;
     let count = batch.record_count().max(0) as usize;
+    // Every record takes at least a byte, so no more than the payload's
+    // length are reserved, whatever the header claims (a claimed 2^31
+    // records aborted the process on allocation; found by the fuzzer).
+    let mut records = Vec::with_capacity(count.min(data.len()));
     let mut r = Reader { buf: data, pos: 0 };
-    let mut records = Vec::with_capacity(count);
     let log_append = batch.timestamp_type() == TimestampType::LogAppendTime;
     for _ in 0..count {
         let len = r.varint()?;
@@ -143,7 +146,7 @@ pub fn decode_records(batch: &RecordBatch) -> Result<DecodedBatch> {
         if n_headers < 0 {
             return Err(invalid("negative header count"));
         }
-        let mut headers = Vec::with_capacity(n_headers as usize);
+        let mut headers = Vec::with_capacity((n_headers as usize).min(end - r.pos));
         for _ in 0..n_headers {
             let klen = r.varint()?;
             if klen < 0 {

@@ -136,10 +136,11 @@ impl RecordBatch {
                 bytes.len()
             )));
         }
-        let len = be_i32(&bytes, BATCH_LENGTH) as usize + LOG_OVERHEAD;
-        if len != bytes.len() {
+        // A negative length overflowed `as usize + 12` (found by the fuzzer).
+        let declared = be_i32(&bytes, BATCH_LENGTH);
+        if usize::try_from(declared).map(|l| l + LOG_OVERHEAD) != Ok(bytes.len()) {
             return Err(KafkaError::InvalidBatch(format!(
-                "batch length {len} != buffer {}",
+                "batch length {declared} + {LOG_OVERHEAD} != buffer {}",
                 bytes.len()
             )));
         }
@@ -286,7 +287,9 @@ impl Iterator for BatchIter {
             return None;
         }
         let len = be_i32(&self.rest, BATCH_LENGTH);
-        if len < (HEADER_SIZE - LOG_OVERHEAD) as i32 && self.rest[MAGIC] == 2 {
+        // Negative in any format (a damaged or hostile response; found by
+        // the fuzzer, it overflowed the sum below).
+        if len < 0 || (len < (HEADER_SIZE - LOG_OVERHEAD) as i32 && self.rest[MAGIC] == 2) {
             self.rest = Bytes::new();
             return Some(Err(KafkaError::InvalidBatch(format!(
                 "batch length {len} too small"
