@@ -312,7 +312,7 @@ fn settings_file(data_dir: &Path, bad: &Setting) -> String {
     }
     let mut text = String::new();
     for (name, lines) in &mut sections {
-        if bad.section == "" && bad_keys.iter().any(|k| k == name) {
+        if bad.section.is_empty() && bad_keys.iter().any(|k| k == name) {
             continue; // the bad line replaces the whole table
         }
         if bad.section == *name {

@@ -175,16 +175,13 @@ fn source_offsets(out: &OutgoingBatch) -> Vec<i64> {
     }
 }
 
-/// What a record keeps across a merge (its offset delta is the new batch's).
-fn kept(
-    r: &Record,
-) -> (
-    i64,
-    &Option<Bytes>,
-    &Option<Bytes>,
-    &Vec<(Bytes, Option<Bytes>)>,
-) {
-    (r.timestamp, &r.key, &r.value, &r.headers)
+/// What a record keeps across a merge: all but its offset delta, which is
+/// the new batch's.
+fn kept(r: &Record) -> Record {
+    Record {
+        offset_delta: 0,
+        ..r.clone()
+    }
 }
 
 /// Merges each run of consecutive mergeable batches of one codec, as the

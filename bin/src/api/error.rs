@@ -108,3 +108,27 @@ impl actix_web::Responder for ApiError {
 }
 
 pub type Reply = Result<HttpResponse, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses() {
+        assert_eq!(status_for("MIRROR_TOPIC_NOT_PAUSED"), StatusCode::CONFLICT);
+        assert_eq!(status_for("UNKNOWN_CLUSTER_MIRROR"), StatusCode::NOT_FOUND);
+        assert_eq!(
+            status_for("INVALID_CLUSTER_MIRROR_STATES"),
+            StatusCode::CONFLICT
+        );
+        assert_eq!(status_for("INVALID_CONFIG"), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            status_for("PAYLOAD_TOO_LARGE"),
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+        assert_eq!(
+            status_for("SOMETHING_ELSE"),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
+}

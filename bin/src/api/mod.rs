@@ -786,19 +786,4 @@ mod tests {
             "nope",
         );
     }
-
-    #[test]
-    fn statuses() {
-        assert_eq!(status_for("MIRROR_TOPIC_NOT_PAUSED"), StatusCode::CONFLICT);
-        assert_eq!(status_for("UNKNOWN_CLUSTER_MIRROR"), StatusCode::NOT_FOUND);
-        assert_eq!(
-            status_for("INVALID_CLUSTER_MIRROR_STATES"),
-            StatusCode::CONFLICT
-        );
-        assert_eq!(status_for("INVALID_CONFIG"), StatusCode::BAD_REQUEST);
-        assert_eq!(
-            status_for("SOMETHING_ELSE"),
-            StatusCode::INTERNAL_SERVER_ERROR
-        );
-    }
 }
