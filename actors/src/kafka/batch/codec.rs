@@ -140,6 +140,11 @@ pub fn decode_records(batch: &RecordBatch) -> Result<DecodedBatch> {
         let _attributes = r.byte()?;
         let ts_delta = r.varlong()?;
         let offset_delta = r.varint()?;
+        // Within the batch, as Kafka writes it: so base + delta, which
+        // prepare and merge compute, stays at or below the last offset.
+        if !(0..=batch.last_offset_delta()).contains(&offset_delta) {
+            return Err(invalid("record offset delta outside the batch"));
+        }
         let key = r.nullable()?;
         let value = r.nullable()?;
         let n_headers = r.varint()?;
@@ -162,7 +167,8 @@ pub fn decode_records(batch: &RecordBatch) -> Result<DecodedBatch> {
         let timestamp = if log_append {
             batch.max_timestamp()
         } else {
-            batch.base_timestamp() + ts_delta
+            // Java's long addition: a hostile delta wraps, never panics.
+            batch.base_timestamp().wrapping_add(ts_delta)
         };
         records.push(Record {
             offset_delta,

@@ -144,6 +144,16 @@ impl RecordBatch {
                 bytes.len()
             )));
         }
+        let (base, delta) = (
+            be_i64(&bytes, BASE_OFFSET),
+            be_i32(&bytes, LAST_OFFSET_DELTA),
+        );
+        if base.checked_add(delta as i64 + 1).is_none() {
+            // Its last and next offsets would overflow (found by the fuzzer).
+            return Err(KafkaError::InvalidBatch(format!(
+                "base offset {base} + last offset delta {delta} is past the largest offset"
+            )));
+        }
         if bytes[MAGIC] != 2 {
             return Err(KafkaError::InvalidBatch(format!(
                 "message format v{} (magic {}) is not supported; only v2 batches can be mirrored",
