@@ -138,6 +138,13 @@ impl FailbackSettings {
             .get(QUARANTINE_SUFFIX_KEY)
             .cloned()
             .unwrap_or_else(|| DEFAULT_QUARANTINE_SUFFIX.to_string());
+        // Appended to a topic name, so it must keep one legal.
+        let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+        if quarantine_suffix.is_empty() || !quarantine_suffix.chars().all(legal) {
+            return Err(FailbackError::Settings(format!(
+                "{QUARANTINE_SUFFIX_KEY}: `{quarantine_suffix}` is not a topic-name suffix (letters, digits, '.', '_', '-')"
+            )));
+        }
         Ok(FailbackSettings {
             tail,
             quarantine_suffix,

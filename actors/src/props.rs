@@ -79,19 +79,43 @@ fn unescape(s: &str) -> Result<String, String> {
             Some('r') => out.push('\r'),
             Some('f') => out.push('\u{c}'),
             Some('u') => {
-                let hex: String = chars.by_ref().take(4).collect();
-                let code = u32::from_str_radix(&hex, 16)
-                    .ok()
-                    .filter(|_| hex.len() == 4)
-                    .and_then(char::from_u32)
-                    .ok_or_else(|| format!("bad \\u escape `\\u{hex}`"))?;
-                out.push(code);
+                let unit = hex4(&mut chars)?;
+                let code = if (0xD800..0xDC00).contains(&unit) {
+                    // Java's `Properties.store` writes a character beyond
+                    // U+FFFF as two escapes: a UTF-16 surrogate pair.
+                    let low = match (chars.next(), chars.next()) {
+                        (Some('\\'), Some('u')) => hex4(&mut chars)?,
+                        _ => 0,
+                    };
+                    if !(0xDC00..0xE000).contains(&low) {
+                        return Err(format!(
+                            "`\\u{unit:04x}` is half a surrogate pair: a `\\u` escape of dc00 to dfff must follow"
+                        ));
+                    }
+                    0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)
+                } else {
+                    unit
+                };
+                let c = char::from_u32(code)
+                    .ok_or_else(|| format!("`\\u{code:04x}` is not a character"))?;
+                out.push(c);
             }
             Some(other) => out.push(other),
             None => {}
         }
     }
     Ok(out)
+}
+
+/// The four hex digits of a `\u` escape (`from_str_radix` alone would
+/// take a sign, `\u+fff`).
+fn hex4(chars: &mut std::str::Chars<'_>) -> Result<u32, String> {
+    let hex: String = chars.by_ref().take(4).collect();
+    if hex.len() == 4 && hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        Ok(u32::from_str_radix(&hex, 16).expect("four hex digits"))
+    } else {
+        Err(format!("bad \\u escape `\\u{hex}`"))
+    }
 }
 
 #[cfg(test)]
@@ -129,6 +153,23 @@ a\\=b=c
         assert_eq!(p["unicode"], "café");
         assert_eq!(p["a=b"], "c");
         assert_eq!(p.len(), 9);
+    }
+
+    #[test]
+    fn characters_beyond_the_bmp_as_java_writes_them() {
+        // What `Properties.store` writes for "😀" (U+1F600).
+        let p = parse("smile=\\ud83d\\ude00\n").unwrap();
+        assert_eq!(p["smile"], "😀");
+        for bad in [
+            "a=\\ud83d",
+            "a=\\ud83dx",
+            "a=\\ud83d\\u0041",
+            "a=\\ude00",
+            "a=\\u+fff",
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.starts_with("line 1: "), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -222,11 +222,7 @@ fn from_table(table: config::Map<String, Value>) -> Result<DaemonSettings, Setti
     let string = |key: &str| -> Result<Option<String>, SettingsError> {
         match table.get(key) {
             None => Ok(None),
-            Some(v) => v
-                .clone()
-                .into_string()
-                .map(|s| Some(s.trim().to_owned()).filter(|s| !s.is_empty()))
-                .map_err(|e| err(key, e.to_string())),
+            Some(v) => text_of(key, v).map(|s| Some(s.trim().to_owned()).filter(|s| !s.is_empty())),
         }
     };
 
@@ -300,10 +296,7 @@ fn from_table(table: config::Map<String, Value>) -> Result<DaemonSettings, Setti
         None => None,
         Some(v) => {
             let key = "metadata_refresh_interval_ms";
-            let ms = v
-                .clone()
-                .into_int()
-                .map_err(|_| err(key, format!("`{v}` is not a number of milliseconds")))?;
+            let ms = integer_of(key, v, "a number of milliseconds")?;
             if ms <= 0 {
                 return Err(err(key, "must be > 0"));
             }
@@ -314,7 +307,7 @@ fn from_table(table: config::Map<String, Value>) -> Result<DaemonSettings, Setti
     let state_topic = match table.get("state_topic") {
         None => None,
         Some(v) => {
-            let name = v.clone().into_string().unwrap_or_default();
+            let name = text_of("state_topic", v)?;
             let legal = !name.is_empty()
                 && name.len() <= 249
                 && name
@@ -333,10 +326,7 @@ fn from_table(table: config::Map<String, Value>) -> Result<DaemonSettings, Setti
         None => None,
         Some(v) => {
             let key = "state_topic_num_partitions";
-            let n = v
-                .clone()
-                .into_int()
-                .map_err(|_| err(key, format!("`{v}` is not a number")))?;
+            let n = integer_of(key, v, "a number")?;
             if !(1..=10_000).contains(&n) {
                 return Err(err(key, "must be from 1 to 10000"));
             }
@@ -379,6 +369,30 @@ fn from_table(table: config::Map<String, Value>) -> Result<DaemonSettings, Setti
     })
 }
 
+/// A string setting. TOML strings only — an environment variable is always
+/// one — because `data_dir = 5` or `admin_listen = 9650` is a mistake that
+/// `config` would otherwise turn into the path `5` or the text "9650".
+fn text_of(key: &str, v: &Value) -> Result<String, SettingsError> {
+    match &v.kind {
+        ValueKind::String(s) => Ok(s.clone()),
+        _ => Err(err(key, format!("`{v}` is not a string; quote it"))),
+    }
+}
+
+/// A whole-number setting: a TOML integer, or digits in a string (the
+/// environment's form). `config` alone reads `true` as 1 and `1.5` as 2.
+fn integer_of(key: &str, v: &Value, what: &str) -> Result<i64, SettingsError> {
+    let n = match &v.kind {
+        ValueKind::I64(n) => Some(*n),
+        ValueKind::U64(n) => i64::try_from(*n).ok(),
+        ValueKind::I128(n) => i64::try_from(*n).ok(),
+        ValueKind::U128(n) => i64::try_from(*n).ok(),
+        ValueKind::String(s) => s.trim().parse().ok(),
+        _ => None,
+    };
+    n.ok_or_else(|| err(key, format!("`{v}` is not {what}")))
+}
+
 fn cluster_settings(
     value: Option<&Value>,
     admin_listen: SocketAddr,
@@ -400,22 +414,14 @@ fn cluster_settings(
     let text = |key: &str| -> Result<Option<String>, SettingsError> {
         table
             .get(key)
-            .map(|v| {
-                v.clone()
-                    .into_string()
-                    .map(|s| s.trim().to_owned())
-                    .map_err(|e| err(format!("cluster.{key}"), e.to_string()))
-            })
+            .map(|v| text_of(&format!("cluster.{key}"), v).map(|s| s.trim().to_owned()))
             .transpose()
     };
     let number = |key: &str, default: i64, range: std::ops::RangeInclusive<i64>| {
         let Some(v) = table.get(key) else {
             return Ok(default);
         };
-        let n = v
-            .clone()
-            .into_int()
-            .map_err(|_| err(format!("cluster.{key}"), format!("`{v}` is not a number")))?;
+        let n = integer_of(&format!("cluster.{key}"), v, "a number")?;
         if !range.contains(&n) {
             return Err(err(
                 format!("cluster.{key}"),

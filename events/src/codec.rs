@@ -15,7 +15,7 @@
 //! format without understanding the newer layout. The batch fields let the
 //! store tell a whole batch from a torn one.
 
-use bincode::config::{standard, Configuration};
+use bincode::config::{standard, Configuration, Limit, LittleEndian, Varint};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -40,6 +40,14 @@ pub const FORMAT_VERSION: u8 = 6;
 const SNAPSHOT_LAYOUT_VERSION: u8 = 6;
 
 const CFG: Configuration = standard();
+/// The most one decode may reserve in all. bincode reserves a string's
+/// claimed length before reading it, so without a limit a damaged length
+/// of 2^50 aborted the process (found by the fuzzer,
+/// `fuzz/corpus/event_codec/crash-*`). Far above any real record or
+/// snapshot, whose strings are names; the bytes on the wire are the same.
+const DECODE_LIMIT: usize = 1 << 30;
+const DECODE_CFG: Configuration<LittleEndian, Varint, Limit<DECODE_LIMIT>> =
+    standard().with_limit::<DECODE_LIMIT>();
 /// Fixed header before `key_len`.
 const HEADER: usize = 1 + 1 + 8 + 8 + 4;
 
@@ -100,7 +108,7 @@ fn enc<T: Serialize>(v: &T, out: &mut Vec<u8>) {
 
 fn dec<T: DeserializeOwned>(bytes: &[u8], what: &'static str) -> Result<T, CodecError> {
     let (v, used): (T, usize) =
-        bincode::serde::decode_from_slice(bytes, CFG).map_err(|e| CodecError::Decode {
+        bincode::serde::decode_from_slice(bytes, DECODE_CFG).map_err(|e| CodecError::Decode {
             what,
             message: e.to_string(),
         })?;

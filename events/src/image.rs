@@ -44,28 +44,45 @@ pub struct StateValidation {
 #[derive(Clone, PartialEq, Eq, Debug, Default, Serialize, Deserialize)]
 pub struct MirrorStateImage {
     end_offset: Offset,
+    #[serde(deserialize_with = "crate::bounded::ord_map")]
     mirrors: OrdMap<String, MirrorConfig>,
+    #[serde(deserialize_with = "crate::bounded::ord_map")]
     topics: OrdMap<TopicId, TopicEntry>,
+    #[serde(deserialize_with = "crate::bounded::ord_map")]
     partitions: OrdMap<MirrorPartitionKey, MirrorPartitionStateValue>,
+    #[serde(deserialize_with = "crate::bounded::ord_map")]
     last_mirror_epochs: OrdMap<MirrorPartitionKey, LastMirrorEpochsValue>,
     /// Per partition, the offset map: runs are the hot record type, so the
     /// partition key is hashed once and runs are compared as integers.
+    #[serde(deserialize_with = "crate::bounded::hash_map")]
     offset_maps: HashMap<MirrorPartitionKey, OffsetMap>,
+    #[serde(deserialize_with = "crate::bounded::hash_map_of_ord_maps")]
     gaps: HashMap<MirrorPartitionKey, OrdMap<i64, GapDetected>>,
+    #[serde(deserialize_with = "crate::bounded::ord_map")]
     producers: OrdMap<MirrorPartitionKey, MirrorProducer>,
+    #[serde(deserialize_with = "crate::bounded::ord_map")]
     destination_topics: OrdMap<TopicId, MirrorTopicDestination>,
+    #[serde(deserialize_with = "crate::bounded::ord_map")]
     failback_plans: OrdMap<MirrorPartitionKey, FailbackPlan>,
+    #[serde(deserialize_with = "crate::bounded::ord_map")]
     group_offsets: OrdMap<GroupOffsetSyncKey, GroupOffsetSync>,
+    #[serde(deserialize_with = "crate::bounded::ord_map")]
     topic_configs: OrdMap<TopicConfigSyncKey, TopicConfigSync>,
+    #[serde(deserialize_with = "crate::bounded::ord_map")]
     acls: OrdMap<AclSyncKey, AclSync>,
+    #[serde(deserialize_with = "crate::bounded::ord_map")]
     source_fences: OrdMap<SourceFenceKey, SourceFence>,
+    #[serde(deserialize_with = "crate::bounded::ord_map")]
     failover_reports: OrdMap<FailoverReportKey, FailoverReport>,
+    #[serde(deserialize_with = "crate::bounded::ord_map")]
     verify_results: OrdMap<VerifyResultKey, VerifyResult>,
+    #[serde(deserialize_with = "crate::bounded::ord_map")]
     source_epochs: OrdMap<MirrorPartitionKey, SourceEpochs>,
     /// Per shard, its newest release and that record's offset: with
     /// `end_offset` (one past the newest record folded) it answers whether
     /// the log *ends* with the release, which is all a next owner asks.
     /// The newest record of a key survives compaction, so this does too.
+    #[serde(deserialize_with = "crate::bounded::ord_map")]
     releases: OrdMap<ShardReleaseKey, ReleaseEntry>,
 }
 

@@ -7,6 +7,7 @@
 
 pub mod assign;
 pub mod backoff;
+mod bounded;
 pub mod codec;
 pub mod command;
 pub mod failback;

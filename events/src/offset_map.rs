@@ -68,7 +68,9 @@ pub enum MapError {
 /// start.
 #[derive(Clone, PartialEq, Eq, Debug, Default, Serialize, Deserialize)]
 pub struct OffsetMap {
+    #[serde(deserialize_with = "crate::bounded::ord_map")]
     runs: OrdMap<i64, OffsetMapRun>,
+    #[serde(deserialize_with = "crate::bounded::ord_map")]
     holes: OrdMap<i64, OffsetMapHole>,
 }
 

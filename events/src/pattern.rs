@@ -114,10 +114,13 @@ pub struct TopicFilter {
 }
 
 impl TopicFilter {
+    /// Errors name the mirror property the pattern is kept in (a start's
+    /// `--topics` and `--exclude` are added to those), as the operator
+    /// wrote it.
     pub fn new(include: &str, exclude: &str) -> Result<Self, PatternError> {
         Ok(TopicFilter {
-            include: PatternList::parse("topics.include", include)?,
-            exclude: PatternList::parse("topics.exclude", exclude)?,
+            include: PatternList::parse("mirror.topics.include", include)?,
+            exclude: PatternList::parse("mirror.topics.exclude", exclude)?,
         })
     }
 
@@ -143,8 +146,8 @@ pub struct GroupFilter {
 impl GroupFilter {
     pub fn new(include: &str, exclude: &str) -> Result<Self, PatternError> {
         Ok(GroupFilter {
-            include: PatternList::parse("groups.include", include)?,
-            exclude: PatternList::parse("groups.exclude", exclude)?,
+            include: PatternList::parse("mirror.groups.include", include)?,
+            exclude: PatternList::parse("mirror.groups.exclude", exclude)?,
         })
     }
 
@@ -210,7 +213,7 @@ mod tests {
     fn bad_regex_is_named() {
         let e = TopicFilter::new("ok,(bad", "").unwrap_err();
         assert_eq!(e.pattern, "(bad");
-        assert_eq!(e.field, "topics.include");
+        assert_eq!(e.field, "mirror.topics.include");
         assert!(e.to_string().contains("(bad"));
     }
 }

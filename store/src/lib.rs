@@ -45,6 +45,14 @@ pub enum StoreError {
         "data directory {0} is locked by another process (is a kmirror daemon running on it?)"
     )]
     Locked(std::path::PathBuf),
+    /// Files that are not a kmirror event log where one should be: sled
+    /// would have written its own beside them, or started an empty log
+    /// over a damaged one.
+    #[error("data directory {path} {problem}; refusing to touch it")]
+    NotALog {
+        path: std::path::PathBuf,
+        problem: &'static str,
+    },
     #[error("data directory {path}: {message}")]
     Open {
         path: std::path::PathBuf,

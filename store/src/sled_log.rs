@@ -185,6 +185,38 @@ fn check_blob(
     Ok((base, count, entries))
 }
 
+/// Whether sled's `db` file has at least one segment whose header checks:
+/// sled 0.34 starts each segment (512 KiB, its default, which kmirror
+/// keeps) with a CRC-32 of the 16 header bytes after it, stored inverted.
+/// Checked before sled opens the file, because sled repairs what it cannot
+/// read — a new segment over foreign bytes, an emptied file started afresh
+/// — before kmirror could refuse. Not every segment: sled overwrites the
+/// ones it frees, the first included.
+fn sled_db_looks_sound(db: &Path) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    const SEGMENT: u64 = 512 * 1024;
+    let Ok(mut file) = std::fs::File::open(db) else {
+        return false;
+    };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut at = 0;
+    while at + 20 <= len {
+        let mut head = [0u8; 20];
+        let read = file
+            .seek(SeekFrom::Start(at))
+            .and_then(|_| file.read_exact(&mut head));
+        if read.is_err() {
+            return false;
+        }
+        let stored = u32::from_le_bytes(head[..4].try_into().unwrap()) ^ 0xFFFF_FFFF;
+        if stored == crc32fast::hash(&head[4..]) {
+            return true;
+        }
+        at += SEGMENT;
+    }
+    false
+}
+
 impl SledLog {
     /// Opens (or creates) the log in `dir` with default options.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
@@ -198,6 +230,36 @@ impl SledLog {
         let path = dir.as_ref().to_path_buf();
         if !opts.create && !path.is_dir() {
             return Err(StoreError::MissingDataDir(path));
+        }
+        // sled's own files (it writes `conf` and `db` when it creates a
+        // log): without them, anything in the directory is someone else's.
+        let had_log = path.join("conf").is_file() || path.join("db").is_file();
+        if had_log && !sled_db_looks_sound(&path.join("db")) {
+            return Err(StoreError::NotALog {
+                path,
+                problem: "holds a sled `db` file with no readable segment: it is truncated or not sled's (restore it from a backup)",
+            });
+        }
+        if path.is_dir() && !had_log {
+            let not_a_log = |problem| StoreError::NotALog {
+                path: path.clone(),
+                problem,
+            };
+            let empty = std::fs::read_dir(&path)
+                .map_err(|e| StoreError::Open {
+                    path: path.clone(),
+                    message: e.to_string(),
+                })?
+                .next()
+                .is_none();
+            if !empty {
+                return Err(not_a_log(
+                    "holds files but no kmirror event log (is it the right directory?)",
+                ));
+            }
+            if opts.read_only {
+                return Err(not_a_log("holds no event log yet"));
+            }
         }
         let flush_every = match opts.fsync {
             FsyncPolicy::Interval(d) => Some(d.as_millis().max(1) as u64),
@@ -243,8 +305,19 @@ impl SledLog {
                     }
                 })?
             }
+            // sled opens a truncated or emptied `db` as an empty database,
+            // so a log that lost its files would silently start over, and
+            // every mirror with it. The marker is written when a log is
+            // created, before anything else, so a log without it is damaged.
+            None if had_log => {
+                return Err(StoreError::NotALog {
+                    path,
+                    problem: "holds sled files but no kmirror format marker: they are truncated or damaged (restore them from a backup; a data dir never used since a crash during its first start can be deleted)",
+                })
+            }
             None if !opts.read_only => {
                 db.insert(META_FORMAT, &[FORMAT_VERSION])?;
+                db.flush()?;
             }
             None => {}
         }

@@ -11,6 +11,7 @@
 //! `scripts/kafka up --owner-pid` leaves behind, within half a second of the
 //! process ending, however it ends (normal exit, panic, SIGKILL).
 
+pub mod fuzz;
 pub mod mirror;
 pub mod proxy;
 pub mod wire;

@@ -20,6 +20,62 @@ use crate::failback::{self, FailbackError, FailbackRequest, FailbackSettings, To
 use crate::mirror::{Reconcile, RecoverTopics, StopMirror};
 use crate::state_topic;
 
+/// Every `mirror.*` property kmirror reads (the two unprefixed mirror keys
+/// may carry the prefix too). Any other is refused at create: a misspelt
+/// key would be kept and ignored, and the mirror would run without the
+/// setting the operator meant.
+const MIRROR_PROPERTIES: &[&str] = &[
+    "mirror.topics.include",
+    "mirror.topics.exclude",
+    "mirror.groups.include",
+    "mirror.groups.exclude",
+    kmirror_events::sync::GROUP_SYNC_INTERVAL_KEY,
+    kmirror_events::VERIFY_INTERVAL_KEY,
+    kmirror_events::risk::RISK_REFRESH_INTERVAL_KEY,
+    kmirror_events::risk::RETENTION_MARGIN_KEY,
+    kmirror_events::retry::INITIAL_BACKOFF_MS_KEY,
+    kmirror_events::retry::MAX_BACKOFF_MS_KEY,
+    kmirror_events::retry::MAX_ATTEMPTS_KEY,
+    failback::DIVERGENT_TAIL_KEY,
+    failback::QUARANTINE_SUFFIX_KEY,
+    UNCLEAN_KEY,
+    "mirror.acls.include",
+    "mirror.topic.properties.exclude",
+];
+
+const UNCLEAN_KEY: &str = "mirror.support.unclean.leader.election";
+
+/// The mirror's own keys that `decide` does not check (it checks the
+/// patterns, sync, risk and verify settings): unknown `mirror.*` keys, the
+/// unclean-election switch and the failback settings, which are otherwise
+/// read only when a failback or an unclean election comes.
+fn check_mirror_properties(props: &BTreeMap<String, String>) -> Result<(), NodeError> {
+    let invalid = |m: String| NodeError::new("INVALID_CONFIG", m);
+    if let Some(key) = props
+        .keys()
+        .find(|k| k.starts_with("mirror.") && !MIRROR_PROPERTIES.contains(&k.as_str()))
+    {
+        return Err(invalid(format!(
+            "{key}: unknown mirror property; expected one of {}",
+            MIRROR_PROPERTIES.join(", ")
+        )));
+    }
+    if let Some(v) = props
+        .get(UNCLEAN_KEY)
+        .filter(|v| *v != "true" && *v != "false")
+    {
+        return Err(invalid(format!(
+            "{UNCLEAN_KEY}: `{v}` is neither true nor false"
+        )));
+    }
+    let config = MirrorConfig {
+        source_properties: props.clone(),
+        ..MirrorConfig::default()
+    };
+    FailbackSettings::from_config(&config).map_err(|e| invalid(e.to_string()))?;
+    Ok(())
+}
+
 /// The operations that only move topics a mirror already has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TopicChange {
@@ -51,6 +107,7 @@ impl Node {
                 )
             })?;
         retry_policy(&properties)?;
+        check_mirror_properties(&properties)?;
         if let Some(shard) = self.inner.settings.shard {
             let routed = coordinator_partition(name, self.inner.settings.state_topic_partitions);
             if routed != shard {

@@ -145,7 +145,10 @@ impl Node {
         if partition < 0 || partition >= entry.change.partition_count {
             return Err(NodeError::new(
                 "UNKNOWN_TOPIC_OR_PARTITION",
-                format!("{topic} has {} partitions", entry.change.partition_count),
+                format!(
+                    "topic {topic} has {} partitions; partition {partition} does not exist",
+                    entry.change.partition_count
+                ),
             ));
         }
         let key = MirrorPartitionKey::new(mirror, entry.change.topic_id, partition);

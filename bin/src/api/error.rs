@@ -1,5 +1,6 @@
 //! The admin API's one error type and its code-to-status mapping.
 
+use actix_web::error::JsonPayloadError;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, ResponseError};
 use kmirror_actors::node::NodeError;
@@ -26,6 +27,28 @@ impl std::fmt::Display for ApiError {
     }
 }
 
+/// The largest request body the API reads. The largest legitimate one is
+/// a mirror's properties (a few KiB, inline PEM certificates included) or
+/// a start naming every topic of a big cluster (1 000 names of at most 249
+/// bytes); anything larger is a mistake, refused before it is buffered.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// A body the JSON extractor refused: 413 when it is over
+/// [`MAX_BODY_BYTES`], 400 naming what is wrong otherwise.
+pub fn body_error(e: JsonPayloadError) -> ApiError {
+    match e {
+        JsonPayloadError::OverflowKnownLength { length, limit } => ApiError(NodeError::new(
+            "PAYLOAD_TOO_LARGE",
+            format!("the body is {length} bytes; the admin API takes at most {limit}"),
+        )),
+        JsonPayloadError::Overflow { limit } => ApiError(NodeError::new(
+            "PAYLOAD_TOO_LARGE",
+            format!("the body is over {limit} bytes, the most the admin API takes"),
+        )),
+        other => ApiError::invalid(format!("bad JSON body: {other}")),
+    }
+}
+
 /// The one mapping from KIP / Kafka error names to HTTP statuses.
 pub fn status_for(code: &str) -> StatusCode {
     match code {
@@ -42,6 +65,7 @@ pub fn status_for(code: &str) -> StatusCode {
         | "NOT_FOUND" => StatusCode::NOT_FOUND,
         "METHOD_NOT_ALLOWED" => StatusCode::METHOD_NOT_ALLOWED,
         super::auth::AUTHENTICATION_FAILED => StatusCode::UNAUTHORIZED,
+        "PAYLOAD_TOO_LARGE" => StatusCode::PAYLOAD_TOO_LARGE,
         "CLUSTER_MIRROR_ALREADY_EXISTS"
         | "TOPIC_ALREADY_IN_CLUSTER_MIRROR"
         | "MIRROR_TOPIC_ALREADY_PAUSED"
@@ -85,3 +109,27 @@ impl actix_web::Responder for ApiError {
 }
 
 pub type Reply = Result<HttpResponse, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses() {
+        assert_eq!(status_for("MIRROR_TOPIC_NOT_PAUSED"), StatusCode::CONFLICT);
+        assert_eq!(status_for("UNKNOWN_CLUSTER_MIRROR"), StatusCode::NOT_FOUND);
+        assert_eq!(
+            status_for("INVALID_CLUSTER_MIRROR_STATES"),
+            StatusCode::CONFLICT
+        );
+        assert_eq!(status_for("INVALID_CONFIG"), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            status_for("PAYLOAD_TOO_LARGE"),
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+        assert_eq!(
+            status_for("SOMETHING_ELSE"),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
+}

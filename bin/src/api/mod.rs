@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use actix_web::web::{self, Data, Json, Path, Query};
+use actix_web::web::{self, Data, Path, Query};
 use actix_web::{HttpRequest, HttpResponse};
 use kmirror_actors::failback::FailbackRequest;
 use kmirror_actors::kafka::budget::MemoryBudget;
@@ -19,12 +19,16 @@ use kmirror_actors::verify::VerifyRequest;
 use kmirror_events::FailbackMode;
 
 pub mod auth;
+mod body;
 mod error;
+#[cfg(test)]
+mod fuzz;
 mod route;
 mod ui;
 
-pub use error::ApiError;
-use error::Reply;
+use body::Body;
+use error::{body_error, Reply};
+pub use error::{ApiError, MAX_BODY_BYTES};
 pub use route::NodeHandle;
 use route::{fan_out, forward, to_json, Owner};
 use serde::{Deserialize, Serialize};
@@ -110,8 +114,9 @@ struct TranslateQuery {
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.app_data(
         web::JsonConfig::default()
+            .limit(MAX_BODY_BYTES)
             .content_type_required(false)
-            .error_handler(|e, _| ApiError::invalid(format!("bad JSON body: {e}")).into()),
+            .error_handler(|e, _| body_error(e).into()),
     )
     .app_data(
         web::QueryConfig::default()
@@ -185,7 +190,7 @@ where
     Ok(all)
 }
 
-async fn create(node: Data<NodeHandle>, req: HttpRequest, body: Json<CreateBody>) -> Reply {
+async fn create(node: Data<NodeHandle>, req: HttpRequest, body: Body<CreateBody>) -> Reply {
     let body = body.into_inner();
     if body.name.trim().is_empty() {
         return Err(ApiError::invalid("name: must not be empty"));
@@ -278,7 +283,7 @@ async fn operate(
     node: Data<NodeHandle>,
     req: HttpRequest,
     path: Path<(String, String)>,
-    body: Json<OperationBody>,
+    body: Body<OperationBody>,
 ) -> Reply {
     let (mirror, operation) = path.into_inner();
     let here = match node.owner(&mirror, &req).await? {
@@ -388,7 +393,7 @@ async fn verify(
     node: Data<NodeHandle>,
     req: HttpRequest,
     path: Path<String>,
-    body: Json<VerifyRequest>,
+    body: Body<VerifyRequest>,
 ) -> Reply {
     let mirror = path.into_inner();
     let here = match node.owner(&mirror, &req).await? {

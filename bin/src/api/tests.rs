@@ -10,7 +10,7 @@ use kmirror_actors::cluster::memory::{MemoryDestination, MemorySource};
 use kmirror_actors::cluster::SourceCluster;
 use kmirror_actors::node::{Node, NodeSettings, SourceConnector};
 
-async fn node() -> Node {
+pub(super) async fn node() -> Node {
     let connect: SourceConnector = Arc::new(|_props| {
         Box::pin(async { Ok(Arc::new(MemorySource::new("source-id")) as Arc<dyn SourceCluster>) })
     });
@@ -282,20 +282,5 @@ async fn the_page_and_the_audit_answer() {
         404,
         "TOPIC_NOT_IN_CLUSTER_MIRROR",
         "nope",
-    );
-}
-
-#[test]
-fn statuses() {
-    assert_eq!(status_for("MIRROR_TOPIC_NOT_PAUSED"), StatusCode::CONFLICT);
-    assert_eq!(status_for("UNKNOWN_CLUSTER_MIRROR"), StatusCode::NOT_FOUND);
-    assert_eq!(
-        status_for("INVALID_CLUSTER_MIRROR_STATES"),
-        StatusCode::CONFLICT
-    );
-    assert_eq!(status_for("INVALID_CONFIG"), StatusCode::BAD_REQUEST);
-    assert_eq!(
-        status_for("SOMETHING_ELSE"),
-        StatusCode::INTERNAL_SERVER_ERROR
     );
 }

@@ -25,7 +25,7 @@ pub(crate) mod audit;
 mod read;
 
 use audit::{audit, entry_json, names_of, partition_label, AuditArgs};
-use read::{load_with_progress, open_ro, open_sled_ro, CliResult, Progress, Source};
+use read::{load_with_progress, naming_dir, open_ro, open_sled_ro, CliResult, Progress, Source};
 
 #[derive(Args)]
 pub struct LogArgs {
@@ -394,7 +394,8 @@ fn compact(dir: &std::path::Path, retention_ms: i64) -> CliResult<ExitCode> {
             create: false,
             ..Default::default()
         },
-    )?;
+    )
+    .map_err(|e| naming_dir(dir, e))?;
     let image = load_with_progress(&log)?;
     let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as i64;
     let stats = log.snapshot_and_compact(&image, now, retention_ms)?;

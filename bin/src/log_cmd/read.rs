@@ -42,8 +42,18 @@ impl Source {
     }
 }
 
+/// An error opening the log at `dir`, naming `dir` if it does not already.
+pub(super) fn naming_dir(dir: &Path, e: kmirror_store::StoreError) -> String {
+    let message = e.to_string();
+    if message.contains(&dir.display().to_string()) {
+        message
+    } else {
+        format!("data directory {}: {message}", dir.display())
+    }
+}
+
 pub(super) fn open_sled_ro(dir: &Path) -> CliResult<SledLog> {
-    let log = SledLog::open_read_only(dir)?;
+    let log = SledLog::open_read_only(dir).map_err(|e| naming_dir(dir, e))?;
     if let Some(from) = log.open_report().damaged_from {
         eprintln!(
             "kmirror log: warning: damaged tail from offset {from} ({} records) is ignored; run `kmirror log verify` for details",

@@ -122,8 +122,11 @@ pub fn decode_records(batch: &RecordBatch) -> Result<DecodedBatch> {
     let codec = batch.codec()?;
     let data = decompress(codec, batch.payload())?;
     let count = batch.record_count().max(0) as usize;
+    // Every record takes at least a byte, so no more than the payload's
+    // length are reserved, whatever the header claims (a claimed 2^31
+    // records aborted the process on allocation; found by the fuzzer).
+    let mut records = Vec::with_capacity(count.min(data.len()));
     let mut r = Reader { buf: data, pos: 0 };
-    let mut records = Vec::with_capacity(count);
     let log_append = batch.timestamp_type() == TimestampType::LogAppendTime;
     for _ in 0..count {
         let len = r.varint()?;
@@ -137,13 +140,18 @@ pub fn decode_records(batch: &RecordBatch) -> Result<DecodedBatch> {
         let _attributes = r.byte()?;
         let ts_delta = r.varlong()?;
         let offset_delta = r.varint()?;
+        // Within the batch, as Kafka writes it: so base + delta, which
+        // prepare and merge compute, stays at or below the last offset.
+        if !(0..=batch.last_offset_delta()).contains(&offset_delta) {
+            return Err(invalid("record offset delta outside the batch"));
+        }
         let key = r.nullable()?;
         let value = r.nullable()?;
         let n_headers = r.varint()?;
         if n_headers < 0 {
             return Err(invalid("negative header count"));
         }
-        let mut headers = Vec::with_capacity(n_headers as usize);
+        let mut headers = Vec::with_capacity((n_headers as usize).min(end - r.pos));
         for _ in 0..n_headers {
             let klen = r.varint()?;
             if klen < 0 {
@@ -159,7 +167,8 @@ pub fn decode_records(batch: &RecordBatch) -> Result<DecodedBatch> {
         let timestamp = if log_append {
             batch.max_timestamp()
         } else {
-            batch.base_timestamp() + ts_delta
+            // Java's long addition: a hostile delta wraps, never panics.
+            batch.base_timestamp().wrapping_add(ts_delta)
         };
         records.push(Record {
             offset_delta,

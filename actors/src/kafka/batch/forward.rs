@@ -137,6 +137,9 @@ pub fn prepare(
     max_message_bytes: usize,
     from_offset: i64,
 ) -> Result<Vec<OutgoingBatch>> {
+    if !matches!(action, BatchAction::Drop(_)) {
+        check_crc(batch)?;
+    }
     match action {
         BatchAction::Drop(_) => Ok(Vec::new()),
         BatchAction::PassThrough => Ok(vec![OutgoingBatch::pass_through(batch)]),
@@ -182,6 +185,23 @@ pub fn prepare(
                 .collect();
             encode_batches(&decoded.records, &offsets, decoded.codec, max_message_bytes)
         }
+    }
+}
+
+/// Refuses a source batch whose CRC-32C does not match its bytes. Whatever
+/// is sent is stamped with a fresh CRC (`stamp_producer`), so a batch
+/// damaged on the source's disk or on the way would otherwise reach the
+/// destination with a valid checksum over wrong records, and no broker or
+/// consumer could tell any more (the fuzzer passed damaged batches through).
+fn check_crc(batch: &RecordBatch) -> Result<()> {
+    if batch.verify_crc() {
+        Ok(())
+    } else {
+        Err(KafkaError::InvalidBatch(format!(
+            "source batch at offset {} fails its CRC-32C check ({:#010x} stored): damaged, not mirrored",
+            batch.base_offset(),
+            batch.crc()
+        )))
     }
 }
 
@@ -233,6 +253,9 @@ pub fn mergeable(batch: &RecordBatch, action: BatchAction, behind: bool) -> bool
 /// in [`OutgoingBatch::source_offsets`], so the offset map stays exact even
 /// where compaction left gaps between the merged batches.
 pub fn merge(batches: &[RecordBatch], max_bytes: usize) -> Result<Vec<OutgoingBatch>> {
+    for b in batches {
+        check_crc(b)?;
+    }
     match batches {
         [] => Ok(Vec::new()),
         [one] => Ok(vec![OutgoingBatch::pass_through(one)]),
@@ -269,6 +292,31 @@ mod tests {
     use super::super::codec::BatchBuilder;
     use super::super::view::stamp_producer;
     use super::*;
+
+    #[test]
+    fn a_damaged_source_batch_is_never_sent_with_a_fresh_crc() {
+        let good = BatchBuilder::new((0..3).map(|i| rec(i, 5)).collect())
+            .build()
+            .unwrap();
+        let mut bytes = good.as_bytes().to_vec();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1; // one bit of the last record's payload
+        let bad = RecordBatch::new(Bytes::from(bytes)).unwrap();
+        assert!(!bad.verify_crc());
+        for action in [
+            BatchAction::PassThrough,
+            BatchAction::Reencode(ReencodeReason::TooLarge),
+        ] {
+            let e = prepare(&bad, action, 1 << 20, 0).unwrap_err();
+            assert!(e.to_string().contains("CRC-32C"), "{e}");
+        }
+        let e = merge(&[good.clone(), bad.clone()], 1 << 20).unwrap_err();
+        assert!(e.to_string().contains("CRC-32C"), "{e}");
+        assert!(merge(std::slice::from_ref(&bad), 1 << 20).is_err());
+        // Dropped batches are not read at all.
+        let dropped = BatchAction::Drop(DropReason::Control);
+        assert!(prepare(&bad, dropped, 1 << 20, 0).unwrap().is_empty());
+    }
 
     #[test]
     fn pass_through_rewrite_and_stamp() {

@@ -136,11 +136,22 @@ impl RecordBatch {
                 bytes.len()
             )));
         }
-        let len = be_i32(&bytes, BATCH_LENGTH) as usize + LOG_OVERHEAD;
-        if len != bytes.len() {
+        // A negative length overflowed `as usize + 12` (found by the fuzzer).
+        let declared = be_i32(&bytes, BATCH_LENGTH);
+        if usize::try_from(declared).map(|l| l + LOG_OVERHEAD) != Ok(bytes.len()) {
             return Err(KafkaError::InvalidBatch(format!(
-                "batch length {len} != buffer {}",
+                "batch length {declared} + {LOG_OVERHEAD} != buffer {}",
                 bytes.len()
+            )));
+        }
+        let (base, delta) = (
+            be_i64(&bytes, BASE_OFFSET),
+            be_i32(&bytes, LAST_OFFSET_DELTA),
+        );
+        if base.checked_add(delta as i64 + 1).is_none() {
+            // Its last and next offsets would overflow (found by the fuzzer).
+            return Err(KafkaError::InvalidBatch(format!(
+                "base offset {base} + last offset delta {delta} is past the largest offset"
             )));
         }
         if bytes[MAGIC] != 2 {
@@ -286,7 +297,9 @@ impl Iterator for BatchIter {
             return None;
         }
         let len = be_i32(&self.rest, BATCH_LENGTH);
-        if len < (HEADER_SIZE - LOG_OVERHEAD) as i32 && self.rest[MAGIC] == 2 {
+        // Negative in any format (a damaged or hostile response; found by
+        // the fuzzer, it overflowed the sum below).
+        if len < 0 || (len < (HEADER_SIZE - LOG_OVERHEAD) as i32 && self.rest[MAGIC] == 2) {
             self.rest = Bytes::new();
             return Some(Err(KafkaError::InvalidBatch(format!(
                 "batch length {len} too small"
