@@ -26,18 +26,22 @@ use common::*;
 use kmirror_actors::kafka::admin::{Admin, OffsetSpec};
 use kmirror_actors::kafka::fetch::IsolationLevel;
 use kmirror_actors::kafka::{ClientConfig, KafkaClient};
-use kmirror_tests::proxy::{FaultProxy, FaultRng};
+use kmirror_tests::proxy::{Direction, FaultProxy, FaultRng};
 use kmirror_tests::{create_topic, kafka_script, kafka_tool_ok, unique, ProxiedBed};
 use serde_json::Value;
 
 const PARTITIONS: i32 = 3;
 /// Records a second from the verifiable producer.
 const RATE: u32 = 400;
+/// `request.timeout.ms` of the daemon's clients on both sides: shorter than
+/// a 30 s black hole, so requests time out inside it and connections are
+/// reopened (with Kafka's default, 30 s, the hole ends just as they would).
+const REQUEST_TIMEOUT_MS: u64 = 10_000;
 
 /// One bed for the binary, a proxied listener per test.
 fn bed() -> &'static ProxiedBed {
     static BED: OnceLock<ProxiedBed> = OnceLock::new();
-    BED.get_or_init(|| ProxiedBed::start(6))
+    BED.get_or_init(|| ProxiedBed::start(8))
 }
 
 fn long() -> bool {
@@ -85,7 +89,7 @@ impl Run {
         let producer = start_verifiable_producer(&bed.source, &topic, &acked);
         let port = free_port();
         let text = format!(
-            "data_dir = \"{}\"\nadmin_listen = \"127.0.0.1:{port}\"\nmetadata_refresh_interval_ms = 1000\n[destination]\nbootstrap_servers = \"{}\"\n",
+            "data_dir = \"{}\"\nadmin_listen = \"127.0.0.1:{port}\"\nmetadata_refresh_interval_ms = 1000\n[destination]\nbootstrap_servers = \"{}\"\nrequest_timeout_ms = {REQUEST_TIMEOUT_MS}\n",
             dir.path().join("data").display(),
             slot.destination.listen
         );
@@ -93,7 +97,10 @@ impl Run {
         let props = dir.path().join("source.properties");
         std::fs::write(
             &props,
-            format!("bootstrap.servers={}\n", slot.source.listen),
+            format!(
+                "bootstrap.servers={}\nrequest.timeout.ms={REQUEST_TIMEOUT_MS}\n",
+                slot.source.listen
+            ),
         )
         .unwrap();
         let mirror = unique("net");
@@ -175,7 +182,16 @@ impl Run {
     /// Seconds from now (the end of a fault) until the destination holds
     /// everything the source held now.
     fn time_to_recover(&self) -> f64 {
+        self.time_to_recover_past(Duration::ZERO)
+    }
+
+    /// Seconds from now until the destination holds everything the source
+    /// holds after `settle`: with a fault still in force, only records
+    /// produced after it prove the copy goes on (those in flight may land
+    /// anyway).
+    fn time_to_recover_past(&self, settle: Duration) -> f64 {
         let healed = Instant::now();
+        std::thread::sleep(settle);
         let target = self.source_end();
         wait_secs("the destination to catch up after the fault", 300, || {
             let parts = self.describe();
@@ -186,7 +202,7 @@ impl Run {
 
     /// Stops the load, waits for the copy to be complete, checks it and
     /// the daemon's story, and prints the RELIABILITY line.
-    fn finish(mut self, fault: &str, injected: usize, recover_secs: f64) {
+    fn finish(mut self, fault: &str, story: Story, injected: usize, recover_secs: f64) {
         stop_producer(self.producer.take().unwrap());
         let total = self.source_end();
         wait_secs("the final catch-up", 120, || {
@@ -256,27 +272,43 @@ impl Run {
         }
         let daemon = self.daemon.take().unwrap();
         assert_eq!(daemon.terminate().code(), Some(0), "SIGTERM exits 0");
-        let story = audit(&self.dir.path().join("data"), &self.mirror);
-        let failed = story.lines().filter(|l| l.contains("-> FAILED")).count();
-        for l in story.lines().filter(|l| l.contains("-> FAILED")) {
-            assert!(!l.contains("non-retryable"), "{fault}: {l}\n{story}");
+        let story_text = audit(&self.dir.path().join("data"), &self.mirror);
+        let story_lines = story_text.clone();
+        let failed: Vec<&str> = story_lines.lines().filter(|l| l.contains("-> FAILED")).collect();
+        for l in &failed {
+            assert!(!l.contains("non-retryable"), "{fault}: {l}\n{story_text}");
+        }
+        match story {
+            Story::NoFailure => assert!(
+                failed.is_empty(),
+                "{fault}: a transient network fault must not fail a partition, yet:\n{}",
+                failed.join("\n")
+            ),
+            Story::FailedAndRetried => assert!(
+                !failed.is_empty(),
+                "{fault}: an outage longer than the request timeout shows as FAILED (retryable):\n{story_text}"
+            ),
         }
         for p in 0..PARTITIONS {
             let label = format!("{}/{}[{p}]", self.mirror, self.topic);
-            let last = story
+            let last = story_lines
                 .lines()
-                .filter(|l| l.contains(&label) && l.contains(" -> "))
+                .filter(|l| l.contains("MirrorPartitionState") && l.contains(&label))
                 .next_back()
-                .unwrap_or_else(|| panic!("no state change of {label}:\n{story}"));
+                .unwrap_or_else(|| panic!("no state change of {label}:\n{story_text}"));
             assert!(
                 last.contains("-> MIRRORING"),
-                "{fault}: {label} ends MIRRORING: {last}\n{story}"
+                "{fault}: {label} ends MIRRORING: {last}\n{story_text}"
             );
         }
         println!(
-            "{}: audit: {failed} FAILED (retryable) transitions, each partition MIRRORING again",
-            self.name
+            "{}: audit: {} FAILED (retryable) transitions, each partition MIRRORING again",
+            self.name,
+            failed.len()
         );
+        for l in failed.iter().take(3) {
+            println!("{}: audit: {l}", self.name);
+        }
         println!(
             "RELIABILITY|{fault}|{injected}|{}|{duplicated}|{recover_secs:.1}|{total}",
             lost + acked_lost.len()
@@ -291,6 +323,17 @@ impl Drop for Run {
         self.source.heal();
         self.destination.heal();
     }
+}
+
+/// What `kmirror log audit` must tell after the fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Story {
+    /// Every partition stayed MIRRORING: the fault was absorbed by
+    /// reconnecting and retrying inside the client.
+    NoFailure,
+    /// At least one MIRRORING -> FAILED (retryable), and every partition
+    /// MIRRORING again at the end.
+    FailedAndRetried,
 }
 
 fn wait_secs(what: &str, secs: u64, mut check: impl FnMut() -> bool) {
@@ -411,7 +454,7 @@ fn resets(name: &'static str, fault: &str, destination_side: bool) {
     }
     let recover = run.time_to_recover();
     println!("{name}: caught up {recover:.1} s after the last reset");
-    run.finish(fault, injected, recover);
+    run.finish(fault, Story::NoFailure, injected, recover);
 }
 
 #[test]
@@ -443,7 +486,15 @@ fn black_hole(name: &'static str, fault: &str, destination_side: bool) {
     proxy.black_hole(false);
     let recover = run.time_to_recover();
     println!("{name}: caught up {recover:.1} s after the black hole");
-    run.finish(fault, 1, recover);
+    // Long, the hole outlasts the request timeout twice over: the source
+    // side then tells it as FAILED and retried; the destination's producer
+    // keeps retrying its batches within `delivery.timeout.ms` (120 s).
+    let story = if long() && !destination_side {
+        Story::FailedAndRetried
+    } else {
+        Story::NoFailure
+    };
+    run.finish(fault, story, 1, recover);
 }
 
 #[test]
@@ -495,5 +546,40 @@ fn added_latency_on_both_sides() {
         slow - base
     );
     let recover = run.time_to_recover();
-    run.finish("200 ms added latency each way, both sides", 1, recover);
+    run.finish(
+        "200 ms added latency each way, both sides",
+        Story::NoFailure,
+        1,
+        recover,
+    );
+}
+
+/// The connections open now go half-open — the source's requests and the
+/// destination's answers vanish, sockets kept open, as when a peer is gone
+/// without a FIN — and stay so: new connections work. The daemon must
+/// notice (its requests time out) and reconnect; time to recover counts
+/// from the injection.
+#[test]
+fn half_open_connections_on_both_sides() {
+    let name = "half-open";
+    let run = Run::start(name);
+    let rounds = if long() { 3 } else { 1 };
+    let mut worst = 0.0f64;
+    for round in 0..rounds {
+        let s = run.source.half_open(Direction::ToBroker);
+        let d = run.destination.half_open(Direction::ToClient);
+        println!("{name}: round {round}: {s} source and {d} destination connections half-open");
+        let recover = run.time_to_recover_past(Duration::from_secs(1));
+        println!("{name}: round {round}: caught up {recover:.1} s after");
+        worst = worst.max(recover);
+        run.source.heal();
+        run.destination.heal();
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    run.finish(
+        "half-open connections (no FIN), both sides",
+        Story::NoFailure,
+        rounds,
+        worst,
+    );
 }

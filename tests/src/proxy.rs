@@ -383,7 +383,7 @@ async fn connection(
     {
         let (mut f, mut c) = (faults.clone(), conn.clone());
         if gate(&mut f, &mut c, 0).await.is_none() {
-            let _ = client.set_linger(Some(Duration::ZERO));
+            linger_zero(&client);
             return;
         }
     }
@@ -416,7 +416,7 @@ async fn connection(
     let client_writer = tokio::spawn(async move {
         let kill = forward(back_rx, &mut cw, f, c, Direction::ToClient as usize).await;
         if kill == Some(Kill::Reset) {
-            let _ = cw.as_ref().set_linger(Some(Duration::ZERO));
+            linger_zero(cw.as_ref());
         }
         kill
     });
@@ -458,7 +458,7 @@ async fn connection(
         () = reading => None,
     };
     if kill == Some(Kill::Reset) {
-        let _ = cr.as_ref().set_linger(Some(Duration::ZERO));
+        linger_zero(cr.as_ref());
     }
     drop(tx);
     if kill.is_some() {
@@ -467,6 +467,14 @@ async fn connection(
         let _ = client_writer.await;
     }
     drop(cr);
+}
+
+/// Makes the socket's close a RST. Tokio deprecates `set_linger` because a
+/// non-zero linger blocks the thread on drop; a zero linger never blocks —
+/// the kernel discards the unsent data and resets at once.
+#[allow(deprecated)]
+fn linger_zero(s: &TcpStream) {
+    let _ = s.set_linger(Some(Duration::ZERO));
 }
 
 /// A small seeded generator (xorshift64*) for fault schedules: the seed is
