@@ -219,13 +219,21 @@ impl Run {
             records(&bed.destination, &self.topic, total),
         );
         let count = |m: &BTreeMap<i32, Vec<(i64, String)>>| m.values().map(Vec::len).sum::<usize>();
-        assert_eq!(count(&src) as i64, total, "the console consumer read the source");
+        assert_eq!(
+            count(&src) as i64,
+            total,
+            "the console consumer read the source"
+        );
         let on_destination: BTreeSet<&str> =
             dst.values().flatten().map(|(_, v)| v.as_str()).collect();
         let duplicated = count(&dst) - on_destination.len();
         let source_values: BTreeSet<&str> =
             src.values().flatten().map(|(_, v)| v.as_str()).collect();
-        assert_eq!(source_values.len(), count(&src), "the producer's values are unique");
+        assert_eq!(
+            source_values.len(),
+            count(&src),
+            "the producer's values are unique"
+        );
         let lost = source_values.difference(&on_destination).count();
         let acked = acked_values(&self.acked);
         assert!(acked.len() > 100, "the producer ran: {} acked", acked.len());
@@ -233,7 +241,10 @@ impl Run {
             .iter()
             .filter(|v| !on_destination.contains(v.as_str()))
             .collect();
-        assert_eq!(lost, 0, "{fault}: source records missing on the destination");
+        assert_eq!(
+            lost, 0,
+            "{fault}: source records missing on the destination"
+        );
         assert_eq!(duplicated, 0, "{fault}: records twice on the destination");
         assert!(
             acked_lost.is_empty(),
@@ -274,7 +285,10 @@ impl Run {
         assert_eq!(daemon.terminate().code(), Some(0), "SIGTERM exits 0");
         let story_text = audit(&self.dir.path().join("data"), &self.mirror);
         let story_lines = story_text.clone();
-        let failed: Vec<&str> = story_lines.lines().filter(|l| l.contains("-> FAILED")).collect();
+        let failed: Vec<&str> = story_lines
+            .lines()
+            .filter(|l| l.contains("-> FAILED"))
+            .collect();
         for l in &failed {
             assert!(!l.contains("non-retryable"), "{fault}: {l}\n{story_text}");
         }
@@ -430,7 +444,14 @@ fn records(bootstrap: &str, topic: &str, total: i64) -> BTreeMap<i32, Vec<(i64, 
 }
 
 fn audit(data: &Path, mirror: &str) -> String {
-    let out = kmirror(&["log", "audit", "--data-dir", data.to_str().unwrap(), "--mirror", mirror]);
+    let out = kmirror(&[
+        "log",
+        "audit",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--mirror",
+        mirror,
+    ]);
     assert!(out.status.success(), "log audit: {}", stderr(&out));
     stdout(&out)
 }
@@ -447,10 +468,17 @@ fn resets(name: &'static str, fault: &str, destination_side: bool) {
             .rng
             .between(Duration::from_secs(2), Duration::from_secs(5));
         std::thread::sleep(wait);
-        let proxy = if destination_side { &run.destination } else { &run.source };
+        let proxy = if destination_side {
+            &run.destination
+        } else {
+            &run.source
+        };
         let n = proxy.reset_connections();
         injected += 1;
-        println!("{name}: reset {n} connections at {:.1} s", started.elapsed().as_secs_f64());
+        println!(
+            "{name}: reset {n} connections at {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
     }
     let recover = run.time_to_recover();
     println!("{name}: caught up {recover:.1} s after the last reset");
@@ -479,7 +507,11 @@ fn connection_resets_to_the_destination() {
 fn black_hole(name: &'static str, fault: &str, destination_side: bool) {
     let run = Run::start(name);
     let length = Duration::from_secs(if long() { 30 } else { 4 });
-    let proxy = if destination_side { &run.destination } else { &run.source };
+    let proxy = if destination_side {
+        &run.destination
+    } else {
+        &run.source
+    };
     proxy.black_hole(true);
     println!("{name}: black hole for {} s", length.as_secs());
     std::thread::sleep(length);
@@ -499,7 +531,11 @@ fn black_hole(name: &'static str, fault: &str, destination_side: bool) {
 
 #[test]
 fn a_black_hole_to_the_source() {
-    black_hole("black-hole-source", "black hole to the source (30 s)", false);
+    black_hole(
+        "black-hole-source",
+        "black hole to the source (30 s)",
+        false,
+    );
 }
 
 #[test]

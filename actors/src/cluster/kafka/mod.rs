@@ -233,7 +233,7 @@ impl KafkaCluster {
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let session = FetchSession::new(self.client.clone(), node, self.options.clone());
-        tokio::spawn(broker_fetcher(session, rx));
+        tokio::spawn(broker_fetcher(session, self.client.clone(), rx));
         fetchers.insert(node, tx.clone());
         tx
     }
@@ -253,7 +253,12 @@ struct Register {
 /// One broker's fetch loop: a request for every registered partition with
 /// buffer room, results handed out, positions advanced. Ends when no
 /// partition is left and nobody can register any more.
-async fn broker_fetcher(mut session: FetchSession, mut rx: mpsc::UnboundedReceiver<Register>) {
+async fn broker_fetcher(
+    mut session: FetchSession,
+    client: KafkaClient,
+    mut rx: mpsc::UnboundedReceiver<Register>,
+) {
+    let mut blips = TransportBlips::new(client.config().request_timeout);
     let mut parts: IndexMap<TopicPartition, mpsc::Sender<Result<FetchedPartition, FetchError>>> =
         IndexMap::new();
     // Where a partition sitting out stands: (offset, last fetched epoch).
@@ -308,7 +313,14 @@ async fn broker_fetcher(mut session: FetchSession, mut rx: mpsc::UnboundedReceiv
             continue;
         }
         match session.fetch().await {
+            Err(e) if blips.retry_quietly(&e) => {
+                // Positions did not move: the same partitions are fetched
+                // again, on a new connection, in a new fetch session.
+                tracing::debug!(node = session.node_id(), error = %e, "fetch: transport error, fetching again");
+                tokio::time::sleep(client.retry_backoff(blips.attempts - 1)).await;
+            }
             Ok(results) => {
+                blips.clear();
                 for (tp, result) in results {
                     let failed = result.is_err();
                     if let Some(tx) = parts.get(&tp) {
@@ -327,15 +339,61 @@ async fn broker_fetcher(mut session: FetchSession, mut rx: mpsc::UnboundedReceiv
             Err(e) => {
                 // The whole request failed (connection, timeout): every
                 // partition gets the error and re-registers after deciding.
-                let msg = e.to_string();
+                blips.clear();
                 for (tp, tx) in parts.drain(..) {
                     session.remove(&tp);
-                    let _ = tx.try_send(Err(FetchError::Other(KafkaError::Unknown(msg.clone()))));
+                    let _ = tx.try_send(Err(FetchError::Other(e.duplicate())));
                 }
                 paused.clear();
                 epochs.clear();
             }
         }
+    }
+}
+
+/// A broker's fetch loop rides out a lost connection the way Kafka's
+/// consumer does — it fetches again from the same positions — instead of
+/// failing every partition it serves: a reset, or a request timed out on a
+/// half-open connection, would otherwise fail them all (FAILED, re-aligned,
+/// two state records each) at every blip. A fault that outlasts a few
+/// quick tries, or a request timeout, still reaches the partitions.
+struct TransportBlips {
+    window: Duration,
+    /// Quiet retries in the current streak of transport errors.
+    attempts: u32,
+    since: Option<tokio::time::Instant>,
+}
+
+impl TransportBlips {
+    /// Quiet retries per streak.
+    const MAX: u32 = 3;
+
+    fn new(request_timeout: Duration) -> Self {
+        TransportBlips {
+            window: request_timeout,
+            attempts: 0,
+            since: None,
+        }
+    }
+
+    /// Whether `e` is a transport error to retry without telling the
+    /// partitions (counts the attempt).
+    fn retry_quietly(&mut self, e: &KafkaError) -> bool {
+        let transport = matches!(
+            e,
+            KafkaError::Disconnected { .. } | KafkaError::Io { .. } | KafkaError::Timeout { .. }
+        );
+        let since = *self.since.get_or_insert_with(tokio::time::Instant::now);
+        if !transport || self.attempts >= Self::MAX || since.elapsed() >= self.window {
+            return false;
+        }
+        self.attempts += 1;
+        true
+    }
+
+    fn clear(&mut self) {
+        self.attempts = 0;
+        self.since = None;
     }
 }
 
