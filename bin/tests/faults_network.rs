@@ -307,8 +307,7 @@ impl Run {
             let label = format!("{}/{}[{p}]", self.mirror, self.topic);
             let last = story_lines
                 .lines()
-                .filter(|l| l.contains("MirrorPartitionState") && l.contains(&label))
-                .next_back()
+                .rfind(|l| l.contains("MirrorPartitionState") && l.contains(&label))
                 .unwrap_or_else(|| panic!("no state change of {label}:\n{story_text}"));
             assert!(
                 last.contains("-> MIRRORING"),
@@ -547,38 +546,49 @@ fn a_black_hole_to_the_destination() {
     );
 }
 
-/// The mean of the partitions' `lag_seconds`, sampled every 250 ms for `d`.
-fn mean_lag_seconds(run: &Run, d: Duration) -> (f64, f64) {
-    let start = Instant::now();
-    let (mut sum, mut n, mut max) = (0.0, 0, 0.0f64);
-    while start.elapsed() < d {
-        for p in run.describe() {
-            let l = p["lag_seconds"].as_f64().unwrap_or(0.0);
-            sum += l;
-            n += 1;
-            max = max.max(l);
+/// How long the copy trails the source, sampled `samples` times: from
+/// reading the source's end offsets (directly) until the daemon reports the
+/// destination holding as much. Mean and max, in seconds.
+fn mirror_delay(run: &Run, samples: usize) -> (f64, f64) {
+    let (mut sum, mut max) = (0.0, 0.0f64);
+    for _ in 0..samples {
+        let start = Instant::now();
+        let target = run.source_end();
+        loop {
+            let parts = run.describe();
+            if parts.len() == PARTITIONS as usize && run.destination_sum(&parts) >= target {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the copy stalled"
+            );
+            std::thread::sleep(Duration::from_millis(10));
         }
-        std::thread::sleep(Duration::from_millis(250));
+        let d = start.elapsed().as_secs_f64();
+        sum += d;
+        max = max.max(d);
+        std::thread::sleep(Duration::from_millis(200));
     }
-    (sum / n.max(1) as f64, max)
+    (sum / samples.max(1) as f64, max)
 }
 
 #[test]
 fn added_latency_on_both_sides() {
     let name = "latency";
     let run = Run::start(name);
-    let length = Duration::from_secs(if long() { 60 } else { 6 });
-    let (base, base_max) = mean_lag_seconds(&run, Duration::from_secs(if long() { 20 } else { 4 }));
+    let samples = if long() { 60 } else { 8 };
+    let (base, base_max) = mirror_delay(&run, samples);
     let delay = Duration::from_millis(200);
     for proxy in [&run.source, &run.destination] {
         proxy.set_latency(delay, delay);
     }
-    let (slow, slow_max) = mean_lag_seconds(&run, length);
+    let (slow, slow_max) = mirror_delay(&run, samples);
     for proxy in [&run.source, &run.destination] {
         proxy.heal();
     }
     println!(
-        "{name}: 200 ms added each way on both sides: mean lag {base:.3} s -> {slow:.3} s (added {:.3} s), max {base_max:.3} s -> {slow_max:.3} s",
+        "{name}: 200 ms added each way on both sides: the copy trails the source by {base:.3} s -> {slow:.3} s on average (added {:.3} s), at most {base_max:.3} s -> {slow_max:.3} s ({samples} samples each)",
         slow - base
     );
     let recover = run.time_to_recover();

@@ -345,9 +345,8 @@ async fn forward(
             k = killed(&mut kill_watch) => return Some(k),
             next = rx.recv() => next,
         };
-        let Some((read_at, frame)) = next else {
-            return None;
-        };
+        // The sending side is gone: nothing more to forward.
+        let (read_at, frame) = next?;
         let mut kill_watch = conn.clone();
         let forwarded = async {
             let f = gate(&mut faults, &mut conn, direction).await?;
