@@ -300,7 +300,8 @@ impl Run {
             ),
             Story::FailedAndRetried => assert!(
                 !failed.is_empty(),
-                "{fault}: an outage longer than the request timeout shows as FAILED (retryable):\n{story_text}"
+                "{fault}: an outage longer than the request timeout shows as FAILED (retryable):\n{story_text}\ndaemon log:\n{}",
+                daemon_log_about(self.dir.path(), "fetch")
             ),
         }
         for p in 0..PARTITIONS {
@@ -440,6 +441,13 @@ fn records(bootstrap: &str, topic: &str, total: i64) -> BTreeMap<i32, Vec<(i64, 
         records.sort();
     }
     by_partition
+}
+
+/// The daemon's log lines that mention `word`, the last 30.
+fn daemon_log_about(dir: &Path, word: &str) -> String {
+    let log = std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains(word)).collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
 }
 
 fn audit(data: &Path, mirror: &str) -> String {

@@ -316,7 +316,7 @@ async fn broker_fetcher(
             Err(e) if blips.retry_quietly(&e) => {
                 // Positions did not move: the same partitions are fetched
                 // again, on a new connection, in a new fetch session.
-                tracing::debug!(node = session.node_id(), error = %e, "fetch: transport error, fetching again");
+                tracing::info!(node = session.node_id(), error = %e, attempt = blips.attempts, "fetch: connection lost, fetching again");
                 tokio::time::sleep(client.retry_backoff(blips.attempts - 1)).await;
             }
             Ok(results) => {
