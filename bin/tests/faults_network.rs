@@ -489,7 +489,8 @@ fn resets(name: &'static str, fault: &str, destination_side: bool) {
     }
     let recover = run.time_to_recover();
     println!("{name}: caught up {recover:.1} s after the last reset");
-    run.finish(fault, Story::NoFailure, injected, recover);
+    let fault = format!("{fault} for {} s", length.as_secs());
+    run.finish(&fault, Story::NoFailure, injected, recover);
 }
 
 #[test]
@@ -533,23 +534,24 @@ fn black_hole(name: &'static str, fault: &str, destination_side: bool) {
     } else {
         Story::NoFailure
     };
-    run.finish(fault, story, 1, recover);
+    run.finish(
+        &format!("{fault} ({} s)", length.as_secs()),
+        story,
+        1,
+        recover,
+    );
 }
 
 #[test]
 fn a_black_hole_to_the_source() {
-    black_hole(
-        "black-hole-source",
-        "black hole to the source (30 s)",
-        false,
-    );
+    black_hole("black-hole-source", "black hole to the source", false);
 }
 
 #[test]
 fn a_black_hole_to_the_destination() {
     black_hole(
         "black-hole-destination",
-        "black hole to the destination (30 s)",
+        "black hole to the destination",
         true,
     );
 }
