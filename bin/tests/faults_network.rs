@@ -602,12 +602,11 @@ fn added_latency_on_both_sides() {
         slow - base
     );
     let recover = run.time_to_recover();
-    run.finish(
-        "200 ms added latency each way, both sides",
-        Story::NoFailure,
-        1,
-        recover,
+    let fault = format!(
+        "200 ms added latency each way, both sides (the copy trails by +{:.2} s)",
+        slow - base
     );
+    run.finish(&fault, Story::NoFailure, 1, recover);
 }
 
 /// The connections open now go half-open — the source's requests and the
