@@ -338,10 +338,7 @@ fn from_table(table: config::Map<String, Value>) -> Result<DaemonSettings, Setti
         None => DEFAULT_MAX_MEMORY_BYTES,
         Some(v) => {
             let key = "max_memory_bytes";
-            let n = v
-                .clone()
-                .into_int()
-                .map_err(|_| err(key, format!("`{v}` is not a number of bytes")))?;
+            let n = integer_of(key, v, "a number of bytes")?;
             if n < MIN_MAX_MEMORY_BYTES {
                 return Err(err(
                     key,
@@ -660,7 +657,7 @@ request_timeout_ms = 15000
             key_of(&format!("data_dir = \"/d\"\nadmin_port = 1\n{dest}")),
             "admin_port"
         );
-        for bad in ["\"lots\"", "1000", "-1"] {
+        for bad in ["\"lots\"", "1000", "-1", "true", "6.5e7"] {
             assert_eq!(
                 key_of(&format!(
                     "data_dir = \"/d\"\nmax_memory_bytes = {bad}\n{dest}"

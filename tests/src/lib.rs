@@ -250,6 +250,85 @@ impl Drop for OwnPair {
     }
 }
 
+/// A source and destination pair of a test binary's own whose brokers each
+/// advertise `slots` proxied listeners (`scripts/kafka up --proxied`): a
+/// test takes a [`ProxySlot`] and binds its [`proxy::FaultProxy`]s there
+/// ([`proxy::FaultProxy::listen`]), so any process that bootstraps at the
+/// slot — the daemon included — stays behind that test's proxies, while
+/// `source` and `destination` stay direct for Kafka's Java tools. Stopped
+/// when dropped (and by the `--owner-pid` watcher).
+pub struct ProxiedBed {
+    /// The source's direct listener (`CLUSTER_1`).
+    pub source: String,
+    /// The destination's direct listener (`CLUSTER_2`).
+    pub destination: String,
+    pub kafka_version: String,
+    slots: std::sync::Mutex<Vec<ProxySlot>>,
+    dir: PathBuf,
+}
+
+/// Where one test's proxies listen and forward to, on both clusters.
+#[derive(Clone, Debug)]
+pub struct ProxySlot {
+    pub source: ProxyAddr,
+    pub destination: ProxyAddr,
+}
+
+/// One proxied listener: the advertised address clients use (the proxy
+/// binds it) and the broker's listener behind it.
+#[derive(Clone, Debug)]
+pub struct ProxyAddr {
+    pub listen: String,
+    pub upstream: String,
+}
+
+impl ProxiedBed {
+    /// Starts the pair with `slots` proxied listeners per broker.
+    pub fn start(slots: usize) -> Self {
+        let dir = std::env::temp_dir().join(unique("kmirror-proxied-bed"));
+        let env = start_clusters_with(2, &dir, &["--proxied", &slots.to_string()]);
+        let bed = bed_from_env(&env).expect("scripts/kafka up printed both clusters");
+        let get = |k: &str| {
+            env.lines()
+                .find_map(|l| l.strip_prefix(k)?.strip_prefix('=').map(str::to_string))
+                .unwrap_or_else(|| panic!("scripts/kafka up printed no {k}"))
+        };
+        let addr = |cluster: usize, k: usize| ProxyAddr {
+            listen: get(&format!("CLUSTER_{cluster}_PROXY_{k}")),
+            upstream: get(&format!("CLUSTER_{cluster}_PROXY_{k}_UPSTREAM")),
+        };
+        let slots = (1..=slots)
+            .rev()
+            .map(|k| ProxySlot {
+                source: addr(1, k),
+                destination: addr(2, k),
+            })
+            .collect();
+        ProxiedBed {
+            source: bed.source,
+            destination: bed.destination,
+            kafka_version: bed.kafka_version,
+            slots: std::sync::Mutex::new(slots),
+            dir,
+        }
+    }
+
+    /// A slot no other test of this bed uses; panics when all are taken.
+    pub fn take_slot(&self) -> ProxySlot {
+        self.slots
+            .lock()
+            .unwrap()
+            .pop()
+            .expect("every proxied listener of the bed is taken: start it with more slots")
+    }
+}
+
+impl Drop for ProxiedBed {
+    fn drop(&mut self) {
+        stop_clusters(&self.dir);
+    }
+}
+
 /// Starts `n` independent clusters under `dir`, stopped when this process ends.
 /// Returns the env-file text (`CLUSTER_<i>=host:port` lines).
 pub fn start_clusters(n: usize, dir: &Path) -> String {

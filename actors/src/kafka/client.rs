@@ -131,6 +131,8 @@ struct Slot {
     conn: Option<BrokerConnection>,
     failures: u32,
     next_attempt: Option<Instant>,
+    /// The last failed attempt: when it ended, and why.
+    last_failure: Option<(Instant, KafkaError)>,
 }
 
 struct Inner {
@@ -333,6 +335,7 @@ impl KafkaClient {
             let mut slots = self.inner.slots.lock().unwrap();
             slots.entry(node_id).or_default().clone()
         };
+        let asked = Instant::now();
         let mut slot = slot.lock().await;
         if let Some(c) = &slot.conn {
             if !c.is_closed() {
@@ -340,6 +343,15 @@ impl KafkaClient {
             }
         }
         slot.conn = None;
+        // An attempt failed while we waited for the slot: that is our
+        // answer too. Each caller making an attempt of its own in turn would
+        // keep the last of N waiting N × `socket.connection.setup.timeout.ms`
+        // on an unreachable broker, under no timeout of its own.
+        if let Some((at, e)) = &slot.last_failure {
+            if *at >= asked {
+                return Err(e.duplicate());
+            }
+        }
         if let Some(at) = slot.next_attempt {
             tokio::time::sleep_until(at.into()).await;
         }
@@ -360,6 +372,7 @@ impl KafkaClient {
             Ok(c) => {
                 slot.failures = 0;
                 slot.next_attempt = None;
+                slot.last_failure = None;
                 slot.conn = Some(c.clone());
                 Ok(c)
             }
@@ -367,6 +380,7 @@ impl KafkaClient {
                 let d = self.inner.config.reconnect_delay(slot.failures);
                 slot.failures = slot.failures.saturating_add(1);
                 slot.next_attempt = Some(Instant::now() + d);
+                slot.last_failure = Some((Instant::now(), e.duplicate()));
                 Err(e)
             }
         }

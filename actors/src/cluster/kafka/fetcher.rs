@@ -15,7 +15,7 @@ use crate::kafka::budget::{MemoryBudget, PartitionUse};
 use crate::kafka::fetch::{
     FetchError, FetchResults, FetchSession, FetchedPartition, TopicPartition,
 };
-use crate::kafka::KafkaError;
+use crate::kafka::{KafkaClient, KafkaError};
 
 /// Buffered fetch responses per partition: one being processed, one ready.
 pub(super) const PARTITION_BUFFER: usize = 2;
@@ -48,9 +48,11 @@ const MIN_FETCH_BYTES: usize = 256 * 1024;
 /// nobody can register any more.
 pub(super) async fn broker_fetcher(
     mut session: FetchSession,
+    client: KafkaClient,
     mut rx: mpsc::UnboundedReceiver<Register>,
     budget: Option<Arc<MemoryBudget>>,
 ) {
+    let mut blips = TransportBlips::new(client.config().request_timeout);
     let max_bytes = session_max_bytes(&session);
     let mut parts: IndexMap<TopicPartition, Part> = IndexMap::new();
     // Where a partition sitting out stands: (offset, last fetched epoch).
@@ -136,7 +138,14 @@ pub(super) async fn broker_fetcher(
             None => None,
         };
         match session.fetch().await {
+            Err(e) if blips.retry_quietly(&e) => {
+                // Positions did not move: the same partitions are fetched
+                // again, on a new connection, in a new fetch session.
+                tracing::info!(node = session.node_id(), error = %e, attempt = blips.attempts, "fetch: connection lost, fetching again");
+                tokio::time::sleep(client.retry_backoff(blips.attempts - 1)).await;
+            }
             Ok(mut results) => {
+                blips.clear();
                 if reservation.is_some() {
                     charge(&mut results, &parts);
                 }
@@ -160,17 +169,61 @@ pub(super) async fn broker_fetcher(
             Err(e) => {
                 // The whole request failed (connection, timeout): every
                 // partition gets the error and re-registers after deciding.
-                let msg = e.to_string();
+                blips.clear();
                 for (tp, part) in parts.drain(..) {
                     session.remove(&tp);
-                    let _ = part
-                        .tx
-                        .try_send(Err(FetchError::Other(KafkaError::Unknown(msg.clone()))));
+                    let _ = part.tx.try_send(Err(FetchError::Other(e.duplicate())));
                 }
                 paused.clear();
                 epochs.clear();
             }
         }
+    }
+}
+
+/// A broker's fetch loop rides out a lost connection the way Kafka's
+/// consumer does — it fetches again from the same positions — instead of
+/// failing every partition it serves: a reset, or a request timed out on a
+/// half-open connection, would otherwise fail them all (FAILED, re-aligned,
+/// two state records each) at every blip. A fault that outlasts a few
+/// quick tries, or a request timeout, still reaches the partitions.
+struct TransportBlips {
+    window: Duration,
+    /// Quiet retries in the current streak of transport errors.
+    attempts: u32,
+    since: Option<tokio::time::Instant>,
+}
+
+impl TransportBlips {
+    /// Quiet retries per streak.
+    const MAX: u32 = 3;
+
+    fn new(request_timeout: Duration) -> Self {
+        TransportBlips {
+            window: request_timeout,
+            attempts: 0,
+            since: None,
+        }
+    }
+
+    /// Whether `e` is a transport error to retry without telling the
+    /// partitions (counts the attempt).
+    fn retry_quietly(&mut self, e: &KafkaError) -> bool {
+        let transport = matches!(
+            e,
+            KafkaError::Disconnected { .. } | KafkaError::Io { .. } | KafkaError::Timeout { .. }
+        );
+        let since = *self.since.get_or_insert_with(tokio::time::Instant::now);
+        if !transport || self.attempts >= Self::MAX || since.elapsed() >= self.window {
+            return false;
+        }
+        self.attempts += 1;
+        true
+    }
+
+    fn clear(&mut self) {
+        self.attempts = 0;
+        self.since = None;
     }
 }
 

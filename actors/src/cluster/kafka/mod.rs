@@ -242,7 +242,12 @@ impl KafkaCluster {
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let session = FetchSession::new(self.client.clone(), node, self.options.clone());
-        tokio::spawn(broker_fetcher(session, rx, self.budget.clone()));
+        tokio::spawn(broker_fetcher(
+            session,
+            self.client.clone(),
+            rx,
+            self.budget.clone(),
+        ));
         fetchers.insert(node, tx.clone());
         tx
     }
