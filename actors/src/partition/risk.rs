@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use actix::Addr;
 use kmirror_events::{
@@ -21,7 +21,7 @@ use super::context::Progress;
 use super::failover::{self, Scan};
 use super::position;
 use crate::cluster::{DestinationCluster, SourceCluster};
-use crate::coordinator::CoordinatorActor;
+use crate::coordinator::{now_ms, CoordinatorActor};
 use crate::kafka::fetch::TopicPartition;
 
 /// Batch bytes a periodic sample reads at most; beyond, bytes are "at least".
@@ -91,12 +91,6 @@ fn seconds(ms: i64) -> f64 {
     } else {
         ms as f64 / 1000.0
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// `retention.ms` and `retention.bytes` of a source topic (None: unlimited).

@@ -23,7 +23,7 @@ pub use compare::Tally;
 pub use kmirror_events::VerifyDifference;
 
 use crate::cluster::{DestinationCluster, SourceCluster};
-use crate::coordinator::{CoordinatorActor, Execute, ReadImage};
+use crate::coordinator::{now_ms, CoordinatorActor, Execute, ReadImage};
 use crate::kafka::fetch::TopicPartition;
 
 /// Batch bytes read from the source per step of a full comparison.
@@ -215,11 +215,6 @@ pub async fn background(
             continue;
         }
         last = Some(Instant::now());
-        let now_ms = || {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as i64)
-        };
         let request = VerifyRequest {
             sample: Some(BACKGROUND_SAMPLE),
             seed: now_ms() as u64,
