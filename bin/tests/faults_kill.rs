@@ -1,0 +1,343 @@
+//! kill -9 of the daemon in each partition state — LOG_ALIGNMENT,
+//! MIRRORING, PAUSING, STOPPING, FAILED with a retry pending — on a
+//! seeded random schedule (the states' order and each kill's delay), then
+//! a restart on the same data dir that must finish the state's transition
+//! exactly: PAUSING ends PAUSED, STOPPING ends STOPPED, the others end
+//! MIRRORING, with the destination a copy of the source (0 lost, 0
+//! duplicated, same offsets) and the audit telling it.
+//!
+//! A transient state is held open by a frozen broker (SIGSTOP): the
+//! source for LOG_ALIGNMENT and FAILED (alignment and fetches time out),
+//! the destination for PAUSING and STOPPING (the sink's close waits for
+//! produces nobody answers). The seed is printed; `KMIRROR_FAULTS_SEED=N`
+//! replays it; `KMIRROR_FAULTS_LONG=1` runs three rounds of seeds N, N+1,
+//! N+2.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::fault_checks::*;
+use common::*;
+use kmirror_tests::{create_topic, unique, BrokerOp, PrivateBed};
+
+const PARTITIONS: usize = 2;
+
+/// splitmix64: the whole schedule follows from the seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    LogAlignment,
+    Mirroring,
+    Pausing,
+    Stopping,
+    FailedRetryPending,
+}
+
+impl Target {
+    fn state(self) -> &'static str {
+        match self {
+            Target::LogAlignment => "LOG_ALIGNMENT",
+            Target::Mirroring => "MIRRORING",
+            Target::Pausing => "PAUSING",
+            Target::Stopping => "STOPPING",
+            Target::FailedRetryPending => "FAILED",
+        }
+    }
+
+    /// Where the transition under way ends once the daemon is back.
+    fn end(self) -> &'static str {
+        match self {
+            Target::Pausing => "PAUSED",
+            Target::Stopping => "STOPPED",
+            _ => "MIRRORING",
+        }
+    }
+
+    fn fault(self) -> String {
+        match self {
+            Target::FailedRetryPending => "kmirror kill -9 in FAILED with a retry pending".into(),
+            t => format!("kmirror kill -9 in {}", t.state()),
+        }
+    }
+}
+
+/// Mirror properties: source calls time out in 4 s and a failed partition
+/// waits 3 s or more before it retries, so LOG_ALIGNMENT (alignment
+/// waiting on a frozen source) and FAILED (the retry pending) each last
+/// seconds, long enough to be caught and killed in.
+fn kill_properties(dir: &Path, source: &str) -> String {
+    let file = dir.join("source.properties");
+    std::fs::write(
+        &file,
+        format!(
+            "bootstrap.servers={source}\nrequest.timeout.ms=4000\nsocket.connection.setup.timeout.ms=4000\nmirror.failed.retry.initial.backoff.ms=3000\nmirror.failed.retry.max.backoff.ms=4000\nmirror.failed.retry.max.attempts=1000\n"
+        ),
+    )
+    .unwrap();
+    file.to_str().unwrap().to_owned()
+}
+
+/// Whether a partition of `mirror` is in `target`'s state now (for FAILED:
+/// with its retry pending).
+fn in_target(daemon: &Daemon, mirror: &str, target: Target) -> bool {
+    partitions(daemon, mirror).is_some_and(|parts| {
+        parts.iter().any(|p| {
+            p["state"] == target.state()
+                && (target != Target::FailedRetryPending
+                    || (p["next_retry_at_ms"].is_i64() && p["retry_attempt"].as_i64() > Some(0)))
+        })
+    })
+}
+
+/// Waits until a partition is in `target`'s state, waits the seeded delay,
+/// and kills the daemon if the state still holds (else waits for it
+/// again). Returns the states the partitions were in at the kill.
+fn kill_in(daemon: Daemon, mirror: &str, target: Target, delay: Duration) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        wait_secs(target.state(), 90, || in_target(&daemon, mirror, target));
+        std::thread::sleep(delay);
+        let states: Vec<String> = partitions(&daemon, mirror)
+            .unwrap_or_default()
+            .iter()
+            .map(|p| p["state"].as_str().unwrap_or("?").to_owned())
+            .collect();
+        if states.iter().any(|s| s == target.state()) {
+            kill9(daemon);
+            return states;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never killed in {}: {states:?}",
+            target.state()
+        );
+    }
+}
+
+/// One round for one state: a fresh mirror of a fresh topic under the
+/// producer, held in the state, killed, restarted; then the checks.
+/// Returns (outcome, time from the restart to the transition's end and
+/// the copy caught up).
+fn round(bed: &PrivateBed, target: Target, delay: Duration) -> (Outcome, Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let daemon = start_daemon(dir.path(), &data, &bed.destination);
+    let topic = unique(&format!("k9{}", target.state().to_lowercase()));
+    let mirror = unique("k9m");
+    create_topic(&bed.source, &topic, PARTITIONS as u32, &[]);
+    let mut producer = Producer::start(dir.path(), &bed.source, &topic, 200);
+    daemon.mirror_topics(&mirror, &kill_properties(dir.path(), &bed.source), &topic);
+    wait_secs("the mirror running", 60, || {
+        partitions(&daemon, &mirror).is_some_and(|p| {
+            p.len() == PARTITIONS && p.iter().all(|p| p["state"] == "MIRRORING")
+        })
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let admin = daemon.admin();
+    let verb = |verb: &'static str| {
+        let (admin, mirror, topic) = (admin.clone(), mirror.clone(), topic.clone());
+        // Answers only once the state is reached (stop) or never (the
+        // daemon is killed first): a thread of its own.
+        std::thread::spawn(move || {
+            kmirror(&["mirror", verb, "--mirror", &mirror, "--topics", &topic, "--admin", &admin])
+        })
+    };
+    let thaw = match target {
+        Target::Mirroring => None,
+        Target::LogAlignment | Target::FailedRetryPending => {
+            bed.source_broker(1, BrokerOp::Pause);
+            Some(1)
+        }
+        Target::Pausing | Target::Stopping => {
+            // Frozen with produces in flight: the sink's close waits.
+            bed.destination_broker(1, BrokerOp::Pause);
+            std::thread::sleep(Duration::from_millis(500));
+            verb(if target == Target::Pausing { "pause" } else { "stop" });
+            Some(2)
+        }
+    };
+    let states = kill_in(daemon, &mirror, target, delay);
+    println!(
+        "{}: killed {} ms into {} (partitions {states:?})",
+        target.fault(),
+        delay.as_millis(),
+        target.state()
+    );
+    match thaw {
+        Some(1) => bed.source_broker(1, BrokerOp::Resume),
+        Some(_) => bed.destination_broker(1, BrokerOp::Resume),
+        None => {}
+    }
+    let restarted = Instant::now();
+    let daemon = start_daemon(dir.path(), &data, &bed.destination);
+    wait_secs(target.end(), 120, || {
+        partitions(&daemon, &mirror).is_some_and(|p| {
+            p.len() == PARTITIONS && p.iter().all(|p| p["state"] == target.end())
+        })
+    });
+    let recover = if target.end() == "MIRRORING" {
+        let acked = producer.stop();
+        wait_secs("the destination equal to the source", 120, || {
+            caught_up(&daemon, &mirror, &bed.source, &topic, PARTITIONS)
+        });
+        let recover = restarted.elapsed();
+        let outcome = assert_exact_copy(&bed.source, &bed.destination, &topic, &acked);
+        assert_translates_exactly(&daemon, &mirror, &bed.source, &topic);
+        (outcome, recover)
+    } else {
+        let recover = restarted.elapsed();
+        let acked = producer.stop();
+        // PAUSED and STOPPED hold a prefix of the source, at the same
+        // offsets; nothing beyond where describe says the copy stands.
+        let prefix = assert_prefix(&daemon, &mirror, &bed.source, &bed.destination, &topic);
+        if target == Target::Pausing {
+            // And a resume finishes the copy exactly.
+            daemon.cli_ok(&["mirror", "resume", "--mirror", &mirror, "--topics", &topic]);
+            wait_secs("the destination equal to the source", 120, || {
+                caught_up(&daemon, &mirror, &bed.source, &topic, PARTITIONS)
+            });
+            let outcome = assert_exact_copy(&bed.source, &bed.destination, &topic, &acked);
+            assert_translates_exactly(&daemon, &mirror, &bed.source, &topic);
+            (outcome, recover)
+        } else {
+            (prefix, recover)
+        }
+    };
+    assert_eq!(daemon.terminate().code(), Some(0));
+    let text = audit(&data, &mirror);
+    let changes: Vec<&str> = text.lines().filter(|l| l.contains("MirrorPartitionState") && l.contains(" -> ")).collect();
+    println!("{}: audit\n  {}", target.fault(), changes.join("\n  "));
+    assert!(
+        text.contains(&format!("-> {}", target.state())),
+        "the audit shows {}:\n{text}",
+        target.state()
+    );
+    for p in 0..PARTITIONS {
+        let label = format!("{topic}[{p}]");
+        let last = changes
+            .iter()
+            .filter(|l| l.contains(&label))
+            .last()
+            .unwrap_or_else(|| panic!("{label} in the audit:\n{text}"));
+        let end = if target == Target::Pausing { "MIRRORING" } else { target.end() };
+        assert!(last.contains(&format!("-> {end}")), "{label} ends {last}");
+    }
+    println!("{}: kmirror log verify: {}", target.fault(), log_verify(&data).trim());
+    recover
+}
+
+/// Every partition of `topic` on the destination is a prefix of the
+/// source's, at the same offsets, ending where describe says the copy
+/// stands; returns the records compared.
+fn assert_prefix(
+    daemon: &Daemon,
+    mirror: &str,
+    source: &str,
+    destination: &str,
+    topic: &str,
+) -> Outcome {
+    let src_end: i64 = end_offsets(source, topic).values().sum();
+    let dst_ends = end_offsets(destination, topic);
+    for p in partitions(daemon, mirror).unwrap() {
+        let part = p["partition"].as_i64().unwrap() as i32;
+        assert_eq!(
+            dst_ends.get(&part).copied(),
+            p["destination_offset"].as_i64(),
+            "{topic}[{part}]: the destination's end is where describe says the copy stands"
+        );
+    }
+    let dst_total: i64 = dst_ends.values().sum();
+    let (a, b) = (records(source, topic, src_end), records(destination, topic, dst_total));
+    let mut checked = 0;
+    for (p, theirs) in &b {
+        let ours = a.get(p).map(Vec::as_slice).unwrap_or_default();
+        assert!(
+            theirs.len() <= ours.len() && ours[..theirs.len()] == theirs[..],
+            "{topic}[{p}]: the destination is not a prefix of the source"
+        );
+        checked += theirs.len();
+    }
+    assert_eq!(checked as i64, dst_total, "the console consumer read the destination");
+    Outcome {
+        lost: 0,
+        duplicated: 0,
+        checked,
+    }
+}
+
+#[test]
+fn kill_minus_nine_in_each_state_finishes_the_transition_exactly() {
+    let seed: u64 = std::env::var("KMIRROR_FAULTS_SEED")
+        .ok()
+        .map(|s| s.parse().expect("KMIRROR_FAULTS_SEED is a number"))
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as u64
+                % 1_000_000
+        });
+    let rounds = if long() { 3 } else { 1 };
+    println!("seed {seed} (replay with KMIRROR_FAULTS_SEED={seed}), {rounds} round(s)");
+    let bed = PrivateBed::start();
+    let all = [
+        Target::LogAlignment,
+        Target::Mirroring,
+        Target::Pausing,
+        Target::Stopping,
+        Target::FailedRetryPending,
+    ];
+    let mut totals: Vec<(Target, usize, Outcome, Duration)> = all
+        .iter()
+        .map(|t| {
+            (
+                *t,
+                0,
+                Outcome {
+                    lost: 0,
+                    duplicated: 0,
+                    checked: 0,
+                },
+                Duration::ZERO,
+            )
+        })
+        .collect();
+    for r in 0..rounds {
+        let mut rng = Rng(seed + r as u64);
+        let mut order = all.to_vec();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        println!("round {r} (seed {}): {order:?}", seed + r as u64);
+        for target in order {
+            let delay = Duration::from_millis(rng.below(1500));
+            let (outcome, recover) = round(&bed, target, delay);
+            let t = totals.iter_mut().find(|t| t.0 == target).unwrap();
+            t.1 += 1;
+            t.2.lost += outcome.lost;
+            t.2.duplicated += outcome.duplicated;
+            t.2.checked += outcome.checked;
+            t.3 = t.3.max(recover);
+        }
+    }
+    for (target, injected, outcome, recover) in totals {
+        reliability(&target.fault(), injected, outcome, recover);
+    }
+}
