@@ -167,6 +167,17 @@ fn restart_mid_copy(
         changes.join("\n  ")
     );
     assert_audit_ends_mirroring(&text, &topic);
+    // The story: a lost source fails the partitions (retryable, an attempt
+    // number) until it is back; a destination restart moves the partition
+    // leader epoch, which EPOCH_FENCING re-checks before copying on.
+    let expected = match side {
+        Side::Source => "MIRRORING -> FAILED",
+        Side::Destination => "MIRRORING -> EPOCH_FENCING",
+    };
+    assert!(
+        changes.iter().any(|l| l.contains(expected)),
+        "{fault}: the audit shows {expected}:\n{text}"
+    );
     println!("{fault}: kmirror log verify: {}", log_verify(&data).trim());
     *daemon = Some(start_daemon(dir, &data, &bed.destination));
     reliability(fault, injections, outcome, worst);
@@ -243,6 +254,7 @@ fn the_destination_leader_killed_mid_copy_loses_and_duplicates_nothing() {
     });
     let mut worst = Duration::ZERO;
     let mut victims = Vec::new();
+    let mut fenced = Vec::new();
     for i in 0..injections {
         std::thread::sleep(Duration::from_secs(2));
         let (victim, header) = leader_of(&bed.destination, &topic, (i % PARTITIONS) as i32);
@@ -264,6 +276,7 @@ fn the_destination_leader_killed_mid_copy_loses_and_duplicates_nothing() {
         let recover = recovered_after(&daemon, &mirror, 120);
         worst = worst.max(recover);
         victims.push(victim);
+        fenced.push(i % PARTITIONS);
     }
     std::thread::sleep(Duration::from_secs(2));
     let acked = producer.stop();
@@ -281,6 +294,15 @@ fn the_destination_leader_killed_mid_copy_loses_and_duplicates_nothing() {
         changes.join("\n  ")
     );
     assert_audit_ends_mirroring(&text, &topic);
+    // Each partition whose leader was killed went through EPOCH_FENCING
+    // (the new leader's epoch re-checked before copying on).
+    for p in fenced {
+        let step = format!("{topic}[{p}] MIRRORING -> EPOCH_FENCING");
+        assert!(
+            changes.iter().any(|l| l.contains(&step)),
+            "the audit shows {step}:\n{text}"
+        );
+    }
     println!("{fault}: kmirror log verify: {}", log_verify(&data).trim());
     reliability(fault, injections, outcome, worst);
 }

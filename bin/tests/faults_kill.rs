@@ -94,40 +94,52 @@ fn kill_properties(dir: &Path, source: &str) -> String {
     file.to_str().unwrap().to_owned()
 }
 
-/// Whether a partition of `mirror` is in `target`'s state now (for FAILED:
-/// with its retry pending).
-fn in_target(daemon: &Daemon, mirror: &str, target: Target) -> bool {
-    partitions(daemon, mirror).is_some_and(|parts| {
-        parts.iter().any(|p| {
-            p["state"] == target.state()
-                && (target != Target::FailedRetryPending
-                    || (p["next_retry_at_ms"].is_i64() && p["retry_attempt"].as_i64() > Some(0)))
-        })
-    })
-}
-
 /// Waits until a partition is in `target`'s state, waits the seeded delay,
 /// and kills the daemon if the state still holds (else waits for it
 /// again). Returns the states the partitions were in at the kill.
-fn kill_in(daemon: Daemon, mirror: &str, target: Target, delay: Duration) -> Vec<String> {
+fn kill_in(
+    daemon: Daemon,
+    dir: &Path,
+    mirror: &str,
+    target: Target,
+    delay: Duration,
+) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(90);
+    let mut last = None;
     loop {
-        wait_secs(target.state(), 90, || in_target(&daemon, mirror, target));
-        std::thread::sleep(delay);
-        let states: Vec<String> = partitions(&daemon, mirror)
-            .unwrap_or_default()
-            .iter()
-            .map(|p| p["state"].as_str().unwrap_or("?").to_owned())
-            .collect();
-        if states.iter().any(|s| s == target.state()) {
-            kill9(daemon);
-            return states;
+        let parts = partitions(&daemon, mirror);
+        let seen = parts.as_ref().is_some_and(|parts| {
+            parts.iter().any(|p| {
+                p["state"] == target.state()
+                    && (target != Target::FailedRetryPending
+                        || (p["next_retry_at_ms"].is_i64() && p["retry_attempt"].as_i64() > Some(0)))
+            })
+        });
+        if seen {
+            std::thread::sleep(delay);
+            let states: Vec<String> = partitions(&daemon, mirror)
+                .unwrap_or_default()
+                .iter()
+                .map(|p| p["state"].as_str().unwrap_or("?").to_owned())
+                .collect();
+            if states.iter().any(|s| s == target.state()) {
+                kill9(daemon);
+                return states;
+            }
         }
-        assert!(
-            Instant::now() < deadline,
-            "never killed in {}: {states:?}",
-            target.state()
-        );
+        if parts.is_some() {
+            last = parts;
+        }
+        if Instant::now() > deadline {
+            let log = std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            panic!(
+                "never killed in {}: last describe {last:#?}\ndaemon log (newest first):\n{}",
+                target.state(),
+                tail.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -173,7 +185,7 @@ fn round(bed: &PrivateBed, target: Target, delay: Duration) -> (Outcome, Duratio
             Some(2)
         }
     };
-    let states = kill_in(daemon, &mirror, target, delay);
+    let states = kill_in(daemon, dir.path(), &mirror, target, delay);
     println!(
         "{}: killed {} ms into {} (partitions {states:?})",
         target.fault(),
@@ -257,10 +269,16 @@ fn assert_prefix(
     let dst_ends = end_offsets(destination, topic);
     for p in partitions(daemon, mirror).unwrap() {
         let part = p["partition"].as_i64().unwrap() as i32;
+        // A STOPPED partition's end is the one its LastMirrorEpochs
+        // recorded: nothing may land after it.
+        let said = match p["state"].as_str() {
+            Some("STOPPED") => p["last_mirror_epochs"]["destination_end_offset"].as_i64(),
+            _ => p["destination_offset"].as_i64(),
+        };
         assert_eq!(
             dst_ends.get(&part).copied(),
-            p["destination_offset"].as_i64(),
-            "{topic}[{part}]: the destination's end is where describe says the copy stands"
+            said,
+            "{topic}[{part}]: the destination's end is where the mirror says the copy stands: {p}"
         );
     }
     let dst_total: i64 = dst_ends.values().sum();
