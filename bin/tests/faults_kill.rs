@@ -155,13 +155,37 @@ fn round(bed: &PrivateBed, target: Target, delay: Duration) -> (Outcome, Duratio
     let mirror = unique("k9m");
     create_topic(&bed.source, &topic, PARTITIONS as u32, &[]);
     let mut producer = Producer::start(dir.path(), &bed.source, &topic, 200);
-    daemon.mirror_topics(&mirror, &kill_properties(dir.path(), &bed.source), &topic);
-    wait_secs("the mirror running", 60, || {
-        partitions(&daemon, &mirror).is_some_and(|p| {
-            p.len() == PARTITIONS && p.iter().all(|p| p["state"] == "MIRRORING")
-        })
-    });
-    std::thread::sleep(Duration::from_secs(1));
+    let props = kill_properties(dir.path(), &bed.source);
+    if target == Target::LogAlignment {
+        // A fresh start aligns for a few hundred ms: freeze the source as
+        // soon as LOG_ALIGNMENT shows, and alignment waits on it (then
+        // fails, and its retry aligns again, while the source is frozen).
+        daemon.cli_ok(&["mirror", "create", "--mirror", &mirror, "--mirror-config", &props]);
+        let (admin, m, t) = (daemon.admin(), mirror.clone(), topic.clone());
+        let start = std::thread::spawn(move || {
+            kmirror(&["mirror", "start", "--mirror", &m, "--topics", &t, "--admin", &admin])
+        });
+        wait_secs("LOG_ALIGNMENT after the start", 30, || {
+            partitions(&daemon, &mirror)
+                .is_some_and(|p| p.iter().any(|p| p["state"] == "LOG_ALIGNMENT"))
+        });
+        bed.source_broker(1, BrokerOp::Pause);
+        let out = start.join().unwrap();
+        assert!(out.status.success(), "mirror start: {}", stderr(&out));
+        let now = partitions(&daemon, &mirror).unwrap_or_default();
+        assert!(
+            now.iter().any(|p| p["state"] == "LOG_ALIGNMENT"),
+            "the source froze too late: alignment had finished ({now:?})"
+        );
+    } else {
+        daemon.mirror_topics(&mirror, &props, &topic);
+        wait_secs("the mirror running", 60, || {
+            partitions(&daemon, &mirror).is_some_and(|p| {
+                p.len() == PARTITIONS && p.iter().all(|p| p["state"] == "MIRRORING")
+            })
+        });
+        std::thread::sleep(Duration::from_secs(1));
+    }
     let admin = daemon.admin();
     let verb = |verb: &'static str| {
         let (admin, mirror, topic) = (admin.clone(), mirror.clone(), topic.clone());
@@ -173,15 +197,28 @@ fn round(bed: &PrivateBed, target: Target, delay: Duration) -> (Outcome, Duratio
     };
     let thaw = match target {
         Target::Mirroring => None,
-        Target::LogAlignment | Target::FailedRetryPending => {
+        Target::LogAlignment => Some(1),
+        Target::FailedRetryPending => {
             bed.source_broker(1, BrokerOp::Pause);
             Some(1)
         }
         Target::Pausing | Target::Stopping => {
             // Frozen with produces in flight: the sink's close waits.
             bed.destination_broker(1, BrokerOp::Pause);
-            std::thread::sleep(Duration::from_millis(500));
+            std::thread::sleep(Duration::from_millis(1000));
             verb(if target == Target::Pausing { "pause" } else { "stop" });
+            if std::env::var("KMIRROR_FAULTS_TRACE").is_ok() {
+                let t0 = Instant::now();
+                while t0.elapsed() < Duration::from_secs(5) {
+                    let states: Vec<String> = partitions(&daemon, &mirror)
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|p| format!("{}@{}", p["state"], p["destination_offset"]))
+                        .collect();
+                    println!("{} ms: {states:?}", t0.elapsed().as_millis());
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
             Some(2)
         }
     };
@@ -275,6 +312,11 @@ fn assert_prefix(
             Some("STOPPED") => p["last_mirror_epochs"]["destination_end_offset"].as_i64(),
             _ => p["destination_offset"].as_i64(),
         };
+        if said == Some(-1) {
+            // Not known without a pump (PAUSED since start-up): the prefix
+            // below and the resume's exact copy check it instead.
+            continue;
+        }
         assert_eq!(
             dst_ends.get(&part).copied(),
             said,
@@ -339,7 +381,13 @@ fn kill_minus_nine_in_each_state_finishes_the_transition_exactly() {
         .collect();
     for r in 0..rounds {
         let mut rng = Rng(seed + r as u64);
-        let mut order = all.to_vec();
+        // KMIRROR_FAULTS_STATES=PAUSING,STOPPING narrows a replay.
+        let only = std::env::var("KMIRROR_FAULTS_STATES").unwrap_or_default();
+        let mut order: Vec<Target> = all
+            .iter()
+            .copied()
+            .filter(|t| only.is_empty() || only.split(',').any(|s| s == t.state()))
+            .collect();
         for i in (1..order.len()).rev() {
             order.swap(i, rng.below(i as u64 + 1) as usize);
         }
@@ -355,7 +403,7 @@ fn kill_minus_nine_in_each_state_finishes_the_transition_exactly() {
             t.3 = t.3.max(recover);
         }
     }
-    for (target, injected, outcome, recover) in totals {
+    for (target, injected, outcome, recover) in totals.into_iter().filter(|t| t.1 > 0) {
         reliability(&target.fault(), injected, outcome, recover);
     }
 }

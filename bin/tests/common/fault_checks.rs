@@ -57,6 +57,14 @@ impl Producer {
     pub fn start(dir: &Path, bootstrap: &str, topic: &str, rate: u32) -> Producer {
         let out = dir.join(format!("producer-{topic}.jsonl"));
         let file = std::fs::File::create(&out).unwrap();
+        // Round robin: every partition gets records from the first second
+        // (the default sticky partitioner fills one for a whole batch).
+        let config = dir.join(format!("producer-{topic}.properties"));
+        std::fs::write(
+            &config,
+            "partitioner.class=org.apache.kafka.clients.producer.RoundRobinPartitioner\n",
+        )
+        .unwrap();
         let child = Command::new(kafka_script())
             .args([
                 "tool",
@@ -71,6 +79,8 @@ impl Producer {
                 "-1",
                 "--acks",
                 "-1",
+                "--producer.config",
+                config.to_str().unwrap(),
             ])
             .stdin(Stdio::null())
             .stdout(file)
