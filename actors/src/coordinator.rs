@@ -336,6 +336,39 @@ mod tests {
     use super::*;
 
     #[actix::test]
+    async fn a_failed_store_is_reported_once_and_a_refusal_is_not() {
+        let log = Arc::new(MemLog::new());
+        let coordinator = CoordinatorActor::load(log.clone()).unwrap();
+        let mut failure = coordinator.log_failure();
+        let coordinator = coordinator.start();
+        let create = |name: &str| {
+            Execute::new(Command::CreateMirror {
+                name: name.into(),
+                config: MirrorConfig {
+                    source_bootstrap: "src:9092".into(),
+                    ..Default::default()
+                },
+            })
+        };
+        // A refused append (not the store failing) leaves the log usable.
+        log.fail_next_appends(1);
+        assert!(coordinator.send(create("a")).await.unwrap().is_err());
+        coordinator.send(create("a")).await.unwrap().unwrap();
+        assert!(failure.borrow().is_none());
+
+        log.fill_disk();
+        for name in ["b", "c"] {
+            let e = coordinator.send(create(name)).await.unwrap().unwrap_err();
+            assert_eq!(e.kip_name(), "KAFKA_STORAGE_ERROR");
+        }
+        failure.changed().await.unwrap();
+        let said = failure.borrow_and_update().clone().unwrap();
+        assert!(said.contains("No space left on device"), "{said}");
+        // Reported once: the second failure changed nothing.
+        assert!(!failure.has_changed().unwrap());
+    }
+
+    #[actix::test]
     async fn a_busy_log_is_snapshotted_and_compacted_as_it_grows() {
         let log = Arc::new(MemLog::new());
         let coordinator = CoordinatorActor::load(log.clone())

@@ -69,7 +69,10 @@ fn recovered_after(daemon: &Daemon, mirror: &str, secs: u64) -> Duration {
 
 /// The audit's state changes of `mirror`, and how many went to FAILED.
 fn story(audit: &str) -> (Vec<&str>, usize) {
-    let changes: Vec<&str> = audit.lines().filter(|l| l.contains("MirrorPartitionState") && l.contains(" -> ")).collect();
+    let changes: Vec<&str> = audit
+        .lines()
+        .filter(|l| l.contains("MirrorPartitionState") && l.contains(" -> "))
+        .collect();
     let failed = changes.iter().filter(|l| l.contains("-> FAILED")).count();
     (changes, failed)
 }
@@ -82,7 +85,9 @@ fn assert_audit_ends_mirroring(audit: &str, topic: &str) {
         let label = format!("{topic}[{p}]");
         let last = audit
             .lines()
-            .filter(|l| l.contains(&label) && l.contains("MirrorPartitionState") && l.contains(" -> "))
+            .filter(|l| {
+                l.contains(&label) && l.contains("MirrorPartitionState") && l.contains(" -> ")
+            })
             .last()
             .unwrap_or_else(|| panic!("no state change of {label} in the audit:\n{audit}"));
         assert!(
@@ -118,8 +123,9 @@ fn restart_mid_copy(
     wait_secs("the mirror running", 60, || {
         partitions(d, &mirror).is_some_and(|p| {
             p.len() == PARTITIONS
-                && p.iter()
-                    .all(|p| p["state"] == "MIRRORING" && p["destination_offset"].as_i64() > Some(0))
+                && p.iter().all(|p| {
+                    p["state"] == "MIRRORING" && p["destination_offset"].as_i64() > Some(0)
+                })
         })
     });
 
@@ -190,8 +196,16 @@ fn single_broker_restarts_mid_copy_lose_and_duplicate_nothing() {
     let data = dir.path().join("data");
     let mut daemon = Some(start_daemon(dir.path(), &data, &bed.destination));
     for (side, op, fault) in [
-        (Side::Source, BrokerOp::Stop, "source broker restart (SIGTERM) mid-copy"),
-        (Side::Source, BrokerOp::Kill, "source broker kill -9 mid-copy"),
+        (
+            Side::Source,
+            BrokerOp::Stop,
+            "source broker restart (SIGTERM) mid-copy",
+        ),
+        (
+            Side::Source,
+            BrokerOp::Kill,
+            "source broker kill -9 mid-copy",
+        ),
         (
             Side::Destination,
             BrokerOp::Stop,
@@ -213,7 +227,13 @@ fn single_broker_restarts_mid_copy_lose_and_duplicate_nothing() {
 fn leader_of(bootstrap: &str, topic: &str, p: i32) -> (i32, String) {
     let out = kafka_tool_ok(
         "kafka-topics",
-        &["--bootstrap-server", bootstrap, "--describe", "--topic", topic],
+        &[
+            "--bootstrap-server",
+            bootstrap,
+            "--describe",
+            "--topic",
+            topic,
+        ],
     );
     let header = out
         .lines()
@@ -225,7 +245,11 @@ fn leader_of(bootstrap: &str, topic: &str, p: i32) -> (i32, String) {
         .filter(|l| l.contains(&format!("Partition: {p}\t")))
         .find_map(|l| {
             l.split('\t')
-                .find_map(|f| f.trim().strip_prefix("Leader:").map(|v| v.trim().parse().ok()))
+                .find_map(|f| {
+                    f.trim()
+                        .strip_prefix("Leader:")
+                        .map(|v| v.trim().parse().ok())
+                })
                 .flatten()
         })
         .unwrap_or_else(|| panic!("no leader of {topic}[{p}] in {out}"));
@@ -248,8 +272,9 @@ fn the_destination_leader_killed_mid_copy_loses_and_duplicates_nothing() {
     wait_secs("the mirror running", 60, || {
         partitions(&daemon, &mirror).is_some_and(|p| {
             p.len() == PARTITIONS
-                && p.iter()
-                    .all(|p| p["state"] == "MIRRORING" && p["destination_offset"].as_i64() > Some(0))
+                && p.iter().all(|p| {
+                    p["state"] == "MIRRORING" && p["destination_offset"].as_i64() > Some(0)
+                })
         })
     });
     let mut worst = Duration::ZERO;
@@ -259,7 +284,11 @@ fn the_destination_leader_killed_mid_copy_loses_and_duplicates_nothing() {
         std::thread::sleep(Duration::from_secs(2));
         let (victim, header) = leader_of(&bed.destination, &topic, (i % PARTITIONS) as i32);
         assert!(header.contains("ReplicationFactor: 3"), "{header}");
-        println!("{fault} #{}: killing destination broker {victim}, leader of {topic}[{}]", i + 1, i % PARTITIONS);
+        println!(
+            "{fault} #{}: killing destination broker {victim}, leader of {topic}[{}]",
+            i + 1,
+            i % PARTITIONS
+        );
         bed.destination_broker(victim as usize, BrokerOp::Kill);
         let killed = Instant::now();
         // Copying goes on through the new leader while the old one is down.

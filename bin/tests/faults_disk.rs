@@ -126,12 +126,17 @@ fn a_full_event_log_disk_stops_the_daemon_cleanly_and_a_restart_resumes_exactly(
     let mirror = unique("diskm");
     create_topic(&bed().source, &topic, 3, &[]);
     let mut producer = Producer::start(dir.path(), &bed().source, &topic, 300);
-    daemon.mirror_topics(&mirror, &fault_properties(dir.path(), &bed().source), &topic);
+    daemon.mirror_topics(
+        &mirror,
+        &fault_properties(dir.path(), &bed().source),
+        &topic,
+    );
     wait_secs("the mirror running", 60, || {
         partitions(&daemon, &mirror).is_some_and(|p| {
             p.len() == 3
-                && p.iter()
-                    .all(|p| p["state"] == "MIRRORING" && p["destination_offset"].as_i64() > Some(0))
+                && p.iter().all(|p| {
+                    p["state"] == "MIRRORING" && p["destination_offset"].as_i64() > Some(0)
+                })
         })
     });
     std::thread::sleep(Duration::from_secs(2));
@@ -151,7 +156,10 @@ fn a_full_event_log_disk_stops_the_daemon_cleanly_and_a_restart_resumes_exactly(
         "{fault}: the daemon exited ({status}) {:.1} s after the disk filled: {said}",
         full_at.elapsed().as_secs_f64()
     );
-    assert!(!status.success(), "a daemon that cannot record must not exit 0");
+    assert!(
+        !status.success(),
+        "a daemon that cannot record must not exit 0"
+    );
     for word in [
         "KAFKA_STORAGE_ERROR",
         data.to_str().unwrap(),
@@ -186,7 +194,10 @@ fn a_full_event_log_disk_stops_the_daemon_cleanly_and_a_restart_resumes_exactly(
     assert_eq!(daemon.terminate().code(), Some(0));
     println!("{fault}: kmirror log verify: {}", log_verify(&data).trim());
     let text = audit(&data, &mirror);
-    let changes: Vec<&str> = text.lines().filter(|l| l.contains("MirrorPartitionState") && l.contains(" -> ")).collect();
+    let changes: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("MirrorPartitionState") && l.contains(" -> "))
+        .collect();
     println!("{fault}: audit\n  {}", changes.join("\n  "));
     for p in 0..3 {
         let label = format!("{topic}[{p}]");

@@ -112,7 +112,8 @@ fn kill_in(
             parts.iter().any(|p| {
                 p["state"] == target.state()
                     && (target != Target::FailedRetryPending
-                        || (p["next_retry_at_ms"].is_i64() && p["retry_attempt"].as_i64() > Some(0)))
+                        || (p["next_retry_at_ms"].is_i64()
+                            && p["retry_attempt"].as_i64() > Some(0)))
             })
         });
         if seen {
@@ -156,14 +157,28 @@ fn round(bed: &PrivateBed, target: Target, delay: Duration) -> (Outcome, Duratio
     create_topic(&bed.source, &topic, PARTITIONS as u32, &[]);
     let mut producer = Producer::start(dir.path(), &bed.source, &topic, 200);
     let props = kill_properties(dir.path(), &bed.source);
+    // Records on the source before anything starts (the producer's JVM
+    // can take seconds on a busy machine), so every kill lands mid-copy.
+    wait_secs("the producer's first acknowledgements", 60, || {
+        producer.acked().len() >= 100
+    });
     if target == Target::LogAlignment {
         // A fresh start aligns for a few hundred ms: freeze the source as
         // soon as LOG_ALIGNMENT shows, and alignment waits on it (then
         // fails, and its retry aligns again, while the source is frozen).
-        daemon.cli_ok(&["mirror", "create", "--mirror", &mirror, "--mirror-config", &props]);
+        daemon.cli_ok(&[
+            "mirror",
+            "create",
+            "--mirror",
+            &mirror,
+            "--mirror-config",
+            &props,
+        ]);
         let (admin, m, t) = (daemon.admin(), mirror.clone(), topic.clone());
         let start = std::thread::spawn(move || {
-            kmirror(&["mirror", "start", "--mirror", &m, "--topics", &t, "--admin", &admin])
+            kmirror(&[
+                "mirror", "start", "--mirror", &m, "--topics", &t, "--admin", &admin,
+            ])
         });
         wait_secs("LOG_ALIGNMENT after the start", 30, || {
             partitions(&daemon, &mirror)
@@ -181,7 +196,10 @@ fn round(bed: &PrivateBed, target: Target, delay: Duration) -> (Outcome, Duratio
         daemon.mirror_topics(&mirror, &props, &topic);
         wait_secs("the mirror running", 60, || {
             partitions(&daemon, &mirror).is_some_and(|p| {
-                p.len() == PARTITIONS && p.iter().all(|p| p["state"] == "MIRRORING")
+                p.len() == PARTITIONS
+                    && p.iter().all(|p| {
+                        p["state"] == "MIRRORING" && p["destination_offset"].as_i64() > Some(0)
+                    })
             })
         });
         std::thread::sleep(Duration::from_secs(1));
@@ -192,7 +210,9 @@ fn round(bed: &PrivateBed, target: Target, delay: Duration) -> (Outcome, Duratio
         // Answers only once the state is reached (stop) or never (the
         // daemon is killed first): a thread of its own.
         std::thread::spawn(move || {
-            kmirror(&["mirror", verb, "--mirror", &mirror, "--topics", &topic, "--admin", &admin])
+            kmirror(&[
+                "mirror", verb, "--mirror", &mirror, "--topics", &topic, "--admin", &admin,
+            ])
         })
     };
     let thaw = match target {
@@ -206,7 +226,11 @@ fn round(bed: &PrivateBed, target: Target, delay: Duration) -> (Outcome, Duratio
             // Frozen with produces in flight: the sink's close waits.
             bed.destination_broker(1, BrokerOp::Pause);
             std::thread::sleep(Duration::from_millis(1000));
-            verb(if target == Target::Pausing { "pause" } else { "stop" });
+            verb(if target == Target::Pausing {
+                "pause"
+            } else {
+                "stop"
+            });
             if std::env::var("KMIRROR_FAULTS_TRACE").is_ok() {
                 let t0 = Instant::now();
                 while t0.elapsed() < Duration::from_secs(5) {
@@ -237,9 +261,8 @@ fn round(bed: &PrivateBed, target: Target, delay: Duration) -> (Outcome, Duratio
     let restarted = Instant::now();
     let daemon = start_daemon(dir.path(), &data, &bed.destination);
     wait_secs(target.end(), 120, || {
-        partitions(&daemon, &mirror).is_some_and(|p| {
-            p.len() == PARTITIONS && p.iter().all(|p| p["state"] == target.end())
-        })
+        partitions(&daemon, &mirror)
+            .is_some_and(|p| p.len() == PARTITIONS && p.iter().all(|p| p["state"] == target.end()))
     });
     let recover = if target.end() == "MIRRORING" {
         let acked = producer.stop();
@@ -271,7 +294,10 @@ fn round(bed: &PrivateBed, target: Target, delay: Duration) -> (Outcome, Duratio
     };
     assert_eq!(daemon.terminate().code(), Some(0));
     let text = audit(&data, &mirror);
-    let changes: Vec<&str> = text.lines().filter(|l| l.contains("MirrorPartitionState") && l.contains(" -> ")).collect();
+    let changes: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("MirrorPartitionState") && l.contains(" -> "))
+        .collect();
     println!("{}: audit\n  {}", target.fault(), changes.join("\n  "));
     assert!(
         text.contains(&format!("-> {}", target.state())),
@@ -285,10 +311,18 @@ fn round(bed: &PrivateBed, target: Target, delay: Duration) -> (Outcome, Duratio
             .filter(|l| l.contains(&label))
             .last()
             .unwrap_or_else(|| panic!("{label} in the audit:\n{text}"));
-        let end = if target == Target::Pausing { "MIRRORING" } else { target.end() };
+        let end = if target == Target::Pausing {
+            "MIRRORING"
+        } else {
+            target.end()
+        };
         assert!(last.contains(&format!("-> {end}")), "{label} ends {last}");
     }
-    println!("{}: kmirror log verify: {}", target.fault(), log_verify(&data).trim());
+    println!(
+        "{}: kmirror log verify: {}",
+        target.fault(),
+        log_verify(&data).trim()
+    );
     recover
 }
 
@@ -324,7 +358,10 @@ fn assert_prefix(
         );
     }
     let dst_total: i64 = dst_ends.values().sum();
-    let (a, b) = (records(source, topic, src_end), records(destination, topic, dst_total));
+    let (a, b) = (
+        records(source, topic, src_end),
+        records(destination, topic, dst_total),
+    );
     let mut checked = 0;
     for (p, theirs) in &b {
         let ours = a.get(p).map(Vec::as_slice).unwrap_or_default();
@@ -334,7 +371,10 @@ fn assert_prefix(
         );
         checked += theirs.len();
     }
-    assert_eq!(checked as i64, dst_total, "the console consumer read the destination");
+    assert_eq!(
+        checked as i64, dst_total,
+        "the console consumer read the destination"
+    );
     Outcome {
         lost: 0,
         duplicated: 0,

@@ -222,7 +222,11 @@ pub fn assert_exact_copy(
         records(destination, topic, total),
     );
     let count = |m: &BTreeMap<i32, Vec<(i64, String)>>| m.values().map(Vec::len).sum::<usize>();
-    assert_eq!(count(&a) as i64, total, "the console consumer read the source");
+    assert_eq!(
+        count(&a) as i64,
+        total,
+        "the console consumer read the source"
+    );
     let src_values: BTreeSet<&String> = a.values().flatten().map(|(_, v)| v).collect();
     let dst_values: BTreeSet<&String> = b.values().flatten().map(|(_, v)| v).collect();
     let lost = src_values.difference(&dst_values).count()
@@ -268,7 +272,11 @@ pub fn caught_up(daemon: &Daemon, mirror: &str, source: &str, topic: &str, n: us
     let Some(parts) = partitions(daemon, mirror) else {
         return false;
     };
-    if parts.len() != n || !parts.iter().all(|p| p["state"] == "MIRRORING" && p["lag"] == 0) {
+    if parts.len() != n
+        || !parts
+            .iter()
+            .all(|p| p["state"] == "MIRRORING" && p["lag"] == 0)
+    {
         return false;
     }
     let ends = end_offsets(source, topic);
@@ -328,7 +336,10 @@ pub fn assert_translates_exactly(daemon: &Daemon, mirror: &str, source: &str, to
             assert!(out.status.success(), "{}", super::stderr(&out));
             let t: Value = serde_json::from_slice(&out.stdout).unwrap();
             assert_eq!(t["kind"], "exact", "{topic}[{p}]@{offset}: {t}");
-            assert_eq!(t["destination_offset"], offset, "{topic}[{p}]@{offset}: {t}");
+            assert_eq!(
+                t["destination_offset"], offset,
+                "{topic}[{p}]@{offset}: {t}"
+            );
         }
     }
 }
@@ -336,7 +347,14 @@ pub fn assert_translates_exactly(daemon: &Daemon, mirror: &str, source: &str, to
 /// `kmirror log audit` of `mirror` over the data dir `data` (its daemon
 /// stopped: sled holds the directory's lock).
 pub fn audit(data: &Path, mirror: &str) -> String {
-    let out = super::kmirror(&["log", "audit", "--data-dir", data.to_str().unwrap(), "--mirror", mirror]);
+    let out = super::kmirror(&[
+        "log",
+        "audit",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--mirror",
+        mirror,
+    ]);
     assert!(out.status.success(), "log audit: {}", super::stderr(&out));
     super::stdout(&out)
 }
