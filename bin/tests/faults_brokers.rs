@@ -85,10 +85,9 @@ fn assert_audit_ends_mirroring(audit: &str, topic: &str) {
         let label = format!("{topic}[{p}]");
         let last = audit
             .lines()
-            .filter(|l| {
+            .rfind(|l| {
                 l.contains(&label) && l.contains("MirrorPartitionState") && l.contains(" -> ")
             })
-            .last()
             .unwrap_or_else(|| panic!("no state change of {label} in the audit:\n{audit}"));
         assert!(
             last.contains("-> MIRRORING"),

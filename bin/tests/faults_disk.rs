@@ -203,8 +203,7 @@ fn a_full_event_log_disk_stops_the_daemon_cleanly_and_a_restart_resumes_exactly(
         let label = format!("{topic}[{p}]");
         let last = changes
             .iter()
-            .filter(|l| l.contains(&label))
-            .last()
+            .rfind(|l| l.contains(&label))
             .unwrap_or_else(|| panic!("{label} in the audit:\n{text}"));
         assert!(last.contains("-> MIRRORING"), "{label} ends {last}");
     }

@@ -308,8 +308,7 @@ fn round(bed: &PrivateBed, target: Target, delay: Duration) -> (Outcome, Duratio
         let label = format!("{topic}[{p}]");
         let last = changes
             .iter()
-            .filter(|l| l.contains(&label))
-            .last()
+            .rfind(|l| l.contains(&label))
             .unwrap_or_else(|| panic!("{label} in the audit:\n{text}"));
         let end = if target == Target::Pausing {
             "MIRRORING"
