@@ -282,7 +282,6 @@ impl Handler<Execute> for CoordinatorActor {
                 }
             })
         };
-
         AtomicResponse::new(Box::pin(append.into_actor(self).map(
             move |res, act, ctx| {
                 let offset = res?;

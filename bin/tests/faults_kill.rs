@@ -180,10 +180,16 @@ fn round(bed: &PrivateBed, target: Target, delay: Duration) -> (Outcome, Duratio
                 "mirror", "start", "--mirror", &m, "--topics", &t, "--admin", &admin,
             ])
         });
-        wait_secs("LOG_ALIGNMENT after the start", 30, || {
-            partitions(&daemon, &mirror)
-                .is_some_and(|p| p.iter().any(|p| p["state"] == "LOG_ALIGNMENT"))
-        });
+        // Polled without a pause: the window is a few hundred ms.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !partitions(&daemon, &mirror)
+            .is_some_and(|p| p.iter().any(|p| p["state"] == "LOG_ALIGNMENT"))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "no LOG_ALIGNMENT within 30 s of the start"
+            );
+        }
         bed.source_broker(1, BrokerOp::Pause);
         let out = start.join().unwrap();
         assert!(out.status.success(), "mirror start: {}", stderr(&out));

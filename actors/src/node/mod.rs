@@ -427,12 +427,12 @@ impl Node {
     /// restart reopens the log and resumes where it ends.
     pub async fn log_failed(&self) -> String {
         let mut rx = self.inner.log_failure.clone();
-        let failure = match rx.wait_for(Option::is_some).await {
-            Ok(f) => f.clone().unwrap_or_default(),
+        let seen = rx.wait_for(Option::is_some).await.map(|f| f.clone());
+        match seen {
+            Ok(failure) => failure.unwrap_or_default(),
             // The coordinator is gone with its sender: nothing to report.
-            Err(_) => return std::future::pending().await,
-        };
-        failure
+            Err(_) => std::future::pending().await,
+        }
     }
 
     /// Graceful stop: every partition stops fetching, finishes what is in
