@@ -149,6 +149,10 @@ pub struct CoordinatorActor {
     /// request that raced the shutdown), so the release stays the newest
     /// record and the next owner may skip its fence markers.
     released: Option<i32>,
+    /// Set once an append finds the store itself failed
+    /// ([`StoreError::is_storage_failure`]): nothing more can be recorded,
+    /// so nothing more may be copied; the daemon watches it and exits.
+    log_failure: tokio::sync::watch::Sender<Option<String>>,
 }
 
 impl CoordinatorActor {
@@ -164,7 +168,14 @@ impl CoordinatorActor {
             snapshot_at: 0,
             snapshotting: false,
             released: None,
+            log_failure: tokio::sync::watch::channel(None).0,
         })
+    }
+
+    /// Resolves to the store's error once an append found the log unable
+    /// to take records (a full or failing disk); `None` until then.
+    pub fn log_failure(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.log_failure.subscribe()
     }
 
     /// Tells `subscriber` of every durable append.
@@ -240,6 +251,7 @@ impl Handler<Execute> for CoordinatorActor {
         };
         let log = self.log.clone();
         let to_append = records.clone();
+        let failure = self.log_failure.clone();
         let append = async move {
             tokio::task::spawn_blocking(move || match &msg.state_validation {
                 Some(lock) => log.append_if_unchanged(now_ms(), lock, &to_append),
@@ -254,7 +266,20 @@ impl Handler<Execute> for CoordinatorActor {
                 } => CoordinatorError::Stale {
                     state_validation_offset,
                 },
-                other => CoordinatorError::Store(other.to_string()),
+                other => {
+                    let message = other.to_string();
+                    if other.is_storage_failure() {
+                        failure.send_if_modified(|f| {
+                            let first = f.is_none();
+                            if first {
+                                tracing::error!(error = %message, "the event log cannot take records: nothing more is copied");
+                                *f = Some(message.clone());
+                            }
+                            first
+                        });
+                    }
+                    CoordinatorError::Store(message)
+                }
             })
         };
         AtomicResponse::new(Box::pin(append.into_actor(self).map(
@@ -308,6 +333,39 @@ mod tests {
     use kmirror_store::MemLog;
 
     use super::*;
+
+    #[actix::test]
+    async fn a_failed_store_is_reported_once_and_a_refusal_is_not() {
+        let log = Arc::new(MemLog::new());
+        let coordinator = CoordinatorActor::load(log.clone()).unwrap();
+        let mut failure = coordinator.log_failure();
+        let coordinator = coordinator.start();
+        let create = |name: &str| {
+            Execute::new(Command::CreateMirror {
+                name: name.into(),
+                config: MirrorConfig {
+                    source_bootstrap: "src:9092".into(),
+                    ..Default::default()
+                },
+            })
+        };
+        // A refused append (not the store failing) leaves the log usable.
+        log.fail_next_appends(1);
+        assert!(coordinator.send(create("a")).await.unwrap().is_err());
+        coordinator.send(create("a")).await.unwrap().unwrap();
+        assert!(failure.borrow().is_none());
+
+        log.fill_disk();
+        for name in ["b", "c"] {
+            let e = coordinator.send(create(name)).await.unwrap().unwrap_err();
+            assert_eq!(e.kip_name(), "KAFKA_STORAGE_ERROR");
+        }
+        failure.changed().await.unwrap();
+        let said = failure.borrow_and_update().clone().unwrap();
+        assert!(said.contains("No space left on device"), "{said}");
+        // Reported once: the second failure changed nothing.
+        assert!(!failure.has_changed().unwrap());
+    }
 
     #[actix::test]
     async fn a_busy_log_is_snapshotted_and_compacted_as_it_grows() {

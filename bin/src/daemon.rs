@@ -150,6 +150,15 @@ impl Running {
         }
     }
 
+    /// The local event log's failure (see [`Node::log_failed`]); a
+    /// clustered node's shard logs are reopened by their shards instead.
+    async fn log_failed(&self) -> String {
+        match self {
+            Running::Single(node) => node.log_failed().await,
+            Running::Clustered(_) => std::future::pending().await,
+        }
+    }
+
     async fn shutdown(self) {
         match self {
             Running::Single(node) => node.shutdown().await,
@@ -241,6 +250,16 @@ async fn serve(settings: DaemonSettings, log: Option<Arc<dyn EventLog>>) -> Resu
             Ok(())
         }
         ended = &mut server => Err(format!("INTERNAL: the admin API stopped: {ended:?}")),
+        failure = running.log_failed() => {
+            // No graceful stop: it would only try to record more. Exiting
+            // now is a crash the next start aligns from, as after kill -9.
+            let message = format!(
+                "KAFKA_STORAGE_ERROR: the event log in {} cannot take records: {failure}; nothing more is copied. Start the daemon again once the disk has room: it resumes where the log ends",
+                settings.data_dir.display()
+            );
+            handle.stop(false).await;
+            return Err(message);
+        }
     };
     handle.stop(true).await;
     tokio::select! {

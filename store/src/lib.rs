@@ -91,6 +91,14 @@ impl StoreError {
             _ => None,
         }
     }
+
+    /// The store itself failed (an I/O error such as a full disk): sled
+    /// keeps such an error and fails every later write of this process
+    /// with it, so the log cannot take another record until it is opened
+    /// again. Refusals and a clustered log's broker errors are not this.
+    pub fn is_storage_failure(&self) -> bool {
+        matches!(self, StoreError::Sled(_))
+    }
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

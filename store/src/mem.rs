@@ -24,6 +24,7 @@ struct Inner {
     snapshots: BTreeMap<Offset, MirrorStateImage>,
     end: Offset,
     fail_next_appends: usize,
+    disk_full: bool,
 }
 
 /// The in-memory log. Cloning shares nothing; wrap it in an `Arc`.
@@ -41,6 +42,12 @@ impl MemLog {
     /// "record not durable, so no side effect" path.
     pub fn fail_next_appends(&self, n: usize) {
         self.lock().fail_next_appends = n;
+    }
+
+    /// Makes every later append fail as sled's do once its disk is full
+    /// (it keeps the error for the life of the process).
+    pub fn fill_disk(&self) {
+        self.lock().disk_full = true;
     }
 
     /// Every stored entry, for assertions.
@@ -61,6 +68,12 @@ impl MemLog {
     }
 
     fn append_inner(inner: &mut Inner, timestamp_ms: i64, batch: &[Record]) -> Result<Offset> {
+        if inner.disk_full {
+            return Err(StoreError::Sled(sled::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::StorageFull,
+                "No space left on device",
+            ))));
+        }
         if inner.fail_next_appends > 0 {
             inner.fail_next_appends -= 1;
             return Err(StoreError::Open {

@@ -100,6 +100,8 @@ struct Inner {
     /// `stopping` is set under it by `shutdown`: no MirrorActor starts
     /// after the node began to stop, so none writes after the release.
     mirrors: tokio::sync::Mutex<Mirrors>,
+    /// The coordinator's [`CoordinatorActor::log_failure`].
+    log_failure: tokio::sync::watch::Receiver<Option<String>>,
 }
 
 #[derive(Default)]
@@ -257,6 +259,7 @@ impl Node {
             loaded = loaded.publish_to(publisher.clone().recipient());
             republish(log.clone(), publisher.clone());
         }
+        let log_failure = loaded.log_failure();
         let coordinator = loaded.start();
         let node = Node {
             inner: Arc::new(Inner {
@@ -267,6 +270,7 @@ impl Node {
                 connect_source,
                 settings,
                 mirrors: tokio::sync::Mutex::default(),
+                log_failure,
             }),
         };
         let image = node.image().await?;
@@ -415,6 +419,20 @@ impl Node {
     async fn actors(&self) -> Vec<Addr<MirrorActor>> {
         let mirrors = self.inner.mirrors.lock().await;
         mirrors.running.values().map(|r| r.actor.clone()).collect()
+    }
+
+    /// Resolves with the store's error once the event log can take no more
+    /// records (a full or failing disk); pending until then. Nothing can be
+    /// copied without recording it first, so the daemon exits on it and a
+    /// restart reopens the log and resumes where it ends.
+    pub async fn log_failed(&self) -> String {
+        let mut rx = self.inner.log_failure.clone();
+        let seen = rx.wait_for(Option::is_some).await.map(|f| f.clone());
+        match seen {
+            Ok(failure) => failure.unwrap_or_default(),
+            // The coordinator is gone with its sender: nothing to report.
+            Err(_) => std::future::pending().await,
+        }
     }
 
     /// Graceful stop: every partition stops fetching, finishes what is in

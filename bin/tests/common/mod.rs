@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses its own part
 
 pub mod cluster;
+pub mod fault_checks;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
