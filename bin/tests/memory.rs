@@ -139,3 +139,44 @@ fn a_backlog_on_100_partitions_stays_within_the_memory_budget() {
     );
     daemon.terminate();
 }
+
+/// Every mirror reads its source through fetches of its own, all within
+/// the one budget: mirrors with nothing to copy, long-polling their
+/// brokers, must not keep the budget from a mirror that has records.
+#[test]
+fn idle_mirrors_do_not_starve_a_busy_one() {
+    let b = bed();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let text = format!(
+        "data_dir = \"{}\"\nadmin_listen = \"127.0.0.1:{port}\"\nmax_memory_bytes = {}\n[destination]\nbootstrap_servers = \"{}\"\n",
+        dir.path().join("data").display(),
+        4 * MIB,
+        b.destination
+    );
+    let daemon = Daemon::start_config(dir.path(), port, &text);
+    let props = write_properties(dir.path());
+    for _ in 0..4 {
+        let topic = unique("idle");
+        create_topic(&b.source, &topic, 1, &[]);
+        let mirror = unique("idle");
+        daemon.mirror_topics(&mirror, &props, &topic);
+        wait_for("the idle mirror MIRRORING", || {
+            in_state(&daemon, &mirror, "MIRRORING") == 1
+        });
+    }
+    let topic = unique("busy");
+    create_topic(&b.source, &topic, 1, &[]);
+    produce(&topic, 0, 500);
+    let mirror = unique("busy");
+    let started = Instant::now();
+    daemon.mirror_topics(&mirror, &props, &topic);
+    wait_for("the busy mirror's 500 records on the destination", || {
+        records_on(&b.destination, &topic) == 500
+    });
+    println!(
+        "beside 4 idle mirrors, a 4 MiB budget let a fifth copy 500 records in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    daemon.terminate();
+}

@@ -16,7 +16,10 @@
 //! sequences into a copy of its own), and the Produce request that batch is
 //! encoded into until it is written. A partition holding its even share of
 //! the budget or more sits out the next fetches, so one busy partition
-//! cannot starve the others. A response larger than its reservation (Kafka
+//! cannot starve the others; and a fetch asks for no more than its
+//! partitions' room within their shares, so one source's fetches — long
+//! polls that hold their reservation while the broker waits for data —
+//! cannot starve another's. A response larger than its reservation (Kafka
 //! returns a first batch larger than `max_bytes`, so that a partition always
 //! moves) is charged in full: the budget can be exceeded by one batch.
 
@@ -120,7 +123,16 @@ pub struct PartitionUse {
 impl PartitionUse {
     /// Its share or more is held: the partition sits out the next fetch.
     pub fn over_share(&self) -> bool {
-        self.held.load(Ordering::Relaxed) >= self.budget.share()
+        self.room() == 0
+    }
+
+    /// What is left of its share, in fetched bytes (a fetched byte is
+    /// charged [`COPIES`] times).
+    pub fn room(&self) -> usize {
+        self.budget
+            .share()
+            .saturating_sub(self.held.load(Ordering::Relaxed))
+            / COPIES
     }
 
     /// Charges `bytes` fetched for this partition, [`COPIES`] times and

@@ -128,10 +128,18 @@ pub(super) async fn broker_fetcher(
             }
             continue;
         }
-        // Room in the budget first; the broker is asked for no more.
+        // Room in the budget first; the broker is asked for no more, and
+        // for no more than these partitions' shares have room for.
         let reservation = match &budget {
             Some(b) => {
-                let (r, ask) = b.reserve(max_bytes, MIN_FETCH_BYTES.min(max_bytes)).await;
+                let room: usize = parts
+                    .iter()
+                    .filter(|(tp, _)| !paused.contains_key(*tp))
+                    .filter_map(|(_, p)| p.account.as_ref())
+                    .map(|a| a.room())
+                    .sum();
+                let want = max_bytes.min(room).max(1);
+                let (r, ask) = b.reserve(want, MIN_FETCH_BYTES.min(want)).await;
                 session.set_max_bytes(ask);
                 Some(r)
             }
