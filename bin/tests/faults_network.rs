@@ -16,18 +16,19 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use common::fault_checks::{
+    assert_exact_copy, assert_translates_exactly, audit, long, reliability, wait_secs, Producer,
+};
 use common::*;
 use kmirror_actors::kafka::admin::{Admin, OffsetSpec};
 use kmirror_actors::kafka::fetch::IsolationLevel;
 use kmirror_actors::kafka::{ClientConfig, KafkaClient};
 use kmirror_tests::proxy::{Direction, FaultProxy, FaultRng};
-use kmirror_tests::{create_topic, kafka_script, kafka_tool_ok, unique, ProxiedBed};
+use kmirror_tests::{create_topic, unique, ProxiedBed};
 use serde_json::Value;
 
 const PARTITIONS: i32 = 3;
@@ -44,18 +45,13 @@ fn bed() -> &'static ProxiedBed {
     BED.get_or_init(|| ProxiedBed::start(8))
 }
 
-fn long() -> bool {
-    std::env::var("KMIRROR_FAULTS_LONG").is_ok_and(|v| v == "1")
-}
-
 /// A mirror of one topic through a test's proxies, under a live producer.
 struct Run {
     name: &'static str,
     source: FaultProxy,
     destination: FaultProxy,
     daemon: Option<Daemon>,
-    producer: Option<ChildGuard>,
-    acked: PathBuf,
+    producer: Producer,
     dir: tempfile::TempDir,
     topic: String,
     mirror: String,
@@ -85,8 +81,7 @@ impl Run {
         let dir = tempfile::tempdir().unwrap();
         let topic = unique("netfault");
         create_topic(&bed.source, &topic, PARTITIONS as u32, &[]);
-        let acked = dir.path().join("producer.jsonl");
-        let producer = start_verifiable_producer(&bed.source, &topic, &acked);
+        let producer = Producer::start(dir.path(), &bed.source, &topic, RATE);
         let port = free_port();
         let text = format!(
             "data_dir = \"{}\"\nadmin_listen = \"127.0.0.1:{port}\"\nmetadata_refresh_interval_ms = 1000\n[destination]\nbootstrap_servers = \"{}\"\nrequest_timeout_ms = {REQUEST_TIMEOUT_MS}\n",
@@ -111,8 +106,7 @@ impl Run {
             source,
             destination,
             daemon: Some(daemon),
-            producer: Some(producer),
-            acked,
+            producer,
             dir,
             topic,
             mirror,
@@ -203,7 +197,8 @@ impl Run {
     /// Stops the load, waits for the copy to be complete, checks it and
     /// the daemon's story, and prints the RELIABILITY line.
     fn finish(mut self, fault: &str, story: Story, injected: usize, recover_secs: f64) {
-        stop_producer(self.producer.take().unwrap());
+        let acked = self.producer.stop();
+        assert!(acked.len() > 100, "the producer ran: {} acked", acked.len());
         let total = self.source_end();
         wait_secs("the final catch-up", 120, || {
             let parts = self.describe();
@@ -214,73 +209,8 @@ impl Run {
                 && self.destination_sum(&parts) == total
         });
         let bed = bed();
-        let (src, dst) = (
-            records(&bed.source, &self.topic, total),
-            records(&bed.destination, &self.topic, total),
-        );
-        let count = |m: &BTreeMap<i32, Vec<(i64, String)>>| m.values().map(Vec::len).sum::<usize>();
-        assert_eq!(
-            count(&src) as i64,
-            total,
-            "the console consumer read the source"
-        );
-        let on_destination: BTreeSet<&str> =
-            dst.values().flatten().map(|(_, v)| v.as_str()).collect();
-        let duplicated = count(&dst) - on_destination.len();
-        let source_values: BTreeSet<&str> =
-            src.values().flatten().map(|(_, v)| v.as_str()).collect();
-        assert_eq!(
-            source_values.len(),
-            count(&src),
-            "the producer's values are unique"
-        );
-        let lost = source_values.difference(&on_destination).count();
-        let acked = acked_values(&self.acked);
-        assert!(acked.len() > 100, "the producer ran: {} acked", acked.len());
-        let acked_lost: Vec<&String> = acked
-            .iter()
-            .filter(|v| !on_destination.contains(v.as_str()))
-            .collect();
-        assert_eq!(
-            lost, 0,
-            "{fault}: source records missing on the destination"
-        );
-        assert_eq!(duplicated, 0, "{fault}: records twice on the destination");
-        assert!(
-            acked_lost.is_empty(),
-            "{fault}: {} acknowledged values missing on the destination, e.g. {:?}",
-            acked_lost.len(),
-            &acked_lost[..acked_lost.len().min(5)]
-        );
-        for (p, records) in &src {
-            assert!(
-                dst.get(p) == Some(records),
-                "{fault}: partition {p}: the destination's (offset, value) pairs differ from the source's"
-            );
-        }
-        // Offsets still translate exactly: first, middle and last of each partition.
-        for (p, records) in &src {
-            let picks = [0, records.len() / 2, records.len() - 1];
-            for i in picks {
-                let offset = records[i].0;
-                let out = self.daemon().cli_ok(&[
-                    "offsets",
-                    "translate",
-                    "--mirror",
-                    &self.mirror,
-                    "--topic",
-                    &self.topic,
-                    "--partition",
-                    &p.to_string(),
-                    "--offset",
-                    &offset.to_string(),
-                    "--json",
-                ]);
-                let t: Value = serde_json::from_slice(&out.stdout).unwrap();
-                assert_eq!(t["kind"], "exact", "{t}");
-                assert_eq!(t["destination_offset"], offset, "{t}");
-            }
-        }
+        let outcome = assert_exact_copy(&bed.source, &bed.destination, &self.topic, &acked);
+        assert_translates_exactly(self.daemon(), &self.mirror, &bed.source, &self.topic);
         let daemon = self.daemon.take().unwrap();
         assert_eq!(daemon.terminate().code(), Some(0), "SIGTERM exits 0");
         let story_text = audit(&self.dir.path().join("data"), &self.mirror);
@@ -323,9 +253,11 @@ impl Run {
         for l in failed.iter().take(3) {
             println!("{}: audit: {l}", self.name);
         }
-        println!(
-            "RELIABILITY|{fault}|{injected}|{}|{duplicated}|{recover_secs:.1}|{total}",
-            lost + acked_lost.len()
+        reliability(
+            fault,
+            injected,
+            outcome,
+            Duration::from_secs_f64(recover_secs),
         );
     }
 }
@@ -350,117 +282,11 @@ enum Story {
     FailedAndRetried,
 }
 
-fn wait_secs(what: &str, secs: u64, mut check: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !check() {
-        assert!(
-            start.elapsed() < Duration::from_secs(secs),
-            "timed out after {secs} s waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// Kafka's verifiable producer (unique values "0", "1", …, acks=all), its
-/// standard output — one JSON line per acknowledged send — to `acked`.
-fn start_verifiable_producer(bootstrap: &str, topic: &str, acked: &Path) -> ChildGuard {
-    let out = std::fs::File::create(acked).unwrap();
-    let child = Command::new(kafka_script())
-        .args([
-            "tool",
-            "kafka-verifiable-producer",
-            "--bootstrap-server",
-            bootstrap,
-            "--topic",
-            topic,
-            "--throughput",
-            &RATE.to_string(),
-            "--max-messages",
-            "-1",
-        ])
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start kafka-verifiable-producer");
-    ChildGuard(child)
-}
-
-fn stop_producer(mut p: ChildGuard) {
-    let _ = p.0.kill();
-    let _ = p.0.wait();
-}
-
-/// The values the producer saw acknowledged.
-fn acked_values(file: &Path) -> Vec<String> {
-    std::fs::read_to_string(file)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["name"] == "producer_send_success")
-        .filter_map(|v| v["value"].as_str().map(str::to_owned))
-        .collect()
-}
-
-/// Every record of `topic` as (offset, value) per partition, in offset
-/// order, as Kafka's console consumer reads it.
-fn records(bootstrap: &str, topic: &str, total: i64) -> BTreeMap<i32, Vec<(i64, String)>> {
-    let out = kafka_tool_ok(
-        "kafka-console-consumer",
-        &[
-            "--bootstrap-server",
-            bootstrap,
-            "--topic",
-            topic,
-            "--from-beginning",
-            "--max-messages",
-            &total.to_string(),
-            "--timeout-ms",
-            "30000",
-            "--property",
-            "print.partition=true",
-            "--property",
-            "print.offset=true",
-        ],
-    );
-    let mut by_partition: BTreeMap<i32, Vec<(i64, String)>> = BTreeMap::new();
-    for line in out.lines() {
-        let mut f = line.splitn(3, '\t');
-        let (Some(p), Some(o), Some(v)) = (f.next(), f.next(), f.next()) else {
-            continue;
-        };
-        let (Some(p), Some(o)) = (
-            p.strip_prefix("Partition:").and_then(|p| p.parse().ok()),
-            o.strip_prefix("Offset:").and_then(|o| o.parse().ok()),
-        ) else {
-            continue;
-        };
-        by_partition.entry(p).or_default().push((o, v.to_owned()));
-    }
-    for records in by_partition.values_mut() {
-        records.sort();
-    }
-    by_partition
-}
-
 /// The daemon's log lines that mention `word`, the last 30.
 fn daemon_log_about(dir: &Path, word: &str) -> String {
     let log = std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default();
     let lines: Vec<&str> = log.lines().filter(|l| l.contains(word)).collect();
     lines[lines.len().saturating_sub(30)..].join("\n")
-}
-
-fn audit(data: &Path, mirror: &str) -> String {
-    let out = kmirror(&[
-        "log",
-        "audit",
-        "--data-dir",
-        data.to_str().unwrap(),
-        "--mirror",
-        mirror,
-    ]);
-    assert!(out.status.success(), "log audit: {}", stderr(&out));
-    stdout(&out)
 }
 
 /// Resets every connection through `side` at seeded intervals of 2–5 s,

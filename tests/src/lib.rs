@@ -451,3 +451,35 @@ pub fn create_topic(bootstrap: &str, topic: &str, partitions: u32, configs: &[&s
     }
     kafka_tool_ok("kafka-topics", &args);
 }
+
+/// `kafka-acls --list` as `TYPE:PATTERN:name principal host OPERATION PERMISSION` lines.
+pub fn acl_list(bootstrap: &str) -> std::collections::BTreeSet<String> {
+    let out = kafka_tool_ok("kafka-acls", &["--bootstrap-server", bootstrap, "--list"]);
+    let mut resource = String::new();
+    let mut set = std::collections::BTreeSet::new();
+    for line in out.lines() {
+        let field = |l: &str, name: &str| -> String {
+            l.split(name)
+                .nth(1)
+                .map(|r| r.split([',', ')']).next().unwrap_or("").to_string())
+                .unwrap_or_default()
+        };
+        if line.contains("ResourcePattern(") {
+            resource = format!(
+                "{}:{}:{}",
+                field(line, "resourceType="),
+                field(line, "patternType="),
+                field(line, "name=")
+            );
+        } else if line.contains("(principal=") {
+            set.insert(format!(
+                "{resource} {} {} {} {}",
+                field(line, "principal="),
+                field(line, "host="),
+                field(line, "operation="),
+                field(line, "permissionType=")
+            ));
+        }
+    }
+    set
+}

@@ -16,7 +16,7 @@ use kmirror_actors::kafka::{ClientConfig, KafkaClient};
 use kmirror_actors::node::{Node, NodeSettings};
 use kmirror_store::SledLog;
 use kmirror_tests::mirror::connector;
-use kmirror_tests::{kafka_tool_ok, unique, OwnPair};
+use kmirror_tests::{acl_list, kafka_tool_ok, unique, OwnPair};
 
 /// `kafka-acls --add|--remove` of one READ binding for User:alice.
 fn alice_read(bootstrap: &str, verb: &str, permission: &str, pattern: &str, topic: &str) {
@@ -38,38 +38,6 @@ fn alice_read(bootstrap: &str, verb: &str, permission: &str, pattern: &str, topi
     kafka_tool_ok("kafka-acls", &args);
 }
 
-/// `kafka-acls --list` as `TYPE:PATTERN:name principal host OPERATION PERMISSION` lines.
-fn list(bootstrap: &str) -> BTreeSet<String> {
-    let out = kafka_tool_ok("kafka-acls", &["--bootstrap-server", bootstrap, "--list"]);
-    let mut resource = String::new();
-    let mut set = BTreeSet::new();
-    for line in out.lines() {
-        let field = |l: &str, name: &str| -> String {
-            l.split(name)
-                .nth(1)
-                .map(|r| r.split([',', ')']).next().unwrap_or("").to_string())
-                .unwrap_or_default()
-        };
-        if line.contains("ResourcePattern(") {
-            resource = format!(
-                "{}:{}:{}",
-                field(line, "resourceType="),
-                field(line, "patternType="),
-                field(line, "name=")
-            );
-        } else if line.contains("(principal=") {
-            set.insert(format!(
-                "{resource} {} {} {} {}",
-                field(line, "principal="),
-                field(line, "host="),
-                field(line, "operation="),
-                field(line, "permissionType=")
-            ));
-        }
-    }
-    set
-}
-
 /// Polls the destination's ACLs until `ok`; at every look, `allow` is
 /// never there without `deny`.
 async fn wait(
@@ -82,7 +50,7 @@ async fn wait(
     let start = Instant::now();
     let mut looks = 0;
     loop {
-        let have = list(destination);
+        let have = acl_list(destination);
         looks += 1;
         assert!(
             !have.contains(allow) || have.contains(deny),
@@ -124,7 +92,7 @@ async fn acl_sync_copies_the_deny_beside_the_allow_and_keeps_the_destinations_de
     let allow = format!("TOPIC:PREFIXED:{prefix} User:alice * READ ALLOW");
     let deny = |t: &str| format!("TOPIC:LITERAL:{t} User:alice * READ DENY");
     let operators: BTreeSet<String> = [deny(&audit), deny(&private)].into();
-    assert_eq!(list(&pair.destination), operators);
+    assert_eq!(acl_list(&pair.destination), operators);
 
     let dir = tempfile::tempdir().unwrap();
     let log = Arc::new(SledLog::open(dir.path()).unwrap());
@@ -168,7 +136,7 @@ async fn acl_sync_copies_the_deny_beside_the_allow_and_keeps_the_destinations_de
     assert_eq!(have, synced);
     // A few more passes change nothing.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(list(&pair.destination), synced);
+    assert_eq!(acl_list(&pair.destination), synced);
 
     // The source drops its ALLOW and the DENY the operator also has on the
     // destination: kmirror's ALLOW goes, the operator's DENYs stay, and the
@@ -187,7 +155,7 @@ async fn acl_sync_copies_the_deny_beside_the_allow_and_keeps_the_destinations_de
     assert_eq!(have, expected);
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
-        list(&pair.destination),
+        acl_list(&pair.destination),
         expected,
         "no destination DENY removed"
     );

@@ -15,7 +15,7 @@ use kmirror_actors::kafka::{ClientConfig, KafkaClient};
 use kmirror_actors::node::{Node, NodeSettings};
 use kmirror_store::SledLog;
 use kmirror_tests::mirror::connector;
-use kmirror_tests::{kafka_tool_ok, unique, OwnPair};
+use kmirror_tests::{acl_list, kafka_tool_ok, unique, OwnPair};
 
 fn pair() -> OwnPair {
     OwnPair::start("kmirror-acl-bed", &["--authorizer"])
@@ -27,38 +27,6 @@ fn acls(bootstrap: &str, args: &[&str]) {
     kafka_tool_ok("kafka-acls", &all);
 }
 
-/// `kafka-acls --list` as `TYPE:PATTERN:name principal host OPERATION PERMISSION` lines.
-fn list(bootstrap: &str) -> BTreeSet<String> {
-    let out = kafka_tool_ok("kafka-acls", &["--bootstrap-server", bootstrap, "--list"]);
-    let mut resource = String::new();
-    let mut set = BTreeSet::new();
-    for line in out.lines() {
-        let field = |l: &str, name: &str| -> String {
-            l.split(name)
-                .nth(1)
-                .map(|r| r.split([',', ')']).next().unwrap_or("").to_string())
-                .unwrap_or_default()
-        };
-        if line.contains("ResourcePattern(") {
-            resource = format!(
-                "{}:{}:{}",
-                field(line, "resourceType="),
-                field(line, "patternType="),
-                field(line, "name=")
-            );
-        } else if line.contains("(principal=") {
-            set.insert(format!(
-                "{resource} {} {} {} {}",
-                field(line, "principal="),
-                field(line, "host="),
-                field(line, "operation="),
-                field(line, "permissionType=")
-            ));
-        }
-    }
-    set
-}
-
 async fn wait_for(
     bootstrap: &str,
     what: &str,
@@ -66,7 +34,7 @@ async fn wait_for(
 ) -> BTreeSet<String> {
     let start = Instant::now();
     loop {
-        let have = list(bootstrap);
+        let have = acl_list(bootstrap);
         if ok(&have) {
             return have;
         }
@@ -160,7 +128,7 @@ async fn acls_follow_the_source_and_the_operators_own_stay() {
             "acl-local",
         ],
     );
-    let operators = list(&pair.destination);
+    let operators = acl_list(&pair.destination);
     assert_eq!(operators.len(), 1, "{operators:?}");
 
     let dir = tempfile::tempdir().unwrap();

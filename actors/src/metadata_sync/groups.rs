@@ -4,7 +4,10 @@
 //! live on the destination, where its consumers own their offsets.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Mutex;
 use std::time::Duration;
+
+use futures_util::stream::{self, StreamExt};
 
 use kmirror_events::{
     group_offset_target, is_active_group_state, Command, GroupFilter, GroupOffsetSync,
@@ -158,22 +161,34 @@ async fn sync_groups(
         .into_iter()
         .map(|g| (g.group_id, g.state))
         .collect();
-    let mut bounds = HashMap::new();
-    for g in wanted {
-        if dest_states
-            .get(&g.group_id)
-            .is_some_and(|s| is_active_group_state(s))
-        {
-            pass.skipped.insert(g.group_id.clone());
-            continue;
-        }
-        let scope = Scope {
-            image: &image,
-            topics: &topics,
-            names: &names,
-            only,
-        };
-        match sync_group(shared, &scope, &g.group_id, &mut bounds).await {
+    let (live, idle): (Vec<&GroupListing>, Vec<&GroupListing>) =
+        wanted.into_iter().partition(|g| {
+            dest_states
+                .get(&g.group_id)
+                .is_some_and(|s| is_active_group_state(s))
+        });
+    pass.skipped
+        .extend(live.into_iter().map(|g| g.group_id.clone()));
+    let scope = Scope {
+        image: &image,
+        topics: &topics,
+        names: &names,
+        only,
+        bounds: Mutex::new(HashMap::new()),
+    };
+    // Each group costs a few round trips to its coordinators on both
+    // clusters and nothing else: a thousand of them one after another
+    // would take a thousand times that.
+    let outcomes: Vec<_> = stream::iter(idle)
+        .map(|g| {
+            let scope = &scope;
+            async move { (g, sync_group(shared, scope, &g.group_id).await) }
+        })
+        .buffered(GROUPS_AT_ONCE)
+        .collect()
+        .await;
+    for (g, outcome) in outcomes {
+        match outcome {
             Ok(n) => pass.committed += n,
             Err(GroupError::Active) => {
                 pass.skipped.insert(g.group_id.clone());
@@ -199,6 +214,9 @@ impl<E: Into<SyncError>> From<E> for GroupError {
     }
 }
 
+/// Groups synced at once in a pass.
+const GROUPS_AT_ONCE: usize = 16;
+
 /// What a pass syncs: the mirror's topics by name, and — for a final pass —
 /// the partitions it is limited to.
 struct Scope<'a> {
@@ -206,15 +224,12 @@ struct Scope<'a> {
     topics: &'a BTreeMap<String, (TopicId, i32)>,
     names: &'a [String],
     only: Option<&'a HashSet<MirrorPartitionKey>>,
+    /// Destination bounds read so far in this pass, shared by its groups.
+    bounds: Mutex<HashMap<TopicPartition, LogBounds>>,
 }
 
 /// Syncs one group; returns how many partition offsets it committed.
-async fn sync_group(
-    shared: &Shared,
-    scope: &Scope<'_>,
-    group: &str,
-    bounds: &mut HashMap<TopicPartition, LogBounds>,
-) -> Result<u64, GroupError> {
+async fn sync_group(shared: &Shared, scope: &Scope<'_>, group: &str) -> Result<u64, GroupError> {
     let spec = &shared.spec;
     let (image, topics, names) = (scope.image, scope.topics, scope.names);
     let source = spec
@@ -244,15 +259,16 @@ async fn sync_group(
         }
         let translation = image.translate(&key, offset.offset);
         let tp = TopicPartition::new(&topic, partition);
-        let b = match bounds.get(&tp) {
-            Some(b) => *b,
+        let known = scope.bounds.lock().unwrap().get(&tp).copied();
+        let b = match known {
+            Some(b) => b,
             None => {
                 let b = spec
                     .destination
                     .bounds(&tp)
                     .await
                     .doing(|| format!("destination bounds of {tp}"))?;
-                bounds.insert(tp.clone(), b);
+                scope.bounds.lock().unwrap().insert(tp.clone(), b);
                 b
             }
         };

@@ -3,7 +3,6 @@
 //! buffer, and under a budget in its share of it), each partition's data
 //! handed out through a small bounded channel.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,10 +30,15 @@ pub(super) struct Register {
     pub(super) tx: mpsc::Sender<Result<FetchedPartition, FetchError>>,
 }
 
-/// A registered partition: where its data goes, and its account in the
-/// memory budget.
+/// A registered partition: where its data goes, what it was registered
+/// with, and its account in the memory budget.
 struct Part {
     tx: mpsc::Sender<Result<FetchedPartition, FetchError>>,
+    leader_epoch: i32,
+    topic_id: uuid::Uuid,
+    /// Sitting out (its buffer or its share full): where it stands, as
+    /// (offset, last fetched epoch).
+    sitting_out: Option<(i64, i32)>,
     account: Option<Arc<PartitionUse>>,
 }
 
@@ -55,60 +59,38 @@ pub(super) async fn broker_fetcher(
     let mut blips = TransportBlips::new(client.config().request_timeout);
     let max_bytes = session_max_bytes(&session);
     let mut parts: IndexMap<TopicPartition, Part> = IndexMap::new();
-    // Where a partition sitting out stands: (offset, last fetched epoch).
-    let mut paused: HashMap<TopicPartition, (i64, i32)> = HashMap::new();
-    // Leader epoch and topic id each partition was registered with.
-    let mut epochs: HashMap<TopicPartition, (i32, uuid::Uuid)> = HashMap::new();
+    let budget = budget.as_ref();
     loop {
         // Take in new registrations; wait for one if nothing is open.
         if parts.is_empty() {
             match rx.recv().await {
-                Some(r) => add(
-                    &mut session,
-                    &mut parts,
-                    &mut epochs,
-                    &mut paused,
-                    r,
-                    budget.as_ref(),
-                ),
+                Some(r) => add(&mut session, &mut parts, r, budget),
                 None => return,
             }
         }
         while let Ok(r) = rx.try_recv() {
-            add(
-                &mut session,
-                &mut parts,
-                &mut epochs,
-                &mut paused,
-                r,
-                budget.as_ref(),
-            );
+            add(&mut session, &mut parts, r, budget);
         }
         // Drop closed partitions; sit out full ones, bring back drained ones.
         parts.retain(|tp, part| {
             if part.tx.is_closed() {
                 session.remove(tp);
-                paused.remove(tp);
                 false
             } else {
                 true
             }
         });
-        for (tp, part) in &parts {
+        for (tp, part) in parts.iter_mut() {
             let full =
                 part.tx.capacity() == 0 || part.account.as_ref().is_some_and(|a| a.over_share());
-            match (full, paused.contains_key(tp)) {
-                (true, false) => {
+            match (full, part.sitting_out) {
+                (true, None) => {
                     let last_epoch = session.last_fetched_epoch(tp).unwrap_or(-1);
-                    if let Some(offset) = session.remove(tp) {
-                        paused.insert(tp.clone(), (offset, last_epoch));
-                    }
+                    part.sitting_out = session.remove(tp).map(|offset| (offset, last_epoch));
                 }
-                (false, true) => {
-                    let (offset, last_epoch) = paused.remove(tp).expect("paused entry");
-                    let (epoch, topic_id) =
-                        epochs.get(tp).copied().unwrap_or((-1, uuid::Uuid::nil()));
-                    session.add(tp.clone(), offset, epoch, topic_id);
+                (false, Some((offset, last_epoch))) => {
+                    part.sitting_out = None;
+                    session.add(tp.clone(), offset, part.leader_epoch, part.topic_id);
                     session.set_last_fetched_epoch(tp, last_epoch);
                 }
                 _ => {}
@@ -117,25 +99,18 @@ pub(super) async fn broker_fetcher(
         if session.is_empty() {
             // Everyone is full: wait briefly for room or a registration.
             if let Ok(Some(r)) = tokio::time::timeout(Duration::from_millis(2), rx.recv()).await {
-                add(
-                    &mut session,
-                    &mut parts,
-                    &mut epochs,
-                    &mut paused,
-                    r,
-                    budget.as_ref(),
-                );
+                add(&mut session, &mut parts, r, budget);
             }
             continue;
         }
         // Room in the budget first; the broker is asked for no more, and
         // for no more than these partitions' shares have room for.
-        let reservation = match &budget {
+        let reservation = match budget {
             Some(b) => {
                 let room: usize = parts
-                    .iter()
-                    .filter(|(tp, _)| !paused.contains_key(*tp))
-                    .filter_map(|(_, p)| p.account.as_ref())
+                    .values()
+                    .filter(|p| p.sitting_out.is_none())
+                    .filter_map(|p| p.account.as_ref())
                     .map(|a| a.room())
                     .sum();
                 let want = max_bytes.min(room).max(1);
@@ -170,7 +145,6 @@ pub(super) async fn broker_fetcher(
                         // The partition's owner decides where to resume.
                         session.remove(&tp);
                         parts.shift_remove(&tp);
-                        epochs.remove(&tp);
                     }
                 }
             }
@@ -182,8 +156,6 @@ pub(super) async fn broker_fetcher(
                     session.remove(&tp);
                     let _ = part.tx.try_send(Err(FetchError::Other(e.duplicate())));
                 }
-                paused.clear();
-                epochs.clear();
             }
         }
     }
@@ -238,17 +210,19 @@ impl TransportBlips {
 fn add(
     session: &mut FetchSession,
     parts: &mut IndexMap<TopicPartition, Part>,
-    epochs: &mut HashMap<TopicPartition, (i32, uuid::Uuid)>,
-    paused: &mut HashMap<TopicPartition, (i64, i32)>,
     r: Register,
     budget: Option<&Arc<MemoryBudget>>,
 ) {
-    paused.remove(&r.tp);
     session.add(r.tp.clone(), r.offset, r.leader_epoch, r.topic_id);
     session.set_last_fetched_epoch(&r.tp, r.last_epoch);
-    epochs.insert(r.tp.clone(), (r.leader_epoch, r.topic_id));
-    let account = budget.map(|b| b.partition());
-    parts.insert(r.tp, Part { tx: r.tx, account });
+    let part = Part {
+        tx: r.tx,
+        leader_epoch: r.leader_epoch,
+        topic_id: r.topic_id,
+        sitting_out: None,
+        account: budget.map(|b| b.partition()),
+    };
+    parts.insert(r.tp, part);
 }
 
 /// The response size a session asks for when the budget has room.
