@@ -18,6 +18,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::cluster::*;
+use common::fault_checks::end_offsets;
 use common::*;
 use kmirror_events::coordinator_partition;
 use kmirror_tests::{bed, create_topic, kafka_tool_ok, unique, BrokerOp, PrivateBed};
@@ -59,20 +60,6 @@ fn wait_long(what: &str, secs: u64, mut check: impl FnMut() -> bool) -> Duration
         std::thread::sleep(Duration::from_millis(250));
     }
     start.elapsed()
-}
-
-fn end_offsets(bootstrap: &str, topic: &str) -> BTreeMap<i32, i64> {
-    kafka_tool_ok(
-        "kafka-get-offsets",
-        &["--bootstrap-server", bootstrap, "--topic", topic],
-    )
-    .lines()
-    .filter_map(|l| {
-        let mut f = l.split(':');
-        let (_, p, o) = (f.next()?, f.next()?, f.next()?);
-        Some((p.trim().parse().ok()?, o.trim().parse().ok()?))
-    })
-    .collect()
 }
 
 /// Every committed value of `topic`, per partition in offset order, as
