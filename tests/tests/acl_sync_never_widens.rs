@@ -7,15 +7,9 @@
 //! source drops the same binding. Its own binary: its own authorizer pair.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kmirror_actors::cluster::kafka::KafkaCluster;
-use kmirror_actors::kafka::fetch::FetchOptions;
-use kmirror_actors::kafka::{ClientConfig, KafkaClient};
-use kmirror_actors::node::{Node, NodeSettings};
-use kmirror_store::SledLog;
-use kmirror_tests::mirror::connector;
+use kmirror_tests::mirror::node_on;
 use kmirror_tests::{acl_list, kafka_tool_ok, unique, OwnPair};
 
 /// `kafka-acls --add|--remove` of one READ binding for User:alice.
@@ -95,21 +89,7 @@ async fn acl_sync_copies_the_deny_beside_the_allow_and_keeps_the_destinations_de
     assert_eq!(acl_list(&pair.destination), operators);
 
     let dir = tempfile::tempdir().unwrap();
-    let log = Arc::new(SledLog::open(dir.path()).unwrap());
-    let dest = KafkaClient::connect(ClientConfig::plaintext(&pair.destination))
-        .await
-        .unwrap();
-    let node = Node::start(
-        log,
-        Arc::new(KafkaCluster::new(dest, FetchOptions::default())),
-        connector(),
-        NodeSettings {
-            refresh_interval: Duration::from_millis(500),
-            ..NodeSettings::default()
-        },
-    )
-    .await
-    .unwrap();
+    let node = node_on(dir.path(), &pair.destination).await;
     // Only ALLOWs are selected: copied alone, this one would let alice
     // read `secret` on the destination.
     let props = BTreeMap::from([

@@ -6,15 +6,9 @@
 //! binary, so the pair with an authorizer is started once and alone.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kmirror_actors::cluster::kafka::KafkaCluster;
-use kmirror_actors::kafka::fetch::FetchOptions;
-use kmirror_actors::kafka::{ClientConfig, KafkaClient};
-use kmirror_actors::node::{Node, NodeSettings};
-use kmirror_store::SledLog;
-use kmirror_tests::mirror::connector;
+use kmirror_tests::mirror::node_on;
 use kmirror_tests::{acl_list, kafka_tool_ok, unique, OwnPair};
 
 fn pair() -> OwnPair {
@@ -132,21 +126,7 @@ async fn acls_follow_the_source_and_the_operators_own_stay() {
     assert_eq!(operators.len(), 1, "{operators:?}");
 
     let dir = tempfile::tempdir().unwrap();
-    let log = Arc::new(SledLog::open(dir.path()).unwrap());
-    let dest = KafkaClient::connect(ClientConfig::plaintext(&pair.destination))
-        .await
-        .unwrap();
-    let node = Node::start(
-        log,
-        Arc::new(KafkaCluster::new(dest, FetchOptions::default())),
-        connector(),
-        NodeSettings {
-            refresh_interval: Duration::from_millis(500),
-            ..NodeSettings::default()
-        },
-    )
-    .await
-    .unwrap();
+    let node = node_on(dir.path(), &pair.destination).await;
     let props = BTreeMap::from([
         ("bootstrap.servers".to_string(), pair.source.clone()),
         (
