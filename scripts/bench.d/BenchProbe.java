@@ -16,6 +16,11 @@
 //       consumes TOPIC from the end on both clusters (assigned partitions, no
 //       group) and, for every record whose timestamp lies in [FROM_MS, TO_MS),
 //       takes lag = wall clock when poll() handed it over - record timestamp.
+//       FROM_MS "+W" opens the window W ms after both consumers are positioned
+//       and TO_MS "+S" closes it S ms after it opens: a load started before the
+//       probe then has W ms of warm-up however long the JVMs took to start (on
+//       a busy machine that is seconds). Prints "ready FROM_MS TO_MS" once
+//       positioned, with the window's wall-clock bounds.
 //       The record timestamp is CreateTime, stamped by the source producer at
 //       send(); MirrorMaker 2 (and kmirror) keep it, so the destination lag is
 //       end to end: producer -> source -> mirror -> destination -> consumer.
@@ -54,8 +59,7 @@ public class BenchProbe {
             case "endsum" -> System.out.println(new Offsets(a[1], a[2]).sum());
             case "watch" -> System.exit(watch(a[1], a[2], Long.parseLong(a[3]), Long.parseLong(a[4]),
                     Long.parseLong(a[5]), Long.parseLong(a[6])));
-            case "lag" -> lag(a[1], a[2], a[3], Long.parseLong(a[4]), Long.parseLong(a[5]), Long.parseLong(a[6]),
-                    a.length > 7 ? a[7] : null);
+            case "lag" -> lag(a[1], a[2], a[3], a[4], a[5], Long.parseLong(a[6]), a.length > 7 ? a[7] : null);
             default -> { System.err.println("usage: endsum|watch|lag ..."); System.exit(64); }
         }
     }
@@ -234,24 +238,20 @@ public class BenchProbe {
         final String name;
         final boolean source;
         final KafkaConsumer<byte[], byte[]> consumer;
-        final long from, to;
+        long from, to; // set by window() before the thread starts
         final int[] histo = new int[600_001]; // 1 ms buckets up to 10 min
         final AtomicLong count = new AtomicLong();
         final ConcurrentHashMap<Integer, Pending> pending; // shared by both sides
         final int[] addedHisto = new int[600_001]; // the pairs this side completed
         long addedCount, addedMax;
-        final Seconds seconds; // null without a TIMELINE_FILE
+        Seconds seconds; // null without a TIMELINE_FILE
         volatile boolean stop;
         long max;
 
-        Side(String name, boolean source, String bootstrap, String topic, long from, long to,
-                ConcurrentHashMap<Integer, Pending> pending, boolean timeline) {
+        Side(String name, boolean source, String bootstrap, String topic, ConcurrentHashMap<Integer, Pending> pending) {
             this.name = name;
             this.source = source;
-            this.from = from;
-            this.to = to;
             this.pending = pending;
-            this.seconds = timeline ? new Seconds((int) ((to - from + 999) / 1000)) : null;
             Properties p = new Properties();
             p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
             p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
@@ -273,6 +273,12 @@ public class BenchProbe {
             consumer.assign(tps);
             consumer.seekToEnd(tps);
             for (TopicPartition tp : tps) consumer.position(tp); // resolve now, before the load starts
+        }
+
+        void window(long from, long to, boolean timeline) {
+            this.from = from;
+            this.to = to;
+            this.seconds = timeline ? new Seconds((int) ((to - from + 999) / 1000)) : null;
         }
 
         public void run() {
@@ -310,13 +316,18 @@ public class BenchProbe {
         try { Thread.sleep(ms); } catch (InterruptedException e) { Thread.currentThread().interrupt(); }
     }
 
-    static void lag(String srcBoot, String dstBoot, String topic, long from, long to, long graceS, String timeline)
-            throws Exception {
+    static void lag(String srcBoot, String dstBoot, String topic, String fromArg, String toArg, long graceS,
+            String timeline) throws Exception {
         ConcurrentHashMap<Integer, Pending> pending = new ConcurrentHashMap<>();
-        Side src = new Side("source", true, srcBoot, topic, from, to, pending, timeline != null);
-        Side dst = new Side("destination", false, dstBoot, topic, from, to, pending, timeline != null);
+        Side src = new Side("source", true, srcBoot, topic, pending);
+        Side dst = new Side("destination", false, dstBoot, topic, pending);
+        long positioned = System.currentTimeMillis();
+        long from = fromArg.startsWith("+") ? positioned + Long.parseLong(fromArg.substring(1)) : Long.parseLong(fromArg);
+        long to = toArg.startsWith("+") ? from + Long.parseLong(toArg.substring(1)) : Long.parseLong(toArg);
+        src.window(from, to, timeline != null);
+        dst.window(from, to, timeline != null);
         System.err.println("lag: both consumers positioned at the end of " + topic);
-        System.out.println("ready");
+        System.out.println("ready " + from + " " + to);
         System.out.flush();
         Thread ts = new Thread(src), td = new Thread(dst);
         ts.start();

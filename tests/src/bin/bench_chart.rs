@@ -1,12 +1,13 @@
 //! `bench-chart`: draws the timelines `scripts/bench` leaves in its results
-//! directory into one PNG (issue 8: throughput and lag over time).
+//! directory into one PNG (issue 8: throughput and lag over time; issue 17:
+//! the lag added against the offered load, and memory on a 100-partition backlog).
 //!
 //! Longer than 800 lines: it is one drawing tool, read top to bottom (parse
 //! the timelines, then lay out and draw each panel), and bench tooling that
 //! the daemon never links.
 //!
 //! ```text
-//! bench-chart --results DIR --out FILE.png [--record-size B] [--font TTF] [--title TEXT]
+//! bench-chart --results DIR --out FILE.png [--record-size B] [--lag-run NAME] [--font TTF] [--title TEXT]
 //! ```
 //!
 //! Reads, from DIR (each one optional; a missing one is noted on stderr):
@@ -18,16 +19,27 @@
 //!   started, when the destination held none of the records: the x-axis starts
 //!   there (the probe's first sample comes a JVM start later), or at the first
 //!   sample without it;
-//! - `mm2_lag.lag.timeline`, `kmirror_lag.lag.timeline`: `BenchProbe lag`
-//!   per-second figures, `side second count p50 p99 max` (ms).
+//! - `mm2_NAME.lag.timeline`, `kmirror_NAME.lag.timeline` (NAME from
+//!   `--lag-run`, default `lag`; `scripts/bench` passes the curve level the
+//!   goals name, e.g. `curve_10000`): `BenchProbe lag` per-second figures,
+//!   `side second count p50 p99 max` (ms);
+//! - `curve.tsv`: one line per mirror and offered load of the lag curve,
+//!   `mirror offered achieved source_p50 source_p99 p99 added_p50 added_p99`
+//!   (mirror `mm2` or `kmirror`, records/s and ms, `n/a` where not measured,
+//!   `#` comments);
+//! - `mm2_backlog100.timeline`, `kmirror_backlog100.timeline` (and their
+//!   `.start_ms`): the copy of the 100-partition backlog, like the copy runs.
 //!
-//! and draws four panels: (a) copy throughput, (b) small-batch throughput,
-//! (c) lag per second of the window, (d) RSS of the mirror during the copies.
+//! and draws six panels: (a) copy throughput, (b) small-batch throughput,
+//! (c) lag per second of one lag run's window, (d) RSS of the mirror during the
+//! copies, (e) the lag added against the offered load, (f) RSS of the mirror
+//! while it copies the 100-partition backlog.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{anyhow, bail, Context, Result};
+use plotters::coord::combinators::{LogCoord, WithKeyPoints};
 use plotters::coord::ranged1d::{AsRangedCoord, Ranged, ValueFormatter};
 use plotters::coord::Shift;
 use plotters::element::DashedPathElement;
@@ -252,6 +264,118 @@ fn lag_series(rows: &[LagSecond], side: LagSide, pick: fn(&LagSecond) -> i64) ->
     v
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mirror {
+    Mm2,
+    Kmirror,
+}
+
+/// One level of the lag curve for one mirror; None where the run had no figure.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct CurveLevel {
+    mirror: Mirror,
+    offered: f64,
+    source_p99: Option<f64>,
+    added_p50: Option<f64>,
+    added_p99: Option<f64>,
+}
+
+/// Parses `curve.tsv`: `mirror offered achieved source_p50 source_p99 p99
+/// added_p50 added_p99`, `n/a` for a figure not measured, `#` comments and
+/// blank lines ignored.
+fn parse_curve(text: &str, file: &str) -> Result<Vec<CurveLevel>> {
+    let mut out = Vec::new();
+    for (n, line) in data_lines(text).filter(|(_, l)| !l.starts_with('#')) {
+        let bad = || {
+            anyhow!(
+                "{file}:{}: expected `mirror offered achieved source_p50 source_p99 p99 added_p50 added_p99` \
+                 (mirror mm2 or kmirror, offered a positive number, the rest numbers or n/a), got `{line}`",
+                n
+            )
+        };
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() != 8 {
+            return Err(bad());
+        }
+        let mirror = match f[0] {
+            "mm2" => Mirror::Mm2,
+            "kmirror" => Mirror::Kmirror,
+            _ => return Err(bad()),
+        };
+        let fig = |s: &str| -> Result<Option<f64>> {
+            if s == "n/a" {
+                return Ok(None);
+            }
+            s.parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .map(Some)
+                .ok_or_else(bad)
+        };
+        let offered = fig(f[1])?.filter(|v| *v > 0.0).ok_or_else(bad)?;
+        for s in &f[2..] {
+            fig(s)?;
+        }
+        out.push(CurveLevel {
+            mirror,
+            offered,
+            source_p99: fig(f[4])?,
+            added_p50: fig(f[6])?,
+            added_p99: fig(f[7])?,
+        });
+    }
+    Ok(out)
+}
+
+/// (offered records/s, value in ms) of one mirror's levels that have the figure,
+/// by offered load.
+fn curve_series(
+    rows: &[CurveLevel],
+    mirror: Mirror,
+    pick: fn(&CurveLevel) -> Option<f64>,
+) -> Vec<(f64, f64)> {
+    let mut v: Vec<(f64, f64)> = rows
+        .iter()
+        .filter(|r| r.mirror == mirror)
+        .filter_map(|r| pick(r).map(|y| (r.offered, y)))
+        .collect();
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    v
+}
+
+/// The curve panel's lines: each mirror's added p99 and p50, and the source-only
+/// p99 of its runs.
+fn curve_lines(rows: &[CurveLevel]) -> Vec<Line> {
+    let mut out = Vec::new();
+    for (mirror, name, color, source) in [
+        (Mirror::Mm2, "MM2", MM2, MM2_SOURCE),
+        (Mirror::Kmirror, "kmirror", KMIRROR, KMIRROR_SOURCE),
+    ] {
+        out.push(Line::new(
+            format!("{name} added p99"),
+            curve_series(rows, mirror, |r| r.added_p99),
+            color,
+        ));
+        out.push(
+            Line::new(
+                format!("{name} added p50"),
+                curve_series(rows, mirror, |r| r.added_p50),
+                color,
+            )
+            .dashed(),
+        );
+        out.push(
+            Line::new(
+                format!("source only p99, {name} runs"),
+                curve_series(rows, mirror, |r| r.source_p99),
+                source,
+            )
+            .width(1),
+        );
+    }
+    out
+}
+
 // ---------------------------------------------------------------- drawing
 
 struct Line {
@@ -286,6 +410,8 @@ struct Panel {
     caption: String,
     x_desc: String,
     y_desc: String,
+    /// Logarithmic x (the offered load spans powers of two).
+    log_x: bool,
     log_y: bool,
     /// A horizontal reference line (y, legend label).
     goal: Option<(f64, String)>,
@@ -317,25 +443,24 @@ fn draw_panel(area: &Area<'_>, p: &Panel) -> Result<()> {
     let pts = || lines.iter().flat_map(|l| l.points.iter());
     let x_max = pts().map(|p| p.0).fold(1.0f64, f64::max);
     let y_max = pts().map(|p| p.1).fold(0.0f64, f64::max);
-    if p.log_y {
-        let y_max = y_max.max(p.goal.as_ref().map_or(1.0, |g| g.0)).max(10.0) * 1.5;
-        draw_chart(
-            &plot,
-            p,
-            &lines,
-            0.0..x_max,
-            (1.0..y_max).log_scale(),
-            |y| y.max(1.0),
-        )?;
+    // A log axis cannot start at 0: it opens a little below the smallest x.
+    let x_min_pos = pts()
+        .map(|p| p.0)
+        .filter(|x| *x > 0.0)
+        .fold(x_max, f64::min);
+    let (x0, x1) = if p.log_x {
+        (x_min_pos / 1.3, x_max * 1.3)
     } else {
-        draw_chart(
-            &plot,
-            p,
-            &lines,
-            0.0..x_max,
-            0.0..(y_max * 1.08).max(1.0),
-            |y| y,
-        )?;
+        (0.0, x_max)
+    };
+    let y_log = (1.0..y_max.max(p.goal.as_ref().map_or(1.0, |g| g.0)).max(10.0) * 1.5).log_scale();
+    let y_lin = 0.0..(y_max * 1.08).max(1.0);
+    let xs = (x0, x1);
+    match (p.log_x, p.log_y) {
+        (false, false) => draw_chart(&plot, p, &lines, x0..x1, y_lin, xs)?,
+        (false, true) => draw_chart(&plot, p, &lines, x0..x1, y_log, xs)?,
+        (true, false) => draw_chart(&plot, p, &lines, log_x_axis(x0, x1, &lines), y_lin, xs)?,
+        (true, true) => draw_chart(&plot, p, &lines, log_x_axis(x0, x1, &lines), y_log, xs)?,
     }
     // The legend, beside the plot so that it never hides a line.
     let mut y = 24;
@@ -360,6 +485,18 @@ fn draw_panel(area: &Area<'_>, p: &Panel) -> Result<()> {
     Ok(())
 }
 
+/// A log x axis labelled at the points' own x values (the offered loads),
+/// which plotters' powers of ten would mostly leave unlabelled.
+fn log_x_axis(x0: f64, x1: f64, lines: &[&Line]) -> WithKeyPoints<LogCoord<f64>> {
+    let mut ticks: Vec<f64> = lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.0))
+        .collect();
+    ticks.sort_by(f64::total_cmp);
+    ticks.dedup();
+    (x0..x1).log_scale().with_key_points(ticks)
+}
+
 /// Axis labels: whole numbers without a fraction.
 fn tick(v: &f64) -> String {
     if v.abs() >= 100.0 || v.fract() == 0.0 {
@@ -369,19 +506,23 @@ fn tick(v: &f64) -> String {
     }
 }
 
-fn draw_chart<Y>(
+/// One panel's axes and lines; `xs` is the x range's ends (for the goal line).
+/// On a log y axis values under 1 are drawn at 1 (its floor).
+fn draw_chart<X, Y>(
     area: &Area<'_>,
     p: &Panel,
     lines: &[&Line],
-    x: std::ops::Range<f64>,
+    x: X,
     y: Y,
-    clamp: fn(f64) -> f64,
+    xs: (f64, f64),
 ) -> Result<()>
 where
+    X: AsRangedCoord<Value = f64>,
+    X::CoordDescType: Ranged<ValueType = f64> + ValueFormatter<f64>,
     Y: AsRangedCoord<Value = f64>,
     Y::CoordDescType: Ranged<ValueType = f64> + ValueFormatter<f64>,
 {
-    let x_end = x.end;
+    let clamp = |y: f64| if p.log_y { y.max(1.0) } else { y };
     let mut chart = ChartBuilder::on(area)
         .margin(12)
         .x_label_area_size(45)
@@ -401,7 +542,7 @@ where
         .draw()?;
     if let Some((g, _)) = &p.goal {
         let s = BLACK.stroke_width(1);
-        chart.draw_series(DashedLineSeries::new(vec![(0.0, *g), (x_end, *g)], 6, 4, s))?;
+        chart.draw_series(DashedLineSeries::new(vec![(xs.0, *g), (xs.1, *g)], 6, 4, s))?;
     }
     for l in lines {
         let style = l.color.stroke_width(l.width);
@@ -425,18 +566,21 @@ struct Args {
     results: PathBuf,
     out: PathBuf,
     record_size: u64,
+    /// The lag run panel (c) shows: `mm2_NAME.lag.timeline` and `kmirror_NAME.lag.timeline`.
+    lag_run: String,
     font: PathBuf,
     title: String,
 }
 
 const USAGE: &str =
     "usage: bench-chart --results DIR --out FILE.png [--record-size B (default 1024)] \
-[--font TTF (default /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf)] [--title TEXT]";
+[--lag-run NAME (default lag: mm2_NAME.lag.timeline, kmirror_NAME.lag.timeline)] [--font TTF (default /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf)] [--title TEXT]";
 
 fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Args> {
     let mut results = None;
     let mut out = None;
     let mut record_size = 1024u64;
+    let mut lag_run = "lag".to_string();
     let mut font = PathBuf::from(DEFAULT_FONT);
     let mut title = "scripts/bench: MirrorMaker 2 and kmirror over time".to_string();
     let mut it = argv.into_iter();
@@ -454,6 +598,13 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Args> {
                     anyhow!("--record-size must be a positive number of bytes, got `{v}`")
                 })?;
             }
+            "--lag-run" => {
+                let v = val()?;
+                if v.is_empty() || v.contains('/') {
+                    bail!("--lag-run must be a run name such as curve_10000 (no `/`), got `{v}`");
+                }
+                lag_run = v;
+            }
             "--font" => font = PathBuf::from(val()?),
             "--title" => title = val()?,
             _ => bail!("unknown argument `{a}`\n{USAGE}"),
@@ -463,6 +614,7 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Args> {
         results: results.ok_or_else(|| anyhow!("--results DIR is required\n{USAGE}"))?,
         out: out.ok_or_else(|| anyhow!("--out FILE.png is required\n{USAGE}"))?,
         record_size,
+        lag_run,
         font,
         title,
     })
@@ -526,20 +678,32 @@ fn run(args: Args) -> Result<()> {
     let km = watch("kmirror")?;
     let mm2_small = watch("mm2_small")?;
     let km_small = watch("kmirror_small")?;
-    let mm2_lag = lag("mm2_lag.lag.timeline")?;
-    let km_lag = lag("kmirror_lag.lag.timeline")?;
-    if [&mm2, &km, &mm2_small, &km_small]
+    let mm2_lag_file = format!("mm2_{}.lag.timeline", args.lag_run);
+    let km_lag_file = format!("kmirror_{}.lag.timeline", args.lag_run);
+    let mm2_lag = lag(&mm2_lag_file)?;
+    let km_lag = lag(&km_lag_file)?;
+    let curve = read_optional(dir, "curve.tsv", parse_curve)?;
+    let mm2_backlog = watch("mm2_backlog100")?;
+    let km_backlog = watch("kmirror_backlog100")?;
+    if [&mm2, &km, &mm2_small, &km_small, &mm2_backlog, &km_backlog]
         .iter()
         .all(|t| t.is_none())
         && mm2_lag.is_none()
         && km_lag.is_none()
+        && curve.is_none()
     {
         bail!(
             "no timelines in {} (expected mm2.timeline, kmirror.timeline, mm2_small.timeline, \
-             kmirror_small.timeline, mm2_lag.lag.timeline or kmirror_lag.lag.timeline)",
+             kmirror_small.timeline, {mm2_lag_file}, {km_lag_file}, curve.tsv, \
+             mm2_backlog100.timeline or kmirror_backlog100.timeline)",
             dir.display()
         );
     }
+    // "curve_10000" is the curve's level at 10000 records/s.
+    let lag_caption = match args.lag_run.strip_prefix("curve_") {
+        Some(rate) => format!("(c) lag per second of the window, at {rate} records/s"),
+        None => format!("(c) lag per second of the window, run {}", args.lag_run),
+    };
     load_font(&args.font)?;
 
     let rs = args.record_size;
@@ -553,6 +717,7 @@ fn run(args: Args) -> Result<()> {
             caption: caption.into(),
             x_desc: copy_x.into(),
             y_desc: mbs_y.clone(),
+            log_x: false,
             log_y: false,
             goal: None,
             lines: vec![
@@ -575,11 +740,12 @@ fn run(args: Args) -> Result<()> {
             "mm2_small.timeline or kmirror_small.timeline",
         ),
         Panel {
-            caption: "(c) lag, per second of the window".into(),
+            caption: lag_caption,
             x_desc: "second of the lag window (record CreateTime)".into(),
             y_desc: "lag: consumer poll - CreateTime (ms, log)".into(),
+            log_x: false,
             log_y: true,
-            goal: Some((50.0, "goal: p99 <= 50 ms".into())),
+            goal: None,
             lines: lag_lines("MM2", mm2_lag.as_deref(), MM2, MM2_SOURCE)
                 .into_iter()
                 .chain(lag_lines(
@@ -589,12 +755,13 @@ fn run(args: Args) -> Result<()> {
                     KMIRROR_SOURCE,
                 ))
                 .collect(),
-            missing: "no mm2_lag.lag.timeline or kmirror_lag.lag.timeline".into(),
+            missing: format!("no {mm2_lag_file} or {km_lag_file}"),
         },
         Panel {
             caption: "(d) mirror RSS during the copies".into(),
             x_desc: copy_x.into(),
             y_desc: "RSS (MiB, log scale)".into(),
+            log_x: false,
             log_y: true,
             goal: None,
             lines: vec![
@@ -605,14 +772,37 @@ fn run(args: Args) -> Result<()> {
             ],
             missing: "no copy timeline with RSS samples".into(),
         },
+        Panel {
+            caption: "(e) lag added by the mirror vs offered load".into(),
+            x_desc: "offered load (records/s, log scale)".into(),
+            y_desc: "ms (log scale; 0 drawn at 1)".into(),
+            log_x: true,
+            log_y: true,
+            goal: Some((5.0, "goal at 10000/s: added p99 <= 5 ms".into())),
+            lines: curve_lines(curve.as_deref().unwrap_or_default()),
+            missing: "no curve.tsv".into(),
+        },
+        Panel {
+            caption: "(f) mirror RSS copying the 100-partition backlog".into(),
+            x_desc: copy_x.into(),
+            y_desc: "RSS (MiB, log scale)".into(),
+            log_x: false,
+            log_y: true,
+            goal: Some((64.0, "goal: <= 64 MiB".into())),
+            lines: vec![
+                Line::new("MirrorMaker 2", rss(&mm2_backlog), MM2),
+                Line::new("kmirror", rss(&km_backlog), KMIRROR),
+            ],
+            missing: "no mm2_backlog100.timeline or kmirror_backlog100.timeline".into(),
+        },
     ];
 
     {
-        let root = BitMapBackend::new(&args.out, (1600, 1000)).into_drawing_area();
+        let root = BitMapBackend::new(&args.out, (1600, 1500)).into_drawing_area();
         root.fill(&WHITE)?;
         let (top, body) = root.split_vertically(44);
         top.draw(&Text::new(args.title.clone(), (16, 10), (FONT, 26)))?;
-        for (area, panel) in body.split_evenly((2, 2)).iter().zip(&panels) {
+        for (area, panel) in body.split_evenly((3, 2)).iter().zip(&panels) {
             draw_panel(area, panel).with_context(|| format!("drawing {}", panel.caption))?;
         }
         root.present()
@@ -785,6 +975,60 @@ mod tests {
     }
 
     #[test]
+    fn curve_lines_parse_and_make_series() {
+        let text = "# mirror offered achieved source_p50 source_p99 p99 added_p50 added_p99\n\
+                    mm2 10000 9990 7 15 26 9 16\n\
+                    kmirror 10000 9980 7 14 19 2 4\n\
+                    mm2 5000 5000 6 12 20 8 14\n\
+                    kmirror 5000 n/a n/a n/a n/a n/a n/a\n";
+        let rows = parse_curve(text, "f").unwrap();
+        assert_eq!(rows.len(), 4);
+        assert_eq!(
+            rows[1],
+            CurveLevel {
+                mirror: Mirror::Kmirror,
+                offered: 10000.0,
+                source_p99: Some(14.0),
+                added_p50: Some(2.0),
+                added_p99: Some(4.0)
+            }
+        );
+        // by offered load, whatever the file's order
+        assert_eq!(
+            curve_series(&rows, Mirror::Mm2, |r| r.added_p99),
+            vec![(5000.0, 14.0), (10000.0, 16.0)]
+        );
+        // a level without the figure (n/a) is left out, not drawn at 0
+        assert_eq!(
+            curve_series(&rows, Mirror::Kmirror, |r| r.added_p99),
+            vec![(10000.0, 4.0)]
+        );
+        let lines = curve_lines(&rows);
+        assert_eq!(lines.len(), 6);
+        assert_eq!(lines[3].label, "kmirror added p99");
+        assert_eq!(lines[5].points, vec![(10000.0, 14.0)]);
+    }
+
+    #[test]
+    fn curve_errors_name_file_and_line() {
+        for bad in [
+            "mm2 10000 1 2 3 4 5\n",
+            "mm3 10000 1 2 3 4 5 6\n",
+            "mm2 0 1 2 3 4 5 6\n",
+            "mm2 n/a 1 2 3 4 5 6\n",
+            "mm2 10000 1 2 3 4 five 6\n",
+            "kmirror 10000 1 2 3 4 5 -6\n",
+        ] {
+            let e = parse_curve(
+                &format!("# header\nmm2 1 1 1 1 1 1 1\n{bad}"),
+                "r/curve.tsv",
+            )
+            .unwrap_err();
+            assert!(e.to_string().starts_with("r/curve.tsv:3:"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn args_parse() {
         let a = parse_args(
             ["--results", "d", "--out", "o.png", "--record-size", "512"].map(String::from),
@@ -795,6 +1039,18 @@ mod tests {
             ("d".into(), "o.png".into(), 512)
         );
         assert_eq!(a.font, PathBuf::from(DEFAULT_FONT));
+        assert_eq!(a.lag_run, "lag");
+        let a = parse_args(
+            ["--results", "d", "--out", "o", "--lag-run", "curve_10000"].map(String::from),
+        )
+        .unwrap();
+        assert_eq!(a.lag_run, "curve_10000");
+        for bad in ["", "../x"] {
+            assert!(parse_args(
+                ["--results", "d", "--out", "o", "--lag-run", bad].map(String::from)
+            )
+            .is_err());
+        }
         assert!(parse_args(["--results", "d"].map(String::from)).is_err());
         assert!(parse_args(
             ["--results", "d", "--out", "o", "--record-size", "0"].map(String::from)
@@ -832,6 +1088,38 @@ mod tests {
         let a = args_for(dir.path());
         let e = run(a).unwrap_err().to_string();
         assert!(e.contains("kmirror.timeline:2:"), "{e}");
+    }
+
+    /// The issue-17 panels draw from a results dir that holds only them: the
+    /// log-log curve (levels with n/a among them) and the backlog's RSS.
+    #[test]
+    fn curve_and_backlog_draw() {
+        if !Path::new(DEFAULT_FONT).exists() {
+            panic!("{DEFAULT_FONT} is missing (Debian: apt-get install fonts-dejavu-core)");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("curve.tsv"),
+            "# header\nmm2 5000 5000 6 12 20 8 14\nkmirror 5000 5000 6 12 15 0 3\n\
+             mm2 160000 90000 400 900 1200 40 300\nkmirror 160000 n/a n/a n/a n/a n/a n/a\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("kmirror_backlog100.timeline"),
+            "1000 0 1 20480 20480\n1200 5000 2 61440 61440\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("kmirror_curve_5000.lag.timeline"),
+            "source 0 10 3 9 12\ndestination 0 10 30 90 120\n",
+        )
+        .unwrap();
+        let out = dir.path().join("chart.png");
+        let mut a = args_for(dir.path());
+        a.out = out.clone();
+        a.lag_run = "curve_5000".into();
+        run(a).unwrap();
+        assert!(std::fs::metadata(&out).unwrap().len() > 10_000);
     }
 
     impl Sample {
