@@ -60,6 +60,8 @@ pub(super) async fn broker_fetcher(
     let max_bytes = session_max_bytes(&session);
     let mut parts: IndexMap<TopicPartition, Part> = IndexMap::new();
     let budget = budget.as_ref();
+    // When the last response came back (the profile's loop gap).
+    let mut answered = std::time::Instant::now();
     loop {
         // Take in new registrations; wait for one if nothing is open.
         if parts.is_empty() {
@@ -120,7 +122,32 @@ pub(super) async fn broker_fetcher(
             }
             None => None,
         };
-        match session.fetch().await {
+        let asked = std::time::Instant::now();
+        let fetched = session.fetch().await;
+        if tracing::enabled!(target: "kmirror::profile", tracing::Level::DEBUG) {
+            let (parts_back, bytes) = match &fetched {
+                Ok(r) => (
+                    r.len(),
+                    r.iter()
+                        .filter_map(|(_, f)| f.as_ref().ok())
+                        .map(|f| f.records.len())
+                        .sum::<usize>(),
+                ),
+                Err(_) => (0, 0),
+            };
+            tracing::debug!(
+                target: "kmirror::profile",
+                node = session.node_id(),
+                fetch_us = asked.elapsed().as_micros() as u64,
+                gap_us = asked.duration_since(answered).as_micros() as u64,
+                parts_back,
+                bytes,
+                sitting_out = parts.values().filter(|p| p.sitting_out.is_some()).count(),
+                "fetch"
+            );
+        }
+        answered = std::time::Instant::now();
+        match fetched {
             Err(e) if blips.retry_quietly(&e) => {
                 // Positions did not move: the same partitions are fetched
                 // again, on a new connection, in a new fetch session.
