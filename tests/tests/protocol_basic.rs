@@ -578,5 +578,8 @@ async fn one_broker_has_two_fetches_in_flight_while_copying() {
         busiest >= 2,
         "two fetches in flight seen while the backlog was copied: {busiest}"
     );
-    assert!(figures.requests > 4, "a backlog takes several fetches: {figures:?}");
+    assert!(
+        figures.requests > 4,
+        "a backlog takes several fetches: {figures:?}"
+    );
 }

@@ -31,8 +31,8 @@ use crate::kafka::{KafkaClient, KafkaError};
 mod fenced;
 mod fetcher;
 
-use fetcher::{broker_fetcher, BrokerFetches, KafkaPartitionFetch, Register, PARTITION_BUFFER};
 pub use fetcher::FetchFigures;
+use fetcher::{broker_fetcher, BrokerFetches, KafkaPartitionFetch, Register, PARTITION_BUFFER};
 
 /// Fetch sessions per source broker, each its own loop, incremental session
 /// and connection, holding a share of the partitions that broker leads: one
