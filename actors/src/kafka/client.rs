@@ -135,12 +135,15 @@ struct Slot {
     last_failure: Option<(Instant, KafkaError)>,
 }
 
+/// A connection's place: (broker node id, lane).
+type Lane = (i32, u8);
+
 struct Inner {
     config: ClientConfig,
     metadata: RwLock<Arc<ClusterMetadata>>,
     /// Connections by (node, lane): lane 0 is the one every caller shares,
     /// other lanes are a fetch session's own (see [`KafkaClient::lane_connection`]).
-    slots: Mutex<HashMap<(i32, u8), Arc<tokio::sync::Mutex<Slot>>>>,
+    slots: Mutex<HashMap<Lane, Arc<tokio::sync::Mutex<Slot>>>>,
     refresh: tokio::sync::Mutex<()>,
     timer: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }

@@ -76,11 +76,14 @@ pub struct IdempotentProducer {
     lease: Option<LeaseTicket>,
     active: Arc<Mutex<HashSet<TopicPartition>>>,
     /// By (broker, lane): see [`PRODUCE_LANES`].
-    dispatchers: Arc<Mutex<HashMap<(i32, u8), mpsc::Sender<Submission>>>>,
+    dispatchers: Arc<Mutex<Dispatchers>>,
     /// Partitions placed so far, for the round robin over lanes.
     placed: Arc<AtomicU64>,
     stats: Arc<Counters>,
 }
+
+/// The dispatcher of each (broker, lane).
+type Dispatchers = HashMap<(i32, u8), mpsc::Sender<Submission>>;
 
 /// Connections (each with its own dispatcher) a producer writes a
 /// destination broker through, its partitions placed round robin and kept
