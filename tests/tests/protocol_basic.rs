@@ -481,3 +481,105 @@ async fn incremental_fetch_session() {
     assert!(r.iter().all(|(tp, _)| tp.partition != 2));
     assert_eq!(s.session_id(), id);
 }
+
+/// The fetch is pipelined: a broker's partitions are split over
+/// `FETCH_SESSIONS_PER_BROKER` sessions, each on a connection of its own,
+/// so while one session's answer is handed out another's request is at the
+/// broker. Copying a backlog out of four partitions of one broker shows two
+/// fetches at the broker at once, and every partition still arrives whole
+/// and in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_broker_has_two_fetches_in_flight_while_copying() {
+    use kmirror_actors::cluster::kafka::{KafkaCluster, FETCH_SESSIONS_PER_BROKER};
+    use kmirror_actors::cluster::SourceCluster;
+
+    let bed = bed();
+    let topic = unique("proto-pipe");
+    let c = client(&bed.source).await;
+    let admin = Admin::new(c.clone());
+    create(&admin, &topic, 4, &[]).await;
+    kafka_tool_ok(
+        "kafka-producer-perf-test",
+        &[
+            "--topic",
+            &topic,
+            "--num-records",
+            "40000",
+            "--record-size",
+            "500",
+            "--throughput",
+            "-1",
+            "--producer-props",
+            &format!("bootstrap.servers={}", bed.source),
+            "batch.size=16384",
+        ],
+    );
+    let mut ends = Vec::new();
+    for p in 0..4 {
+        let end = admin
+            .list_offset(&topic, p, OffsetSpec::Latest, IsolationLevel::ReadCommitted)
+            .await
+            .unwrap()
+            .offset;
+        ends.push(end);
+    }
+    assert_eq!(ends.iter().sum::<i64>(), 40_000);
+    let topic_id = c.metadata().topic(&topic).unwrap().topic_id;
+    let (leader, _) = c.leader(&topic, 0).await.unwrap();
+    let cluster = std::sync::Arc::new(KafkaCluster::new(
+        c.clone(),
+        FetchOptions {
+            partition_max_bytes: 64 * 1024,
+            ..Default::default()
+        },
+    ));
+    let mut copies = Vec::new();
+    for p in 0..4 {
+        let mut fetch = cluster
+            .open(
+                TopicPartition::new(&topic, p),
+                kmirror_events::TopicId(*topic_id.as_bytes()),
+                0,
+                -1,
+            )
+            .await
+            .unwrap();
+        let end = ends[p as usize];
+        copies.push(tokio::spawn(async move {
+            let (mut next, mut records) = (0i64, 0i64);
+            while next < end {
+                let got = fetch.next().await.unwrap();
+                assert_eq!(got.fetch_offset, next, "partition {p} in order, no gap");
+                for b in got.batches() {
+                    records += b.unwrap().record_count() as i64;
+                }
+                next = got.next_offset;
+            }
+            records
+        }));
+    }
+    let mut busiest = 0;
+    while !copies.iter().all(|t| t.is_finished()) {
+        busiest = busiest.max(cluster.fetch_figures(leader).in_flight);
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    for (p, copy) in copies.into_iter().enumerate() {
+        assert_eq!(copy.await.unwrap(), ends[p], "partition {p} copied whole");
+    }
+    let figures = cluster.fetch_figures(leader);
+    eprintln!(
+        "broker {leader}, {FETCH_SESSIONS_PER_BROKER} sessions: {figures:?}; most in flight seen while copying: {busiest}"
+    );
+    assert!(
+        figures.max_in_flight >= 2,
+        "two fetches at the broker at once: {figures:?}"
+    );
+    assert!(
+        busiest >= 2,
+        "two fetches in flight seen while the backlog was copied: {busiest}"
+    );
+    assert!(
+        figures.requests > 4,
+        "a backlog takes several fetches: {figures:?}"
+    );
+}

@@ -135,10 +135,15 @@ struct Slot {
     last_failure: Option<(Instant, KafkaError)>,
 }
 
+/// A connection's place: (broker node id, lane).
+type Lane = (i32, u8);
+
 struct Inner {
     config: ClientConfig,
     metadata: RwLock<Arc<ClusterMetadata>>,
-    slots: Mutex<HashMap<i32, Arc<tokio::sync::Mutex<Slot>>>>,
+    /// Connections by (node, lane): lane 0 is the one every caller shares,
+    /// other lanes are a fetch session's own (see [`KafkaClient::lane_connection`]).
+    slots: Mutex<HashMap<Lane, Arc<tokio::sync::Mutex<Slot>>>>,
     refresh: tokio::sync::Mutex<()>,
     timer: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -331,9 +336,18 @@ impl KafkaClient {
     /// backoff after failures, `reconnect.backoff.ms` … `reconnect.backoff.max.ms`)
     /// if needed.
     pub async fn connection(&self, node_id: i32) -> Result<BrokerConnection> {
+        self.lane_connection(node_id, 0).await
+    }
+
+    /// Connection `lane` to broker `node_id` (lane 0 is [`KafkaClient::connection`]).
+    /// A broker reads one request per connection at a time and answers a
+    /// parked Fetch before the next request on it, so two fetches are only
+    /// at the broker together on two connections: each extra fetch session
+    /// of a broker gets a lane of its own.
+    pub async fn lane_connection(&self, node_id: i32, lane: u8) -> Result<BrokerConnection> {
         let slot = {
             let mut slots = self.inner.slots.lock().unwrap();
-            slots.entry(node_id).or_default().clone()
+            slots.entry((node_id, lane)).or_default().clone()
         };
         let asked = Instant::now();
         let mut slot = slot.lock().await;
@@ -422,7 +436,7 @@ impl KafkaClient {
                 .unwrap_or(0) as i32);
         let slot = {
             let mut slots = self.inner.slots.lock().unwrap();
-            slots.entry(key).or_default().clone()
+            slots.entry((key, 0)).or_default().clone()
         };
         let mut slot = slot.lock().await;
         if let Some(c) = &slot.conn {

@@ -209,6 +209,8 @@ pub struct FetchSession {
     /// What the broker's session holds per partition: (offset, leader
     /// epoch, last fetched epoch).
     sent: HashMap<TopicPartition, (i64, i32, i32)>,
+    /// The connection lane to the broker (see [`KafkaClient::lane_connection`]).
+    lane: u8,
 }
 
 impl FetchSession {
@@ -223,7 +225,15 @@ impl FetchSession {
             session_epoch: 0,
             session_version: -1,
             sent: HashMap::new(),
+            lane: 0,
         }
+    }
+
+    /// The session on connection `lane` of its broker instead of the shared
+    /// one, so that it is at the broker while another session's fetch is.
+    pub fn on_lane(mut self, lane: u8) -> Self {
+        self.lane = lane;
+        self
     }
 
     /// The broker's fetch session id (0 when there is none).
@@ -357,7 +367,7 @@ impl FetchSession {
         }
         let ids: HashMap<Uuid, std::sync::Arc<str>> =
             id_of.iter().map(|(n, id)| (*id, n.clone())).collect();
-        let conn = self.client.connection(self.node_id).await?;
+        let conn = self.client.lane_connection(self.node_id, self.lane).await?;
         let mut version = conn.version::<FetchRequest>()?;
         if ids.contains_key(&Uuid::nil()) {
             // Some topic id unknown: stay on name-addressed versions.

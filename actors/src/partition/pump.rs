@@ -61,6 +61,8 @@ struct Pending {
     max_timestamp: i64,
     leader_epoch: i32,
     bytes: u64,
+    /// When the produce was handed to the sink (the profile's round trip).
+    sent: Instant,
 }
 
 /// Runs the partition until stopped or failed.
@@ -285,6 +287,16 @@ fn on_ack(
             other => PumpExit::retryable(other.to_string()),
         })?;
     debug_assert_eq!(ack.base_offset, pending.destination_offset);
+    if tracing::enabled!(target: "kmirror::profile", tracing::Level::DEBUG) {
+        tracing::debug!(
+            target: "kmirror::profile",
+            partition = %cx.tp,
+            produce_us = pending.sent.elapsed().as_micros() as u64,
+            age_ms = now_ms() - pending.max_timestamp,
+            records = pending.records,
+            "ack"
+        );
+    }
     let mut p = cx.progress.lock().unwrap();
     p.source_offset = pending.source_end;
     p.destination_offset = cursor.acked_destination;
@@ -344,6 +356,7 @@ impl Outgoing {
                 max_timestamp,
                 leader_epoch,
                 bytes: ob.bytes.len() as u64,
+                sent: Instant::now(),
             };
             self.to_send.push((pending, ob));
         }
@@ -427,6 +440,8 @@ async fn forward(
             p.newest_source_timestamp = p.newest_source_timestamp.max(ts);
         }
     }
+    let started = Instant::now();
+    let inflight_before = inflight.len();
     let mut aborted = fetched.aborted();
     // Behind: this fetch cannot all be in flight at once, so the five
     // slots are what limits the partition: merge what is not large.
@@ -469,11 +484,16 @@ async fn forward(
     }
     // The epochs these records were written in, and the runs these
     // produces open, are durable before any of them is sent.
+    let planned = Instant::now();
+    let had_runs = !new_runs.is_empty();
     if new_epoch {
         position::record_epochs(cx, epochs).await?;
     }
     cx.record_runs(new_runs).await?;
-    for (pending, ob) in to_send {
+    let recorded = Instant::now();
+    let sends = to_send.len();
+    for (mut pending, ob) in to_send {
+        pending.sent = Instant::now();
         // The fetched bytes stay in the memory budget until the last
         // produce they became is acknowledged.
         let charge = fetched.charge.clone();
@@ -487,7 +507,32 @@ async fn forward(
             (pending, ack)
         }));
     }
+    if tracing::enabled!(target: "kmirror::profile", tracing::Level::DEBUG) {
+        tracing::debug!(
+            target: "kmirror::profile",
+            partition = %cx.tp,
+            age_ms = newest.map(|t| now_ms() - t).unwrap_or(-1),
+            batches,
+            sends,
+            bytes = fetched.records.len(),
+            behind,
+            inflight_before,
+            plan_us = planned.duration_since(started).as_micros() as u64,
+            record_us = recorded.duration_since(planned).as_micros() as u64,
+            records_written = had_runs || new_epoch,
+            send_wait_us = recorded.elapsed().as_micros() as u64,
+            "forward"
+        );
+    }
     Ok(())
+}
+
+/// Wall-clock milliseconds, as record timestamps are (the profile's ages).
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 /// The leader epoch of the record before the cursor's position (−1 unknown).

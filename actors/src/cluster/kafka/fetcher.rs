@@ -1,8 +1,9 @@
-//! One source broker's fetch task: a multi-partition fetch kept going for
-//! every open partition that broker leads and that has room (in its
+//! One fetch session's task of a source broker: a multi-partition fetch
+//! kept going for every open partition of the session that has room (in its
 //! buffer, and under a budget in its share of it), each partition's data
 //! handed out through a small bounded channel.
 
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,6 +43,54 @@ struct Part {
     account: Option<Arc<PartitionUse>>,
 }
 
+/// One source broker's fetch figures, shared by its sessions' loops.
+#[derive(Debug, Default)]
+pub(super) struct BrokerFetches {
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    requests: AtomicU64,
+}
+
+/// What a broker's fetch sessions have done: `max_in_flight` above 1 shows
+/// the fetch pipelined (a session's request at the broker while another's
+/// answer is handed out).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FetchFigures {
+    /// Fetch requests sent (retries included).
+    pub requests: u64,
+    /// Fetch requests at the broker now.
+    pub in_flight: usize,
+    /// The most fetch requests at the broker at once.
+    pub max_in_flight: usize,
+}
+
+impl BrokerFetches {
+    pub(super) fn figures(&self) -> FetchFigures {
+        FetchFigures {
+            requests: self.requests.load(Ordering::Relaxed),
+            in_flight: self.in_flight.load(Ordering::Relaxed),
+            max_in_flight: self.max_in_flight.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Counts a request in flight until the guard drops (also when the
+    /// loop is cancelled mid-request).
+    fn start(&self) -> InFlight<'_> {
+        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::Relaxed);
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        InFlight(self)
+    }
+}
+
+struct InFlight<'a>(&'a BrokerFetches);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The smallest response a fetch waits for room for: below it, round trips
 /// cost more than the memory they save.
 const MIN_FETCH_BYTES: usize = 256 * 1024;
@@ -55,11 +104,14 @@ pub(super) async fn broker_fetcher(
     client: KafkaClient,
     mut rx: mpsc::UnboundedReceiver<Register>,
     budget: Option<Arc<MemoryBudget>>,
+    figures: Arc<BrokerFetches>,
 ) {
     let mut blips = TransportBlips::new(client.config().request_timeout);
     let max_bytes = session_max_bytes(&session);
     let mut parts: IndexMap<TopicPartition, Part> = IndexMap::new();
     let budget = budget.as_ref();
+    // When the last response came back (the profile's loop gap).
+    let mut answered = std::time::Instant::now();
     loop {
         // Take in new registrations; wait for one if nothing is open.
         if parts.is_empty() {
@@ -120,7 +172,35 @@ pub(super) async fn broker_fetcher(
             }
             None => None,
         };
-        match session.fetch().await {
+        let asked = std::time::Instant::now();
+        let fetched = {
+            let _counted = figures.start();
+            session.fetch().await
+        };
+        if tracing::enabled!(target: "kmirror::profile", tracing::Level::DEBUG) {
+            let (parts_back, bytes) = match &fetched {
+                Ok(r) => (
+                    r.len(),
+                    r.iter()
+                        .filter_map(|(_, f)| f.as_ref().ok())
+                        .map(|f| f.records.len())
+                        .sum::<usize>(),
+                ),
+                Err(_) => (0, 0),
+            };
+            tracing::debug!(
+                target: "kmirror::profile",
+                node = session.node_id(),
+                fetch_us = asked.elapsed().as_micros() as u64,
+                gap_us = asked.duration_since(answered).as_micros() as u64,
+                parts_back,
+                bytes,
+                sitting_out = parts.values().filter(|p| p.sitting_out.is_some()).count(),
+                "fetch"
+            );
+        }
+        answered = std::time::Instant::now();
+        match fetched {
             Err(e) if blips.retry_quietly(&e) => {
                 // Positions did not move: the same partitions are fetched
                 // again, on a new connection, in a new fetch session.

@@ -1,8 +1,9 @@
 //! The cluster traits over real Kafka, through the protocol layer.
 //!
 //! Fetching is shared per source broker, as Kafka's own replica fetchers do:
-//! one task per broker keeps a multi-partition fetch going for every open
-//! partition that broker leads and still has room in its buffer, and hands
+//! a few tasks per broker ([`FETCH_SESSIONS_PER_BROKER`], each with a share
+//! of its partitions) keep a multi-partition fetch going for every open
+//! partition that broker leads and still has room in its buffer, and hand
 //! each partition its data through a small bounded channel. A partition
 //! whose consumer is slow simply drops out of the next request until it has
 //! room again — back-pressure without a growing queue.
@@ -30,7 +31,27 @@ use crate::kafka::{KafkaClient, KafkaError};
 mod fenced;
 mod fetcher;
 
-use fetcher::{broker_fetcher, KafkaPartitionFetch, Register, PARTITION_BUFFER};
+pub use fetcher::FetchFigures;
+use fetcher::{broker_fetcher, BrokerFetches, KafkaPartitionFetch, Register, PARTITION_BUFFER};
+
+/// Fetch sessions per source broker, each its own loop, incremental session
+/// and connection, holding a share of the partitions that broker leads: one
+/// session's request is at the broker while another's answer is handed
+/// out and forwarded, where a single session would leave the broker idle
+/// for that time (the backlog copy was round-trip bound with one). A
+/// partition stays in the session it was first placed in (round robin per
+/// broker), so its position and fetch-session entry never move between two.
+pub const FETCH_SESSIONS_PER_BROKER: u8 = 2;
+
+/// The fetch tasks of a cluster read as a source, by (broker, session),
+/// and where each partition was placed.
+#[derive(Default)]
+struct Fetchers {
+    tasks: HashMap<(i32, u8), mpsc::UnboundedSender<Register>>,
+    lanes: HashMap<TopicPartition, u8>,
+    placed: HashMap<i32, usize>,
+    figures: HashMap<i32, Arc<BrokerFetches>>,
+}
 
 /// How long a settled-bounds check waits for the destination's high
 /// watermark to reach its log end before giving up (retryable).
@@ -197,7 +218,7 @@ pub struct KafkaCluster {
     admin: Admin,
     /// How partitions are fetched when this cluster is read as a source.
     options: FetchOptions,
-    fetchers: Mutex<HashMap<i32, mpsc::UnboundedSender<Register>>>,
+    fetchers: Mutex<Fetchers>,
     /// The daemon's memory budget, shared by every source's fetch tasks
     /// (none: each task holds what its buffers allow).
     budget: Option<Arc<MemoryBudget>>,
@@ -222,7 +243,7 @@ impl KafkaCluster {
             admin: Admin::new(client.clone()),
             client,
             options,
-            fetchers: Mutex::new(HashMap::new()),
+            fetchers: Mutex::new(Fetchers::default()),
             budget: None,
             fenced: None,
         }
@@ -234,22 +255,47 @@ impl KafkaCluster {
         self
     }
 
-    /// The fetch task of broker `node`, started on first use.
-    fn fetcher(&self, node: i32) -> mpsc::UnboundedSender<Register> {
-        let mut fetchers = self.fetchers.lock().expect("fetcher map poisoned");
-        if let Some(tx) = fetchers.get(&node).filter(|tx| !tx.is_closed()) {
+    /// The fetch task of `tp`'s session on broker `node`, started on first use.
+    fn fetcher(&self, node: i32, tp: &TopicPartition) -> mpsc::UnboundedSender<Register> {
+        let mut guard = self.fetchers.lock().expect("fetcher map poisoned");
+        let f = &mut *guard;
+        let lane = match f.lanes.get(tp) {
+            Some(&lane) => lane,
+            None => {
+                let placed = f.placed.entry(node).or_default();
+                let lane = (*placed % usize::from(FETCH_SESSIONS_PER_BROKER)) as u8;
+                *placed += 1;
+                f.lanes.insert(tp.clone(), lane);
+                lane
+            }
+        };
+        if let Some(tx) = f.tasks.get(&(node, lane)).filter(|tx| !tx.is_closed()) {
             return tx.clone();
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        let session = FetchSession::new(self.client.clone(), node, self.options.clone());
+        let session =
+            FetchSession::new(self.client.clone(), node, self.options.clone()).on_lane(lane);
+        let figures = f.figures.entry(node).or_default().clone();
         tokio::spawn(broker_fetcher(
             session,
             self.client.clone(),
             rx,
             self.budget.clone(),
+            figures,
         ));
-        fetchers.insert(node, tx.clone());
+        f.tasks.insert((node, lane), tx.clone());
         tx
+    }
+
+    /// What the fetch sessions of source broker `node` have done (zeros
+    /// before its first fetch).
+    pub fn fetch_figures(&self, node: i32) -> FetchFigures {
+        let fetchers = self.fetchers.lock().expect("fetcher map poisoned");
+        fetchers
+            .figures
+            .get(&node)
+            .map(|f| f.figures())
+            .unwrap_or_default()
     }
 }
 
@@ -402,7 +448,7 @@ impl SourceCluster for KafkaCluster {
         Box::pin(async move {
             let (leader, epoch) = self.client.leader(&tp.topic, tp.partition).await?;
             let (tx, rx) = mpsc::channel(PARTITION_BUFFER);
-            self.fetcher(leader)
+            self.fetcher(leader, &tp)
                 .send(Register {
                     tp,
                     topic_id: uuid::Uuid::from_bytes(topic_id.0),

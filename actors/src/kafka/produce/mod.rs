@@ -12,6 +12,9 @@
 //! in order. A duplicate comes back as success with the offset of the first
 //! copy, so the caller's offset map stays exact.
 //!
+//! The batches of many partitions bound for one broker share Produce
+//! requests, over [`PRODUCE_LANES`] connections per broker.
+//!
 //! Each [`PartitionProducer`] is a small tokio task fed by a bounded channel:
 //! [`PartitionProducer::send`] waits when the pipeline is full, which is the
 //! back-pressure the fetch side needs.
@@ -72,9 +75,23 @@ pub struct IdempotentProducer {
     /// Set: nothing is sent without it (see [`Lease`]).
     lease: Option<LeaseTicket>,
     active: Arc<Mutex<HashSet<TopicPartition>>>,
-    dispatchers: Arc<Mutex<HashMap<i32, mpsc::Sender<Submission>>>>,
+    /// By (broker, lane): see [`PRODUCE_LANES`].
+    dispatchers: Arc<Mutex<Dispatchers>>,
+    /// Partitions placed so far, for the round robin over lanes.
+    placed: Arc<AtomicU64>,
     stats: Arc<Counters>,
 }
+
+/// The dispatcher of each (broker, lane).
+type Dispatchers = HashMap<(i32, u8), mpsc::Sender<Submission>>;
+
+/// Connections (each with its own dispatcher) a producer writes a
+/// destination broker through, its partitions placed round robin and kept
+/// there. A broker reads one request per connection at a time, so with one
+/// connection every append of every partition waits in one line; two let
+/// the broker append two requests at once while each partition's batches
+/// still travel one connection, in order.
+pub const PRODUCE_LANES: u8 = 2;
 
 /// Counters of what the producer put on the wire.
 #[derive(Debug, Default)]
@@ -112,10 +129,10 @@ struct Submission {
 }
 
 impl IdempotentProducer {
-    /// The dispatcher task for broker `node`, started on first use.
-    fn dispatcher(&self, node: i32) -> mpsc::Sender<Submission> {
+    /// The dispatcher task of `lane` to broker `node`, started on first use.
+    fn dispatcher(&self, node: i32, lane: u8) -> mpsc::Sender<Submission> {
         let mut map = self.dispatchers.lock().unwrap();
-        if let Some(tx) = map.get(&node) {
+        if let Some(tx) = map.get(&(node, lane)) {
             if !tx.is_closed() {
                 return tx.clone();
             }
@@ -124,10 +141,11 @@ impl IdempotentProducer {
         tokio::spawn(dispatch_loop(
             self.client.clone(),
             node,
+            lane,
             rx,
             self.stats.clone(),
         ));
-        map.insert(node, tx.clone());
+        map.insert((node, lane), tx.clone());
         tx
     }
 
@@ -192,6 +210,7 @@ impl IdempotentProducer {
             lease: None,
             active: Arc::new(Mutex::new(HashSet::new())),
             dispatchers: Arc::new(Mutex::new(HashMap::new())),
+            placed: Arc::new(AtomicU64::new(0)),
             stats: Arc::new(Counters::default()),
         }
     }
@@ -236,7 +255,9 @@ impl IdempotentProducer {
             });
         }
         let (tx, rx) = mpsc::channel(1);
+        let lane = (self.placed.fetch_add(1, Ordering::Relaxed) % u64::from(PRODUCE_LANES)) as u8;
         let driver = Driver {
+            lane,
             client: self.client.clone(),
             tp: tp.clone(),
             producer_id: self.producer_id,
@@ -332,6 +353,8 @@ struct Driver {
     producer: IdempotentProducer,
     /// Leader node and destination topic id, until a leader error.
     node: Option<(i32, uuid::Uuid)>,
+    /// The connection to the leader this partition's batches travel.
+    lane: u8,
     failed: Option<String>,
     /// The failure was lost ownership: every later batch fails as fenced too.
     fenced: bool,
@@ -501,7 +524,7 @@ impl Driver {
         // Queued to the broker's dispatcher now, in sequence order; it puts
         // requests on the socket in the order it receives them.
         self.producer
-            .dispatcher(node)
+            .dispatcher(node, self.lane)
             .send(submission)
             .await
             .map_err(|_| KafkaError::Closed)?;
@@ -610,7 +633,7 @@ impl Driver {
     }
 }
 
-/// Per-broker loop that coalesces the batches of many partitions into one
+/// Per-broker-lane loop that coalesces the batches of many partitions into one
 /// Produce request ("many partitions per request", as the broker allows only
 /// one batch per partition per request) without waiting for more: it takes
 /// what is queued right now, cuts the request when a partition repeats or the
@@ -619,6 +642,7 @@ impl Driver {
 async fn dispatch_loop(
     client: KafkaClient,
     node: i32,
+    lane: u8,
     mut rx: mpsc::Receiver<Submission>,
     stats: Arc<Counters>,
 ) {
@@ -657,7 +681,7 @@ async fn dispatch_loop(
                 Err(_) => break,
             }
         }
-        let conn = match client.connection(node).await {
+        let conn = match client.lane_connection(node, lane).await {
             Ok(c) => c,
             Err(e) => {
                 fail_submissions(subs, &e);
