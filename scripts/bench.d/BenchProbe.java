@@ -40,7 +40,8 @@
 //   topics BOOTSTRAP PREFIX COUNT PARTITIONS
 //       creates topics PREFIX0..PREFIX{COUNT-1} of PARTITIONS partitions each
 //       (replication factor 1), 50 topics per CreateTopics request; topics that
-//       exist already are kept. Prints the number of partitions.
+//       exist already are kept. Returns once every partition has a leader in
+//       the broker's metadata. Prints the number of partitions.
 //   trickle BOOTSTRAP PREFIX COUNT RATE SECONDS
 //       produces RATE records/s in total (100 B values, acks=all) for SECONDS,
 //       round-robin over every partition of PREFIX0..PREFIX{COUNT-1}, so each
@@ -130,6 +131,24 @@ public class BenchProbe {
                         if (!(e.getCause() instanceof org.apache.kafka.common.errors.TopicExistsException)) throw e;
                     }
                 }
+            }
+            // A broker publishes new topics to its metadata cache a while
+            // after the controller commits them (seconds at thousands of
+            // partitions): wait until every partition has a leader there.
+            List<String> names = new ArrayList<>();
+            for (int i = 0; i < count; i++) names.add(prefix + i);
+            long deadline = System.currentTimeMillis() + 180_000;
+            while (true) {
+                int led = 0;
+                try {
+                    for (TopicDescription d : admin.describeTopics(names).allTopicNames().get().values())
+                        for (TopicPartitionInfo i : d.partitions()) if (i.leader() != null) led++;
+                } catch (ExecutionException e) {
+                    if (!(e.getCause() instanceof UnknownTopicOrPartitionException)) throw e;
+                }
+                if (led == count * partitions) break;
+                if (System.currentTimeMillis() > deadline) throw new IllegalStateException(led + " of " + count * partitions + " partitions have a leader after 180 s");
+                Thread.sleep(500);
             }
         }
         return count * partitions;
