@@ -520,7 +520,10 @@ mod tests {
         assert_eq!(log.load_image().unwrap(), *image);
         let batches = log.batches();
         println!("200 operations sent at once: {batches} appends");
-        assert!(batches < 20, "grouped: {batches} appends for 200 operations");
+        assert!(
+            batches < 20,
+            "grouped: {batches} appends for 200 operations"
+        );
     }
 
     #[actix::test]

@@ -300,7 +300,10 @@ async fn list_offsets_many_answers_as_list_offset_does() {
     asked.extend((0..3).map(|p| (b.clone(), p)));
     asked.insert(5, (a.clone(), 99)); // no such partition
     for spec in [OffsetSpec::Earliest, OffsetSpec::Latest] {
-        for ic in [IsolationLevel::ReadUncommitted, IsolationLevel::ReadCommitted] {
+        for ic in [
+            IsolationLevel::ReadUncommitted,
+            IsolationLevel::ReadCommitted,
+        ] {
             let many = admin.list_offsets_many(&asked, spec, ic).await;
             assert_eq!(many.len(), asked.len());
             for ((topic, partition), got) in asked.iter().zip(many) {
@@ -308,18 +311,29 @@ async fn list_offsets_many_answers_as_list_offset_does() {
                     assert!(got.is_err(), "{topic}-99 answered {got:?}");
                     continue;
                 }
-                let one = admin.list_offset(topic, *partition, spec, ic).await.unwrap();
+                let one = admin
+                    .list_offset(topic, *partition, spec, ic)
+                    .await
+                    .unwrap();
                 assert_eq!(got.unwrap(), one, "{topic}-{partition} {spec:?} {ic:?}");
             }
         }
     }
     let latest = admin
-        .list_offsets_many(&asked[..4], OffsetSpec::Latest, IsolationLevel::ReadUncommitted)
+        .list_offsets_many(
+            &asked[..4],
+            OffsetSpec::Latest,
+            IsolationLevel::ReadUncommitted,
+        )
         .await;
     let ends: Vec<i64> = latest.into_iter().map(|r| r.unwrap().offset).collect();
     assert_eq!(ends, vec![0, 5, 10, 15]);
     let earliest = admin
-        .list_offsets_many(&asked[3..4], OffsetSpec::Earliest, IsolationLevel::ReadUncommitted)
+        .list_offsets_many(
+            &asked[3..4],
+            OffsetSpec::Earliest,
+            IsolationLevel::ReadUncommitted,
+        )
         .await;
     assert_eq!(earliest[0].as_ref().unwrap().offset, 7);
 }

@@ -84,7 +84,11 @@ async fn bounds_many(admin: &Admin, tps: &[TopicPartition]) -> Vec<Result<LogBou
         .map(|tp| (tp.topic.to_string(), tp.partition))
         .collect();
     let (starts, ends) = tokio::join!(
-        admin.list_offsets_many(&asked, OffsetSpec::Earliest, IsolationLevel::ReadUncommitted),
+        admin.list_offsets_many(
+            &asked,
+            OffsetSpec::Earliest,
+            IsolationLevel::ReadUncommitted
+        ),
         admin.list_offsets_many(&asked, OffsetSpec::Latest, IsolationLevel::ReadUncommitted),
     );
     starts
@@ -242,7 +246,12 @@ pub struct KafkaCluster {
 #[derive(Default)]
 struct TopicsFlight {
     turn: tokio::sync::Mutex<()>,
-    newest: Mutex<Option<(tokio::time::Instant, Result<Arc<Vec<TopicInfo>>, KafkaError>)>>,
+    newest: Mutex<
+        Option<(
+            tokio::time::Instant,
+            Result<Arc<Vec<TopicInfo>>, KafkaError>,
+        )>,
+    >,
 }
 
 impl TopicsFlight {

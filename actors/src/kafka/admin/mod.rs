@@ -466,8 +466,7 @@ impl Admin {
             OffsetSpec::Latest => -1,
             OffsetSpec::Timestamp(t) => t,
         };
-        let mut out: Vec<Option<Result<ListedOffset>>> =
-            partitions.iter().map(|_| None).collect();
+        let mut out: Vec<Option<Result<ListedOffset>>> = partitions.iter().map(|_| None).collect();
         let mut by_leader: BTreeMap<i32, Vec<(usize, i32)>> = BTreeMap::new();
         for (i, (topic, partition)) in partitions.iter().enumerate() {
             match self.client.leader(topic, *partition).await {
