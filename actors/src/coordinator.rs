@@ -9,18 +9,11 @@
 //!
 //! One node owns every `__mirror_state` partition today, so one actor serves
 //! them all; the routing hash (`coordinator_partition`) is already how keys
-//! would be split when nodes form a cluster. Operations are decided only
-//! while no append is in flight, so a decision never sees an image that an
-//! in-flight append is about to change; those that queued meanwhile are
-//! decided one after the other, each against the image with the earlier
-//! ones' records folded in, and appended together (group commit: one
-//! durable write for all of them, as 10 000 partitions starting at once
-//! each record their transitions). An operation under a StateValidationOffset
-//! lock goes alone, so the log checks its lock on exactly its records.
-//! The blocking store calls run on tokio's blocking pool, never on the
-//! arbiter thread.
+//! would be split when nodes form a cluster. Messages are handled one at a
+//! time (`AtomicResponse`): a decision never sees an image that an
+//! in-flight append is about to change. The blocking store calls run on
+//! tokio's blocking pool, never on the arbiter thread.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use actix::prelude::*;
@@ -137,11 +130,6 @@ pub struct ReadImage;
 /// records appended: a busy mirror checkpoints every partition every second,
 /// and start-up replays only what came after the newest snapshot.
 pub const SNAPSHOT_EVERY_RECORDS: u64 = 100_000;
-/// Most operations one group append takes, so one append stays bounded.
-const GROUP_APPEND_MAX: usize = 1024;
-
-type Reply = tokio::sync::oneshot::Sender<Result<Applied, CoordinatorError>>;
-
 /// Tombstones are kept this long after a snapshot covers them (Kafka's
 /// `delete.retention.ms` default), so a reader of the log sees deletes.
 pub const TOMBSTONE_RETENTION_MS: i64 = 86_400_000;
@@ -165,9 +153,6 @@ pub struct CoordinatorActor {
     /// ([`StoreError::is_storage_failure`]): nothing more can be recorded,
     /// so nothing more may be copied; the daemon watches it and exits.
     log_failure: tokio::sync::watch::Sender<Option<String>>,
-    /// Operations waiting for the append in flight to finish.
-    queue: VecDeque<(Execute, Reply)>,
-    appending: bool,
 }
 
 impl CoordinatorActor {
@@ -184,8 +169,6 @@ impl CoordinatorActor {
             snapshotting: false,
             released: None,
             log_failure: tokio::sync::watch::channel(None).0,
-            queue: VecDeque::new(),
-            appending: false,
         })
     }
 
@@ -245,172 +228,79 @@ impl Actor for CoordinatorActor {
 }
 
 impl Handler<Execute> for CoordinatorActor {
-    type Result = ResponseFuture<Result<Applied, CoordinatorError>>;
+    type Result = AtomicResponse<Self, Result<Applied, CoordinatorError>>;
 
-    fn handle(&mut self, msg: Execute, ctx: &mut Context<Self>) -> Self::Result {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        self.queue.push_back((msg, reply));
-        self.next_append(ctx);
-        Box::pin(async move {
-            answer.await.unwrap_or_else(|_| {
-                Err(CoordinatorError::Unavailable(
-                    "the coordinator stopped before appending".into(),
-                ))
-            })
-        })
-    }
-}
-
-impl CoordinatorActor {
-    /// Decides what queued, against the image as the group's earlier
-    /// operations leave it, and appends the group's records in one write;
-    /// replies once they are durable and folded. Nothing while an append
-    /// is in flight: its completion calls this again.
-    fn next_append(&mut self, ctx: &mut Context<Self>) {
-        while !self.appending && !self.queue.is_empty() {
-            let mut tentative = self.image.clone();
-            let mut released = self.released;
-            let mut group: Vec<(Reply, usize, Vec<Record>)> = Vec::new();
-            let mut all: Vec<Record> = Vec::new();
-            let mut lock = None;
-            while group.len() < GROUP_APPEND_MAX {
-                let locked = match self.queue.front() {
-                    None => break,
-                    Some((msg, _)) => msg.state_validation.is_some(),
+    fn handle(&mut self, msg: Execute, _ctx: &mut Context<Self>) -> Self::Result {
+        if let Some(shard) = self.released {
+            let refused = Err(CoordinatorError::Released { shard });
+            return AtomicResponse::new(Box::pin(fut::ready(refused)));
+        }
+        // The image is the log's fold (every append goes through here), so
+        // it judges the lock as the log would; the log checks again below.
+        if let Some(lock) = &msg.state_validation {
+            if self.image.stale_under(lock).is_some() {
+                let e = CoordinatorError::Stale {
+                    state_validation_offset: lock.offset,
                 };
-                if locked && !group.is_empty() {
-                    break;
-                }
-                let (msg, reply) = self.queue.pop_front().expect("a queued operation");
-                let decided = decide_one(&tentative, released, &msg);
-                match decided {
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                    }
-                    Ok(records) => {
-                        let image = Arc::make_mut(&mut tentative);
-                        let at = image.end_offset();
-                        for (o, r) in (at..).zip(records.iter()) {
-                            image.apply(o, r);
-                            if let Record::ShardRelease(k, Some(_)) = r {
-                                released = Some(k.shard);
+                return AtomicResponse::new(Box::pin(fut::ready(Err(e))));
+            }
+        }
+        let records = match decide(&self.image, &msg.command) {
+            Ok(r) => r,
+            Err(e) => return AtomicResponse::new(Box::pin(fut::ready(Err(e.into())))),
+        };
+        let log = self.log.clone();
+        let to_append = records.clone();
+        let failure = self.log_failure.clone();
+        let append = async move {
+            tokio::task::spawn_blocking(move || match &msg.state_validation {
+                Some(lock) => log.append_if_unchanged(now_ms(), lock, &to_append),
+                None => log.append(now_ms(), &to_append),
+            })
+            .await
+            .map_err(|e| CoordinatorError::Store(e.to_string()))?
+            .map_err(|e| match e {
+                StoreError::InvalidClusterMirrorStates {
+                    state_validation_offset,
+                    ..
+                } => CoordinatorError::Stale {
+                    state_validation_offset,
+                },
+                other => {
+                    let message = other.to_string();
+                    if other.is_storage_failure() {
+                        failure.send_if_modified(|f| {
+                            let first = f.is_none();
+                            if first {
+                                tracing::error!(error = %message, "the event log cannot take records: nothing more is copied");
+                                *f = Some(message.clone());
                             }
-                        }
-                        group.push((reply, all.len(), records.clone()));
-                        all.extend(records);
+                            first
+                        });
+                    }
+                    CoordinatorError::Store(message)
+                }
+            })
+        };
+        AtomicResponse::new(Box::pin(append.into_actor(self).map(
+            move |res, act, ctx| {
+                let offset = res?;
+                let image = Arc::make_mut(&mut act.image);
+                for (o, r) in (offset..).zip(records.iter()) {
+                    image.apply(o, r);
+                    if let Record::ShardRelease(k, Some(_)) = r {
+                        act.released = Some(k.shard);
                     }
                 }
-                if locked {
-                    lock = msg.state_validation;
-                    break;
+                if let (Some(s), false) = (&act.subscriber, records.is_empty()) {
+                    s.do_send(Appended {
+                        records: Arc::new((offset..).zip(records.iter().cloned()).collect()),
+                    });
                 }
-            }
-            if group.is_empty() {
-                continue;
-            }
-            if all.is_empty() {
-                let offset = self.image.end_offset();
-                for (reply, _, records) in group {
-                    let _ = reply.send(Ok(Applied { offset, records }));
-                }
-                continue;
-            }
-            self.appending = true;
-            let log = self.log.clone();
-            let to_append = all.clone();
-            let failure = self.log_failure.clone();
-            let append = async move {
-                tokio::task::spawn_blocking(move || match &lock {
-                    Some(lock) => log.append_if_unchanged(now_ms(), lock, &to_append),
-                    None => log.append(now_ms(), &to_append),
-                })
-                .await
-                .map_err(|e| CoordinatorError::Store(e.to_string()))?
-                .map_err(|e| store_error(e, &failure))
-            };
-            ctx.spawn(append.into_actor(self).map(move |res, act, ctx| {
-                act.appending = false;
-                match res {
-                    Ok(offset) => {
-                        let image = Arc::make_mut(&mut act.image);
-                        for (o, r) in (offset..).zip(all.iter()) {
-                            image.apply(o, r);
-                            if let Record::ShardRelease(k, Some(_)) = r {
-                                act.released = Some(k.shard);
-                            }
-                        }
-                        if let Some(s) = &act.subscriber {
-                            s.do_send(Appended {
-                                records: Arc::new((offset..).zip(all.iter().cloned()).collect()),
-                            });
-                        }
-                        for (reply, at, records) in group {
-                            let offset = offset + at as Offset;
-                            let _ = reply.send(Ok(Applied { offset, records }));
-                        }
-                        act.maintain(ctx);
-                    }
-                    Err(e) => {
-                        for (reply, _, _) in group {
-                            let _ = reply.send(Err(e.clone()));
-                        }
-                    }
-                }
-                act.next_append(ctx);
-            }));
-        }
-    }
-}
-
-/// One operation's records, decided against `image` (the durable image
-/// plus what the group before it decided).
-fn decide_one(
-    image: &MirrorStateImage,
-    released: Option<i32>,
-    msg: &Execute,
-) -> Result<Vec<Record>, CoordinatorError> {
-    if let Some(shard) = released {
-        return Err(CoordinatorError::Released { shard });
-    }
-    // The image is the log's fold (every append goes through here), so
-    // it judges the lock as the log would; the log checks again.
-    if let Some(lock) = &msg.state_validation {
-        if image.stale_under(lock).is_some() {
-            return Err(CoordinatorError::Stale {
-                state_validation_offset: lock.offset,
-            });
-        }
-    }
-    Ok(decide(image, &msg.command)?)
-}
-
-/// The store's refusal as the caller hears it; a failed store (a full or
-/// failing disk) is also reported once on `failure`.
-fn store_error(
-    e: StoreError,
-    failure: &tokio::sync::watch::Sender<Option<String>>,
-) -> CoordinatorError {
-    match e {
-        StoreError::InvalidClusterMirrorStates {
-            state_validation_offset,
-            ..
-        } => CoordinatorError::Stale {
-            state_validation_offset,
-        },
-        other => {
-            let message = other.to_string();
-            if other.is_storage_failure() {
-                failure.send_if_modified(|f| {
-                    let first = f.is_none();
-                    if first {
-                        tracing::error!(error = %message, "the event log cannot take records: nothing more is copied");
-                        *f = Some(message.clone());
-                    }
-                    first
-                });
-            }
-            CoordinatorError::Store(message)
-        }
+                act.maintain(ctx);
+                Ok(Applied { offset, records })
+            },
+        )))
     }
 }
 
@@ -475,55 +365,6 @@ mod tests {
         assert!(said.contains("No space left on device"), "{said}");
         // Reported once: the second failure changed nothing.
         assert!(!failure.has_changed().unwrap());
-    }
-
-    #[actix::test]
-    async fn operations_that_queue_behind_an_append_are_appended_together() {
-        let log = Arc::new(MemLog::new());
-        let coordinator = CoordinatorActor::load(log.clone()).unwrap().start();
-        let create = |name: String| {
-            Execute::new(Command::CreateMirror {
-                name,
-                config: MirrorConfig {
-                    source_bootstrap: "src:9092".into(),
-                    ..Default::default()
-                },
-            })
-        };
-        // 200 mirrors at once, and one name twice: the second is decided
-        // against the image with the first folded in, so it is refused,
-        // and the others are not held up by it.
-        let mut names: Vec<String> = (0..200).map(|i| format!("m{i}")).collect();
-        names.insert(100, "m7".into());
-        let sent: Vec<_> = names
-            .iter()
-            .map(|n| coordinator.send(create(n.clone())))
-            .collect();
-        let answers = futures_util::future::join_all(sent).await;
-        let entries = log.entries();
-        let mut offsets = std::collections::BTreeSet::new();
-        for (name, answer) in names.iter().zip(answers) {
-            match answer.unwrap() {
-                Ok(applied) => {
-                    assert_eq!(applied.records.len(), 1);
-                    // Each hears the offset of its own record.
-                    let stored = entries.iter().find(|e| e.offset == applied.offset).unwrap();
-                    assert_eq!(stored.record, applied.records[0], "{name}");
-                    assert!(offsets.insert(applied.offset));
-                }
-                Err(e) => assert_eq!(e.kip_name(), "CLUSTER_MIRROR_ALREADY_EXISTS", "{name}: {e}"),
-            }
-        }
-        assert_eq!(offsets.len(), 200);
-        let image = coordinator.send(ReadImage).await.unwrap();
-        assert_eq!(image.mirrors().count(), 200);
-        assert_eq!(log.load_image().unwrap(), *image);
-        let batches = log.batches();
-        println!("200 operations sent at once: {batches} appends");
-        assert!(
-            batches < 20,
-            "grouped: {batches} appends for 200 operations"
-        );
     }
 
     #[actix::test]

@@ -50,15 +50,6 @@ impl MemLog {
         self.lock().disk_full = true;
     }
 
-    /// How many appends the stored records came in (uncompacted), so a
-    /// test can tell a group append from one append per operation.
-    pub fn batches(&self) -> usize {
-        let inner = self.lock();
-        let bases: std::collections::BTreeSet<Offset> =
-            inner.records.values().map(|s| s.batch_base).collect();
-        bases.len()
-    }
-
     /// Every stored entry, for assertions.
     pub fn entries(&self) -> Vec<LogEntry> {
         self.lock()
