@@ -389,10 +389,10 @@ impl RiskReads {
             let inner = self.inner.lock().unwrap();
             tps.iter()
                 .filter(|tp| {
-                    !inner
+                    inner
                         .configs
                         .get(&tp.topic)
-                        .is_some_and(|(at, _)| at.elapsed() < CONFIG_TTL)
+                        .is_none_or(|(at, _)| at.elapsed() >= CONFIG_TTL)
                 })
                 .map(|tp| tp.topic.clone())
                 .collect()

@@ -236,6 +236,9 @@ pub struct KafkaCluster {
     topics: TopicsFlight,
 }
 
+/// A metadata refresh's answer, shared by the callers it serves.
+type TopicsAnswer = Result<Arc<Vec<TopicInfo>>, KafkaError>;
+
 /// The answer of the newest metadata refresh for `topics`, and when that
 /// refresh started. Thousands of partitions aligning at once each check
 /// their source topic: one full metadata request per partition was O(N²)
@@ -246,12 +249,7 @@ pub struct KafkaCluster {
 #[derive(Default)]
 struct TopicsFlight {
     turn: tokio::sync::Mutex<()>,
-    newest: Mutex<
-        Option<(
-            tokio::time::Instant,
-            Result<Arc<Vec<TopicInfo>>, KafkaError>,
-        )>,
-    >,
+    newest: Mutex<Option<(tokio::time::Instant, TopicsAnswer)>>,
 }
 
 impl TopicsFlight {
