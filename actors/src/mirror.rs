@@ -27,6 +27,7 @@ use crate::failback::SourceHistory;
 use crate::metadata_sync::{
     GetSyncMetrics, MetadataSyncActor, PartitionsGrew, StopSync, SyncMetrics, SyncSpec,
 };
+use crate::partition::risk::RiskReads;
 use crate::partition::{
     Desire, Fail, GetStatus, PartitionActor, PartitionSpec, PartitionStatus, PreviewFailover,
     Recover, Shutdown,
@@ -104,11 +105,14 @@ pub struct MirrorActor {
     refreshing: bool,
     /// Group offsets, configs, partition counts, ACLs (started with us).
     sync: Option<Addr<MetadataSyncActor>>,
+    /// The partitions' risk samples read the source through it, batched.
+    risk_reads: RiskReads,
 }
 
 impl MirrorActor {
     pub fn new(spec: MirrorSpec) -> Self {
         MirrorActor {
+            risk_reads: RiskReads::new(spec.source.clone()),
             spec,
             partitions: HashMap::new(),
             refreshing: false,
@@ -150,6 +154,7 @@ impl MirrorActor {
                         published: self.spec.published.clone(),
                         history: self.spec.history.clone(),
                         risk,
+                        risk_reads: self.risk_reads.clone(),
                     })
                     .start()
                 });

@@ -42,6 +42,15 @@
 //       first: "side second count p50 p99 max" (ms; -1 when count is 0), from a
 //       small histogram per second (1 ms buckets below 10 s, 10 ms buckets
 //       below 60 s, beyond that the second's max).
+//   topics BOOTSTRAP PREFIX COUNT PARTITIONS
+//       creates topics PREFIX0..PREFIX{COUNT-1} of PARTITIONS partitions each
+//       (replication factor 1), 50 topics per CreateTopics request; topics that
+//       exist already are kept. Returns once every partition has a leader in
+//       the broker's metadata. Prints the number of partitions.
+//   trickle BOOTSTRAP PREFIX COUNT RATE SECONDS
+//       produces RATE records/s in total (100 B values, acks=all) for SECONDS,
+//       round-robin over every partition of PREFIX0..PREFIX{COUNT-1}, so each
+//       partition gets a record now and then (an idle but live mirror).
 import java.nio.file.*;
 import java.time.Duration;
 import java.util.*;
@@ -60,7 +69,9 @@ public class BenchProbe {
             case "watch" -> System.exit(watch(a[1], a[2], Long.parseLong(a[3]), Long.parseLong(a[4]),
                     Long.parseLong(a[5]), Long.parseLong(a[6])));
             case "lag" -> lag(a[1], a[2], a[3], a[4], a[5], Long.parseLong(a[6]), a.length > 7 ? a[7] : null);
-            default -> { System.err.println("usage: endsum|watch|lag ..."); System.exit(64); }
+            case "topics" -> System.out.println(topics(a[1], a[2], Integer.parseInt(a[3]), Integer.parseInt(a[4])));
+            case "trickle" -> trickle(a[1], a[2], Integer.parseInt(a[3]), Integer.parseInt(a[4]), Long.parseLong(a[5]));
+            default -> { System.err.println("usage: endsum|watch|lag|topics|trickle ..."); System.exit(64); }
         }
     }
 
@@ -102,6 +113,77 @@ public class BenchProbe {
         }
 
         public void close() { admin.close(Duration.ofSeconds(2)); }
+    }
+
+    static Admin admin(String bootstrap) {
+        Properties p = new Properties();
+        p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "120000");
+        p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "60000");
+        return Admin.create(p);
+    }
+
+    static int topics(String bootstrap, String prefix, int count, int partitions) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            for (int from = 0; from < count; from += 50) {
+                List<NewTopic> batch = new ArrayList<>();
+                for (int i = from; i < Math.min(count, from + 50); i++) batch.add(new NewTopic(prefix + i, partitions, (short) 1));
+                for (var f : admin.createTopics(batch).values().values()) {
+                    try {
+                        f.get();
+                    } catch (ExecutionException e) {
+                        if (!(e.getCause() instanceof org.apache.kafka.common.errors.TopicExistsException)) throw e;
+                    }
+                }
+            }
+            // A broker publishes new topics to its metadata cache a while
+            // after the controller commits them (seconds at thousands of
+            // partitions): wait until every partition has a leader there.
+            List<String> names = new ArrayList<>();
+            for (int i = 0; i < count; i++) names.add(prefix + i);
+            long deadline = System.currentTimeMillis() + 180_000;
+            while (true) {
+                int led = 0;
+                try {
+                    for (TopicDescription d : admin.describeTopics(names).allTopicNames().get().values())
+                        for (TopicPartitionInfo i : d.partitions()) if (i.leader() != null) led++;
+                } catch (ExecutionException e) {
+                    if (!(e.getCause() instanceof UnknownTopicOrPartitionException)) throw e;
+                }
+                if (led == count * partitions) break;
+                if (System.currentTimeMillis() > deadline) throw new IllegalStateException(led + " of " + count * partitions + " partitions have a leader after 180 s");
+                Thread.sleep(500);
+            }
+        }
+        return count * partitions;
+    }
+
+    static void trickle(String bootstrap, String prefix, int count, int rate, long seconds) throws Exception {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        p.put("acks", "all");
+        p.put("linger.ms", "5");
+        p.put("key.serializer", "org.apache.kafka.common.serialization.ByteArraySerializer");
+        p.put("value.serializer", "org.apache.kafka.common.serialization.ByteArraySerializer");
+        List<TopicPartition> all = new ArrayList<>();
+        try (var producer = new org.apache.kafka.clients.producer.KafkaProducer<byte[], byte[]>(p)) {
+            for (int i = 0; i < count; i++)
+                for (var info : producer.partitionsFor(prefix + i)) all.add(new TopicPartition(prefix + i, info.partition()));
+            Collections.shuffle(all, new Random(17));
+            byte[] value = new byte[100];
+            long start = System.nanoTime(), end = start + seconds * 1_000_000_000L;
+            long sent = 0;
+            while (System.nanoTime() < end) {
+                TopicPartition tp = all.get((int) (sent % all.size()));
+                producer.send(new org.apache.kafka.clients.producer.ProducerRecord<>(tp.topic(), tp.partition(), null, value));
+                sent++;
+                long due = start + sent * 1_000_000_000L / rate;
+                long wait = due - System.nanoTime();
+                if (wait > 0) Thread.sleep(wait / 1_000_000, (int) (wait % 1_000_000));
+            }
+            producer.flush();
+            System.out.println("sent " + sent + " records over " + all.size() + " partitions");
+        }
     }
 
     static long[] proc(long pid) {

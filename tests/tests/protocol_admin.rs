@@ -271,3 +271,69 @@ async fn admin_rpcs() {
         "{e}"
     );
 }
+
+/// `list_offsets_many` (what the batched risk sample asks, a request per
+/// broker) answers exactly what `list_offset` answers partition by
+/// partition, and a partition that does not exist fails alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_offsets_many_answers_as_list_offset_does() {
+    let bed = bed();
+    let c = client(&bed.source).await;
+    let admin = Admin::new(c.clone());
+    let (a, b) = (unique("proto-many-a"), unique("proto-many-b"));
+    create(&admin, &a, 12, &[]).await;
+    create(&admin, &b, 3, &[]).await;
+    let p = IdempotentProducer::new(c.clone()).await.unwrap();
+    let t0 = 1_700_000_000_000;
+    for partition in 0..12 {
+        let pp = p.partition(&a, partition).unwrap();
+        for i in 0..(partition % 4) as i64 {
+            pp.send(batch(t0 + i * 5000, 5))
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    }
+    assert_eq!(admin.delete_records(&a, 3, 7).await.unwrap(), 7);
+    let mut asked: Vec<(String, i32)> = (0..12).map(|p| (a.clone(), p)).collect();
+    asked.extend((0..3).map(|p| (b.clone(), p)));
+    asked.insert(5, (a.clone(), 99)); // no such partition
+    for spec in [OffsetSpec::Earliest, OffsetSpec::Latest] {
+        for ic in [
+            IsolationLevel::ReadUncommitted,
+            IsolationLevel::ReadCommitted,
+        ] {
+            let many = admin.list_offsets_many(&asked, spec, ic).await;
+            assert_eq!(many.len(), asked.len());
+            for ((topic, partition), got) in asked.iter().zip(many) {
+                if *partition == 99 {
+                    assert!(got.is_err(), "{topic}-99 answered {got:?}");
+                    continue;
+                }
+                let one = admin
+                    .list_offset(topic, *partition, spec, ic)
+                    .await
+                    .unwrap();
+                assert_eq!(got.unwrap(), one, "{topic}-{partition} {spec:?} {ic:?}");
+            }
+        }
+    }
+    let latest = admin
+        .list_offsets_many(
+            &asked[..4],
+            OffsetSpec::Latest,
+            IsolationLevel::ReadUncommitted,
+        )
+        .await;
+    let ends: Vec<i64> = latest.into_iter().map(|r| r.unwrap().offset).collect();
+    assert_eq!(ends, vec![0, 5, 10, 15]);
+    let earliest = admin
+        .list_offsets_many(
+            &asked[3..4],
+            OffsetSpec::Earliest,
+            IsolationLevel::ReadUncommitted,
+        )
+        .await;
+    assert_eq!(earliest[0].as_ref().unwrap().offset, 7);
+}

@@ -189,6 +189,21 @@ pub trait ClusterView: Send + Sync {
     /// Log start and high watermark now, without waiting for them to
     /// settle: what a translated group offset is clamped to.
     fn bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>>;
+    /// [`Self::bounds`] of many partitions, answered in the order asked.
+    /// The risk sample of thousands of partitions asks them together, so
+    /// Kafka answers with a request per broker rather than per partition.
+    fn bounds_many<'a>(
+        &'a self,
+        tps: &'a [TopicPartition],
+    ) -> BoxFuture<'a, Vec<Result<LogBounds, KafkaError>>> {
+        Box::pin(async move {
+            let mut out = Vec::with_capacity(tps.len());
+            for tp in tps {
+                out.push(self.bounds(tp).await);
+            }
+            out
+        })
+    }
     /// Every group with its state: offset sync copies the source's and
     /// leaves the destination's live groups alone.
     fn list_groups(&self) -> BoxFuture<'_, Result<Vec<GroupListing>, KafkaError>>;

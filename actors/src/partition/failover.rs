@@ -11,7 +11,7 @@ use std::time::Duration;
 use kmirror_events::{FailoverReport, MirrorPartitionKey, Unmirrored};
 
 use super::context::Progress;
-use crate::cluster::{BatchHeader, DestinationCluster, SourceCluster};
+use crate::cluster::{BatchHeader, DestinationCluster, LogBounds, SourceCluster, TopicInfo};
 use crate::kafka::fetch::TopicPartition;
 
 /// How long reading what was not mirrored may take, in all.
@@ -125,20 +125,41 @@ pub async fn scan(
         .topics()
         .await
         .map_err(|e| format!("describe source topics: {e}"))?;
-    match topics.iter().find(|t| *t.name == *tp.topic) {
-        None => return Err(format!("source topic {} no longer exists", tp.topic)),
-        Some(t) if t.topic_id != key.topic_id => {
-            return Err(format!(
-                "source topic {} was re-created (topic id {}; the mirror copied {}): its records are another topic's",
-                tp.topic, t.topic_id, key.topic_id
-            ))
-        }
-        Some(_) => {}
-    }
+    check_topic(key, tp, &topics)?;
     let bounds = source
         .bounds(tp)
         .await
         .map_err(|e| format!("source offsets: {e}"))?;
+    scan_from(tp, source, destination, position, max_bytes, bounds).await
+}
+
+/// The source topic is still the one the mirror copied: neither deleted
+/// nor re-created under the same name.
+pub fn check_topic(
+    key: &MirrorPartitionKey,
+    tp: &TopicPartition,
+    topics: &[TopicInfo],
+) -> Result<(), String> {
+    match topics.iter().find(|t| *t.name == *tp.topic) {
+        None => Err(format!("source topic {} no longer exists", tp.topic)),
+        Some(t) if t.topic_id != key.topic_id => Err(format!(
+            "source topic {} was re-created (topic id {}; the mirror copied {}): its records are another topic's",
+            tp.topic, t.topic_id, key.topic_id
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// [`scan`] once the topic is checked and its bounds are read (the risk
+/// sample reads both for many partitions at once).
+pub async fn scan_from(
+    tp: &TopicPartition,
+    source: &dyn SourceCluster,
+    destination: &dyn DestinationCluster,
+    position: &Progress,
+    max_bytes: usize,
+    bounds: LogBounds,
+) -> Result<Scan, String> {
     let records = (bounds.end - position.source_offset).max(0);
     if records == 0 {
         return Ok(Scan {

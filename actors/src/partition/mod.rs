@@ -149,6 +149,8 @@ pub struct PartitionSpec {
     /// How often the at-risk figures are sampled, and the retention margin
     /// below which the partition warns.
     pub risk: kmirror_events::RiskSettings,
+    /// The mirror's batched source reads for those samples (one per mirror).
+    pub risk_reads: risk::RiskReads,
 }
 
 pub struct PartitionActor {
@@ -186,7 +188,7 @@ impl PartitionActor {
     pub fn new(spec: PartitionSpec) -> Self {
         let tp = TopicPartition::new(&spec.topic, spec.key.partition);
         let desired = spec.desired;
-        let risk = risk::Risk::new(spec.risk);
+        let risk = risk::Risk::new(spec.risk, spec.risk_reads.clone());
         PartitionActor {
             spec,
             tp,
@@ -490,10 +492,25 @@ impl Actor for PartitionActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        self.reload(ctx);
-        self.sample_risk();
-        ctx.run_interval(self.risk.settings.refresh_interval, |act, _| {
-            act.sample_risk()
+        // The first sample once the stored state is known: a MIRRORING
+        // partition then counts from its pump, rather than reading where a
+        // stopped copy stands. The later ones on the mirror's common beat.
+        let fut = self
+            .spec
+            .coordinator
+            .send(ReadPartition(self.spec.key.clone()));
+        ctx.wait(fut.into_actor(self).map(|res, act, ctx| {
+            if let Ok(view) = res {
+                act.state = view.state.unwrap_or_else(unknown_state);
+            }
+            act.enter(ctx);
+            act.sample_risk();
+        }));
+        ctx.run_later(self.risk.until_next_tick(), |act, ctx| {
+            act.sample_risk();
+            ctx.run_interval(act.risk.settings.refresh_interval, |act, _| {
+                act.sample_risk()
+            });
         });
     }
 }

@@ -5,8 +5,12 @@
 //! nothing, so every partition samples the source on its own, every
 //! `mirror.risk.refresh.interval.ms`: the same bounded read as the failover
 //! report ([`failover::scan`]), with a smaller byte cap, under a timeout.
+//! The partitions of a mirror tick together (on multiples of the interval)
+//! and read the source's metadata, log bounds and retention configs through
+//! one [`RiskReads`], batched: at 10 000 partitions, one sample each cost a
+//! metadata request and two ListOffsets per partition per interval.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,7 +24,7 @@ use kmirror_events::{
 use super::context::Progress;
 use super::failover::{self, Scan};
 use super::position;
-use crate::cluster::{DestinationCluster, SourceCluster};
+use crate::cluster::{DestinationCluster, LogBounds, SourceCluster, TopicInfo};
 use crate::coordinator::{now_ms, CoordinatorActor};
 use crate::kafka::fetch::TopicPartition;
 
@@ -35,6 +39,9 @@ const SAMPLE_TIMEOUT: Duration = Duration::from_secs(10);
 const RATE_WINDOW: Duration = Duration::from_secs(10);
 /// How long the source topic's retention configs are reused.
 const CONFIG_TTL: Duration = Duration::from_secs(60);
+/// How long the first read of a batch waits for the others to join it:
+/// partitions that tick together arrive within a few milliseconds.
+const BATCH_WINDOW: Duration = Duration::from_millis(50);
 /// Kafka's default `retention.ms` (7 days), for a cluster that does not
 /// say (the in-memory ones; Kafka itself answers the value in force).
 const DEFAULT_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
@@ -113,7 +120,6 @@ struct Shared {
     /// Where a copy that has not run in this process stands (read once
     /// from the map and the destination: it does not move without a pump).
     still: Option<Progress>,
-    configs: Option<(Instant, Retention)>,
     /// The warning has been logged and not cleared since.
     warned: bool,
     /// (when, high watermark) of the samples of the last [`RATE_WINDOW`],
@@ -127,16 +133,26 @@ struct Shared {
 pub struct Risk {
     shared: Arc<Mutex<Shared>>,
     busy: Arc<AtomicBool>,
+    reads: RiskReads,
     pub settings: RiskSettings,
 }
 
 impl Risk {
-    pub fn new(settings: RiskSettings) -> Self {
+    pub fn new(settings: RiskSettings, reads: RiskReads) -> Self {
         Risk {
             shared: Arc::default(),
             busy: Arc::default(),
+            reads,
             settings,
         }
+    }
+
+    /// How long until the next multiple of the refresh interval (epoch
+    /// time): every partition of a mirror ticks then, so their reads meet
+    /// in one batch.
+    pub fn until_next_tick(&self) -> Duration {
+        let every = self.settings.refresh_interval.as_millis().max(1) as i64;
+        Duration::from_millis((every - now_ms().rem_euclid(every)) as u64)
     }
 
     /// A pump is starting: its progress is the position from now on.
@@ -257,20 +273,11 @@ impl Risk {
                 }
             }
         };
-        let scan = failover::scan(key, tp, source, destination, &position, max_bytes).await?;
-        let cached = self.shared.lock().unwrap().configs;
-        let retention = match cached {
-            Some((at, r)) if at.elapsed() < CONFIG_TTL => r,
-            _ => {
-                let configs = source
-                    .topic_config_values(&tp.topic)
-                    .await
-                    .map_err(|e| format!("source topic configs: {e}"))?;
-                let r = retention_configs(&configs);
-                self.shared.lock().unwrap().configs = Some((Instant::now(), r));
-                r
-            }
-        };
+        let now = self.reads.read(tp.clone()).await?;
+        failover::check_topic(key, tp, &now.topics)?;
+        let scan =
+            failover::scan_from(tp, source, destination, &position, max_bytes, now.bounds?).await?;
+        let retention = now.retention?;
         let at = Instant::now();
         let mut shared = self.shared.lock().unwrap();
         // The rate over the last RATE_WINDOW, not between two samples: a
@@ -303,6 +310,127 @@ impl Risk {
             produce_bytes_per_second,
         });
         Ok(())
+    }
+}
+
+/// What one batched read found for one partition.
+struct SourceNow {
+    topics: Arc<Vec<TopicInfo>>,
+    bounds: Result<LogBounds, String>,
+    retention: Result<Retention, String>,
+}
+
+type Waiter = (
+    TopicPartition,
+    tokio::sync::oneshot::Sender<Result<SourceNow, String>>,
+);
+
+#[derive(Default)]
+struct ReadsInner {
+    waiting: Vec<Waiter>,
+    /// Retention configs per source topic, read at most every [`CONFIG_TTL`].
+    configs: HashMap<Arc<str>, (Instant, Retention)>,
+}
+
+/// The source reads of a mirror's risk samples, batched: reads arriving
+/// within [`BATCH_WINDOW`] of the first share one metadata request, one
+/// ListOffsets per broker and offset kind ([`crate::cluster::ClusterView::bounds_many`]),
+/// and one DescribeConfigs per topic per [`CONFIG_TTL`]. One per mirror,
+/// shared by its PartitionActors.
+#[derive(Clone)]
+pub struct RiskReads {
+    source: Arc<dyn SourceCluster>,
+    inner: Arc<Mutex<ReadsInner>>,
+}
+
+impl RiskReads {
+    pub fn new(source: Arc<dyn SourceCluster>) -> Self {
+        RiskReads {
+            source,
+            inner: Arc::default(),
+        }
+    }
+
+    /// The source's topics, the partition's bounds and its topic's
+    /// retention, from the batch this read joins.
+    async fn read(&self, tp: TopicPartition) -> Result<SourceNow, String> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let first = {
+            let mut inner = self.inner.lock().unwrap();
+            inner.waiting.push((tp, tx));
+            inner.waiting.len() == 1
+        };
+        if first {
+            let reads = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(BATCH_WINDOW).await;
+                // Dropped on timeout: every waiter then hears it.
+                let _ = tokio::time::timeout(SAMPLE_TIMEOUT, reads.flush()).await;
+            });
+        }
+        rx.await
+            .map_err(|_| "the batched source read did not finish".to_string())?
+    }
+
+    async fn flush(&self) {
+        let waiting = std::mem::take(&mut self.inner.lock().unwrap().waiting);
+        let topics = match self.source.topics().await {
+            Ok(t) => Arc::new(t),
+            Err(e) => {
+                let e = format!("describe source topics: {e}");
+                for (_, tx) in waiting {
+                    let _ = tx.send(Err(e.clone()));
+                }
+                return;
+            }
+        };
+        let tps: Vec<TopicPartition> = waiting.iter().map(|(tp, _)| tp.clone()).collect();
+        let stale: BTreeSet<Arc<str>> = {
+            let inner = self.inner.lock().unwrap();
+            tps.iter()
+                .filter(|tp| {
+                    inner
+                        .configs
+                        .get(&tp.topic)
+                        .is_none_or(|(at, _)| at.elapsed() >= CONFIG_TTL)
+                })
+                .map(|tp| tp.topic.clone())
+                .collect()
+        };
+        let configs = futures_util::future::join_all(stale.into_iter().map(|topic| async move {
+            let read = self.source.topic_config_values(&topic).await;
+            (topic, read)
+        }));
+        let (bounds, configs) = tokio::join!(self.source.bounds_many(&tps), configs);
+        let mut inner = self.inner.lock().unwrap();
+        let mut failed = HashMap::new();
+        for (topic, read) in configs {
+            match read {
+                Ok(c) => {
+                    inner
+                        .configs
+                        .insert(topic, (Instant::now(), retention_configs(&c)));
+                }
+                Err(e) => {
+                    failed.insert(topic, format!("source topic configs: {e}"));
+                }
+            }
+        }
+        for ((tp, tx), bounds) in waiting.into_iter().zip(bounds) {
+            let retention = match failed.get(&tp.topic) {
+                Some(e) => Err(e.clone()),
+                None => inner
+                    .configs
+                    .get(&tp.topic)
+                    .map(|(_, r)| *r)
+                    .ok_or_else(|| format!("source topic configs of {} not read", tp.topic)),
+            };
+            let _ = tx.send(Ok(SourceNow {
+                topics: topics.clone(),
+                bounds: bounds.map_err(|e| format!("source offsets: {e}")),
+                retention,
+            }));
+        }
     }
 }
 

@@ -98,6 +98,34 @@ async fn bounds(admin: &Admin, tp: &TopicPartition) -> Result<LogBounds, KafkaEr
     })
 }
 
+/// Both ends of many partitions' logs: two requests per leader.
+async fn bounds_many(admin: &Admin, tps: &[TopicPartition]) -> Vec<Result<LogBounds, KafkaError>> {
+    let asked: Vec<(String, i32)> = tps
+        .iter()
+        .map(|tp| (tp.topic.to_string(), tp.partition))
+        .collect();
+    let (starts, ends) = tokio::join!(
+        admin.list_offsets_many(
+            &asked,
+            OffsetSpec::Earliest,
+            IsolationLevel::ReadUncommitted
+        ),
+        admin.list_offsets_many(&asked, OffsetSpec::Latest, IsolationLevel::ReadUncommitted),
+    );
+    starts
+        .into_iter()
+        .zip(ends)
+        .map(|(start, end)| {
+            let (start, end) = (start?, end?);
+            Ok(LogBounds {
+                log_start: start.offset,
+                end: end.offset,
+                leader_epoch: end.leader_epoch,
+            })
+        })
+        .collect()
+}
+
 async fn list_groups(admin: &Admin) -> Result<Vec<GroupListing>, KafkaError> {
     Ok(admin
         .list_groups(&[])
@@ -225,6 +253,47 @@ pub struct KafkaCluster {
     /// Set in a clustered daemon: every destination partition is written
     /// under a transactional id of its own (see [`KafkaCluster::fenced`]).
     fenced: Option<Fenced>,
+    /// `topics` shared by callers that ask together (see [`TopicsFlight`]).
+    topics: TopicsFlight,
+}
+
+/// A metadata refresh's answer, shared by the callers it serves.
+type TopicsAnswer = Result<Arc<Vec<TopicInfo>>, KafkaError>;
+
+/// The answer of the newest metadata refresh for `topics`, and when that
+/// refresh started. Thousands of partitions aligning at once each check
+/// their source topic: one full metadata request per partition was O(N²)
+/// bytes at 10 000 partitions. A caller waits its turn and takes the
+/// newest answer if that refresh started after it asked (so it is as
+/// fresh as one of its own), else refreshes itself: a burst costs at most
+/// two requests.
+#[derive(Default)]
+struct TopicsFlight {
+    turn: tokio::sync::Mutex<()>,
+    newest: Mutex<Option<(tokio::time::Instant, TopicsAnswer)>>,
+}
+
+impl TopicsFlight {
+    async fn topics(&self, client: &KafkaClient) -> Result<Vec<TopicInfo>, KafkaError> {
+        let asked = tokio::time::Instant::now();
+        let _turn = self.turn.lock().await;
+        if let Some((started, answer)) = &*self.newest.lock().unwrap() {
+            if *started >= asked {
+                return answer
+                    .as_ref()
+                    .map(|t| t.to_vec())
+                    .map_err(KafkaError::duplicate);
+            }
+        }
+        let started = tokio::time::Instant::now();
+        let answer = describe_topics(client).await.map(Arc::new);
+        let out = answer
+            .as_ref()
+            .map(|t| t.to_vec())
+            .map_err(KafkaError::duplicate);
+        *self.newest.lock().unwrap() = Some((started, answer));
+        out
+    }
 }
 
 /// A clustered node's ownership of the destination partitions it writes.
@@ -246,6 +315,7 @@ impl KafkaCluster {
             fetchers: Mutex::new(Fetchers::default()),
             budget: None,
             fenced: None,
+            topics: TopicsFlight::default(),
         }
     }
 
@@ -305,12 +375,19 @@ impl ClusterView for KafkaCluster {
     }
 
     fn topics(&self) -> BoxFuture<'_, Result<Vec<TopicInfo>, KafkaError>> {
-        Box::pin(describe_topics(&self.client))
+        Box::pin(self.topics.topics(&self.client))
     }
 
     fn bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>> {
         let tp = tp.clone();
         Box::pin(async move { bounds(&self.admin, &tp).await })
+    }
+
+    fn bounds_many<'a>(
+        &'a self,
+        tps: &'a [TopicPartition],
+    ) -> BoxFuture<'a, Vec<Result<LogBounds, KafkaError>>> {
+        Box::pin(bounds_many(&self.admin, tps))
     }
 
     fn list_groups(&self) -> BoxFuture<'_, Result<Vec<GroupListing>, KafkaError>> {

@@ -450,6 +450,110 @@ impl Admin {
         .await
     }
 
+    /// ListOffsets for many partitions: one request per leader (from the
+    /// cached metadata), so a sample of thousands of partitions costs a
+    /// request per broker, not one per partition. Answers in the order
+    /// asked, each partition on its own; one whose leader moved is asked
+    /// again alone through [`Self::list_offset`], which refreshes metadata.
+    pub async fn list_offsets_many(
+        &self,
+        partitions: &[(String, i32)],
+        spec: OffsetSpec,
+        isolation: IsolationLevel,
+    ) -> Vec<Result<ListedOffset>> {
+        let ts = match spec {
+            OffsetSpec::Earliest => -2,
+            OffsetSpec::Latest => -1,
+            OffsetSpec::Timestamp(t) => t,
+        };
+        let mut out: Vec<Option<Result<ListedOffset>>> = partitions.iter().map(|_| None).collect();
+        let mut by_leader: BTreeMap<i32, Vec<(usize, i32)>> = BTreeMap::new();
+        for (i, (topic, partition)) in partitions.iter().enumerate() {
+            match self.client.leader(topic, *partition).await {
+                Ok((leader, epoch)) => by_leader.entry(leader).or_default().push((i, epoch)),
+                Err(e) => out[i] = Some(Err(e)),
+            }
+        }
+        let requests = by_leader.into_iter().map(|(leader, asked)| async move {
+            let mut topics: BTreeMap<&str, Vec<ListOffsetsPartition>> = BTreeMap::new();
+            for &(i, epoch) in &asked {
+                let (topic, partition) = &partitions[i];
+                topics.entry(topic).or_default().push(
+                    ListOffsetsPartition::default()
+                        .with_partition_index(*partition)
+                        .with_current_leader_epoch(epoch)
+                        .with_timestamp(ts),
+                );
+            }
+            let req = ListOffsetsRequest::default()
+                .with_replica_id((-1).into())
+                .with_isolation_level(matches!(isolation, IsolationLevel::ReadCommitted) as i8)
+                .with_timeout_ms(self.timeout_ms())
+                .with_topics(
+                    topics
+                        .into_iter()
+                        .map(|(t, ps)| {
+                            ListOffsetsTopic::default()
+                                .with_name(topic_name(t))
+                                .with_partitions(ps)
+                        })
+                        .collect(),
+                );
+            (asked, self.client.send_to(leader, &req).await)
+        });
+        let mut retry = Vec::new();
+        for (asked, resp) in futures_util::future::join_all(requests).await {
+            let resp = match resp {
+                Ok(r) => r,
+                Err(e) => {
+                    for (i, _) in asked {
+                        out[i] = Some(Err(e.duplicate()));
+                    }
+                    continue;
+                }
+            };
+            let mut answers = std::collections::HashMap::new();
+            for t in resp.topics {
+                for p in t.partitions {
+                    answers.insert((t.name.0.to_string(), p.partition_index), p);
+                }
+            }
+            for (i, _) in asked {
+                let (topic, partition) = &partitions[i];
+                let Some(p) = answers.remove(&(topic.clone(), *partition)) else {
+                    out[i] = Some(Err(KafkaError::Protocol(format!(
+                        "ListOffsets response without {topic}-{partition}"
+                    ))));
+                    continue;
+                };
+                let checked = KafkaError::check(
+                    p.error_code,
+                    || format!("ListOffsets {topic}-{partition}"),
+                    None,
+                );
+                out[i] = Some(match checked {
+                    Err(e) if e.needs_metadata_refresh() => {
+                        retry.push(i);
+                        continue;
+                    }
+                    Err(e) => Err(e),
+                    Ok(()) => Ok(ListedOffset {
+                        offset: p.offset,
+                        timestamp: p.timestamp,
+                        leader_epoch: p.leader_epoch,
+                    }),
+                });
+            }
+        }
+        for i in retry {
+            let (topic, partition) = &partitions[i];
+            out[i] = Some(self.list_offset(topic, *partition, spec, isolation).await);
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(KafkaError::Unknown("ListOffsets: no answer".into()))))
+            .collect()
+    }
+
     /// OffsetForLeaderEpoch: the end offset of `leader_epoch` on the current
     /// leader, as `(epoch, end offset)` — the largest epoch ≤ the one asked
     /// and where it ended. This is how divergence after a leader change is found.

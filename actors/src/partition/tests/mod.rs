@@ -77,6 +77,7 @@ impl Rig {
             published: None,
             history: self.history.clone(),
             risk: Default::default(),
+            risk_reads: crate::partition::risk::RiskReads::new(Arc::new(self.source.clone())),
         })
         .start()
     }
