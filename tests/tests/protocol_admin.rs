@@ -93,7 +93,10 @@ async fn admin_rpcs() {
         .incremental_alter_configs(
             &res,
             &[
-                AlterConfigOp::Set("retention.ms".into(), "123456789".into()),
+                // Ten years: the records below are stamped 2023, and a
+                // shorter retention lets the broker's cleaner delete them
+                // before the ListOffsets checks (a flake seen under load).
+                AlterConfigOp::Set("retention.ms".into(), "315360000000".into()),
                 AlterConfigOp::Delete("max.message.bytes".into()),
             ],
         )
@@ -104,7 +107,7 @@ async fn admin_rpcs() {
     let start = std::time::Instant::now();
     let cfg = loop {
         let cfg = admin.describe_configs(&res).await.unwrap();
-        let applied = get(&cfg, "retention.ms").unwrap().value.as_deref() == Some("123456789");
+        let applied = get(&cfg, "retention.ms").unwrap().value.as_deref() == Some("315360000000");
         if applied || start.elapsed() > std::time::Duration::from_secs(10) {
             break cfg;
         }
@@ -112,7 +115,7 @@ async fn admin_rpcs() {
     };
     assert_eq!(
         get(&cfg, "retention.ms").unwrap().value.as_deref(),
-        Some("123456789")
+        Some("315360000000")
     );
     assert!(!get(&cfg, "max.message.bytes").unwrap().is_explicit());
     let broker_cfg = admin
