@@ -81,8 +81,19 @@ public class WideProbe {
                 } catch (ExecutionException e) {
                     ready = false;
                 }
-                if (ready) break;
-                if (n > 300) throw new IllegalStateException("partitions without a leader after 30 s");
+                if (ready) {
+                    // A leader in the metadata may not serve yet: wait until
+                    // every partition answers ListOffsets.
+                    try {
+                        Map<TopicPartition, OffsetSpec> specs = new HashMap<>();
+                        for (TopicPartition tp : partitions(prefix, topics, parts)) specs.put(tp, OffsetSpec.latest());
+                        admin.listOffsets(specs).all().get();
+                        break;
+                    } catch (ExecutionException e) {
+                        // not yet
+                    }
+                }
+                if (n > 600) throw new IllegalStateException("partitions not served after 60 s");
                 Thread.sleep(100);
             }
         }
@@ -96,6 +107,11 @@ public class WideProbe {
         p.put(ProducerConfig.LINGER_MS_CONFIG, "10");
         p.put(ProducerConfig.BATCH_SIZE_CONFIG, "131072");
         p.put(ProducerConfig.BUFFER_MEMORY_CONFIG, String.valueOf(64L << 20));
+        // One request in flight per broker: on a loaded machine, retried
+        // batches otherwise loop on OUT_OF_ORDER_SEQUENCE_NUMBER.
+        p.put(ProducerConfig.MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION, "1");
+        p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "120000");
+        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "600000");
         byte[] value = new byte[size];
         new Random(17).nextBytes(value);
         try (Producer<byte[], byte[]> prod = new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer())) {
@@ -112,15 +128,26 @@ public class WideProbe {
 
     static void commit(String bootstrap, String groupPrefix, int groups, String prefix, int topics, int parts,
                        int perPartition) throws Exception {
+        // 50 groups in flight at a time, each chunk tried up to 3 times: a
+        // thousand calls queued at once time out on a loaded machine.
         try (Admin admin = admin(bootstrap)) {
-            List<KafkaFuture<Void>> all = new ArrayList<>();
-            for (int g = 0; g < groups; g++) {
-                Map<TopicPartition, OffsetAndMetadata> m = new HashMap<>();
-                for (int p = 0; p < parts; p++)
-                    m.put(new TopicPartition(prefix + (g % topics), p), new OffsetAndMetadata(expected(g, p, perPartition)));
-                all.add(admin.alterConsumerGroupOffsets(groupPrefix + g, m).all());
+            for (int from = 0; from < groups; from += 50) {
+                for (int attempt = 1; ; attempt++) {
+                    List<KafkaFuture<Void>> chunk = new ArrayList<>();
+                    for (int g = from; g < Math.min(groups, from + 50); g++) {
+                        Map<TopicPartition, OffsetAndMetadata> m = new HashMap<>();
+                        for (int p = 0; p < parts; p++)
+                            m.put(new TopicPartition(prefix + (g % topics), p), new OffsetAndMetadata(expected(g, p, perPartition)));
+                        chunk.add(admin.alterConsumerGroupOffsets(groupPrefix + g, m).all());
+                    }
+                    try {
+                        for (KafkaFuture<Void> f : chunk) f.get();
+                        break;
+                    } catch (ExecutionException e) {
+                        if (attempt >= 3) throw e;
+                    }
+                }
             }
-            for (KafkaFuture<Void> f : all) f.get();
         }
     }
 
