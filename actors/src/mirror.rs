@@ -382,13 +382,17 @@ impl Handler<Describe> for MirrorActor {
     type Result = ResponseFuture<Vec<PartitionStatus>>;
     fn handle(&mut self, _msg: Describe, _ctx: &mut Context<Self>) -> Self::Result {
         let addrs: Vec<_> = self.partitions.values().cloned().collect();
+        // All asked at once: each answers from its own state, so a
+        // thousand partitions cost one round of mailbox hops, not a
+        // thousand in a row (and one partition slow to answer delays the
+        // describe once, not every partition after it).
         Box::pin(async move {
-            let mut out = Vec::with_capacity(addrs.len());
-            for a in addrs {
-                if let Ok(s) = a.send(GetStatus).await {
-                    out.push(s);
-                }
-            }
+            let asked = addrs.iter().map(|a| a.send(GetStatus));
+            let mut out: Vec<_> = futures_util::future::join_all(asked)
+                .await
+                .into_iter()
+                .filter_map(Result::ok)
+                .collect();
             out.sort_by(|a, b| (&a.topic, a.key.partition).cmp(&(&b.topic, b.key.partition)));
             out
         })

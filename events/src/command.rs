@@ -144,9 +144,11 @@ pub enum Command {
         key: MirrorPartitionKey,
         gap: GapDetected,
     },
-    RecordGroupOffsetSync {
-        key: GroupOffsetSyncKey,
-        value: GroupOffsetSync,
+    /// Translated group offsets about to be committed, many in one append:
+    /// a pass over a thousand groups would otherwise pay one durable append
+    /// per partition offset.
+    RecordGroupOffsetSyncs {
+        syncs: Vec<(GroupOffsetSyncKey, GroupOffsetSync)>,
     },
     RecordTopicConfigSync {
         key: TopicConfigSyncKey,

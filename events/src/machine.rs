@@ -704,13 +704,13 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
                 Some(gap.clone()),
             )])
         }
-        Command::RecordGroupOffsetSync { key, value } => {
-            require_mirror(image, &key.mirror_name)?;
-            Ok(vec![Record::GroupOffsetSync(
-                key.clone(),
-                Some(value.clone()),
-            )])
-        }
+        Command::RecordGroupOffsetSyncs { syncs } => syncs
+            .iter()
+            .map(|(key, value)| {
+                require_mirror(image, &key.mirror_name)?;
+                Ok(Record::GroupOffsetSync(key.clone(), Some(value.clone())))
+            })
+            .collect(),
         Command::RecordTopicConfigSync { key, value } => {
             require_mirror(image, &key.mirror_name)?;
             Ok(vec![Record::TopicConfigSync(

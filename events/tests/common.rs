@@ -88,9 +88,11 @@ pub fn command() -> impl Strategy<Value = Command> {
         1 => (pkey(), 0i64..50).prop_map(|(key, s)| Command::RecordGap {
             key, gap: GapDetected { source_start: s, source_end: s + 3, reason: "retention".into() }
         }),
-        1 => (mirror(), topic(), 0i64..10).prop_map(|(m, (_, id), o)| Command::RecordGroupOffsetSync {
-            key: GroupOffsetSyncKey { mirror_name: m, group: "g".into(), topic_id: id, partition: 0 },
-            value: GroupOffsetSync { source_offset: o, from_offset: -1, to_offset: o, leader_epoch: 0 },
+        1 => (mirror(), topic(), 0i64..10).prop_map(|(m, (_, id), o)| Command::RecordGroupOffsetSyncs {
+            syncs: vec![(
+                GroupOffsetSyncKey { mirror_name: m, group: "g".into(), topic_id: id, partition: 0 },
+                GroupOffsetSync { source_offset: o, from_offset: -1, to_offset: o, leader_epoch: 0 },
+            )],
         }),
         1 => (mirror(), any::<bool>()).prop_map(|(m, create)| {
             let key = AclSyncKey { mirror_name: m, binding: "TOPIC;LITERAL;orders;User:a;*;READ;ALLOW".into() };

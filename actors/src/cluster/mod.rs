@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
+use futures_util::stream::{self, StreamExt};
 use kmirror_events::{AclEntry, TopicId, TopicRef};
 
 use crate::kafka::batch::{OutgoingBatch, RecordBatch};
@@ -32,6 +33,11 @@ pub use crate::kafka::admin::{AclBinding, CommittedOffset};
 
 /// A group's committed offsets by `(topic, partition)`.
 pub type GroupOffsets = BTreeMap<(String, i32), CommittedOffset>;
+
+/// What [`ClusterView::committed_offsets_of_groups`] answers: each group
+/// with its offsets or the error that group alone met.
+pub type GroupAnswers<'a> =
+    BoxFuture<'a, Result<Vec<(String, Result<GroupOffsets, KafkaError>)>, KafkaError>>;
 
 /// A group as ListGroups reports it: what offset sync needs to pick the
 /// groups to copy and to leave the destination's live groups alone.
@@ -213,6 +219,26 @@ pub trait ClusterView: Send + Sync {
         group: &str,
         topics: &[String],
     ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>>;
+    /// Many groups' committed offsets on `topics`, one answer per group in
+    /// the order given. Offset sync reads every group each pass: the Kafka
+    /// backend batches them per group coordinator; this default asks group
+    /// by group, 16 at once.
+    fn committed_offsets_of_groups<'a>(
+        &'a self,
+        groups: &'a [String],
+        topics: &'a [String],
+    ) -> GroupAnswers<'a> {
+        Box::pin(async move {
+            Ok(stream::iter(groups.iter().cloned())
+                .map(|g| async move {
+                    let answer = self.committed_offsets(&g, topics).await;
+                    (g, answer)
+                })
+                .buffered(16)
+                .collect()
+                .await)
+        })
+    }
     /// Every ACL (SECURITY_DISABLED when the cluster has no authorizer).
     fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>>;
     /// OffsetForLeaderEpoch on the partition's leader: the largest leader
@@ -426,6 +452,63 @@ async fn timestamp_bounds(
     Ok(out)
 }
 
+/// Topics made ready at once by [`ensure_destination_topics`].
+const TOPICS_AT_ONCE: usize = 8;
+
+/// One topic of [`ensure_destination_topics`]: grown when the destination
+/// has fewer partitions (`have`), created when it has none.
+async fn ensure_destination_topic(
+    source: &dyn SourceCluster,
+    destination: &dyn DestinationCluster,
+    topic: &TopicInfo,
+    have: Option<&TopicInfo>,
+) -> Result<(), ClusterError> {
+    if let Some(have) = have {
+        // Made beforehand with fewer partitions: the missing ones would
+        // fail until their retries ran out. Grow it, as a source that
+        // grows later is grown.
+        if have.partitions < topic.partitions {
+            destination
+                .create_partitions(&topic.name, topic.partitions)
+                .await
+                .doing(|| {
+                    format!(
+                        "grow destination topic {} from {} to {} partitions",
+                        topic.name, have.partitions, topic.partitions
+                    )
+                })?;
+        }
+        return Ok(());
+    }
+    let mut configs = source
+        .topic_configs(&topic.name)
+        .await
+        .doing(|| format!("describe source topic {} configs", topic.name))?;
+    configs.extend(
+        timestamp_bounds(source, &topic.name)
+            .await
+            .doing(|| format!("describe source topic {} configs", topic.name))?,
+    );
+    if let Err(e) = destination
+        .create_topic(&topic.name, topic.partitions, configs)
+        .await
+    {
+        // Discovery and an operator's start may race to create it:
+        // whoever loses finds it there, which is all either wanted.
+        let now = destination
+            .topics()
+            .await
+            .doing(|| "list destination topics".into())?;
+        if !now.iter().any(|t| t.name == topic.name) {
+            return Err(ClusterError::new(
+                format!("create destination topic {}", topic.name),
+                e,
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Makes sure the destination has each of `topics` (created with the
 /// source's explicit configs and partition count where missing) and returns
 /// them as a StartTopics command names them. Both an operator's start and
@@ -443,51 +526,18 @@ pub async fn ensure_destination_topics(
         .topics()
         .await
         .doing(|| "list destination topics".into())?;
-    for topic in topics {
-        if let Some(have) = existing.iter().find(|t| t.name == topic.name) {
-            // Made beforehand with fewer partitions: the missing ones would
-            // fail until their retries ran out. Grow it, as a source that
-            // grows later is grown.
-            if have.partitions < topic.partitions {
-                destination
-                    .create_partitions(&topic.name, topic.partitions)
-                    .await
-                    .doing(|| {
-                        format!(
-                            "grow destination topic {} from {} to {} partitions",
-                            topic.name, have.partitions, topic.partitions
-                        )
-                    })?;
-            }
-            continue;
-        }
-        let mut configs = source
-            .topic_configs(&topic.name)
-            .await
-            .doing(|| format!("describe source topic {} configs", topic.name))?;
-        configs.extend(
-            timestamp_bounds(source, &topic.name)
-                .await
-                .doing(|| format!("describe source topic {} configs", topic.name))?,
-        );
-        if let Err(e) = destination
-            .create_topic(&topic.name, topic.partitions, configs)
-            .await
-        {
-            // Discovery and an operator's start may race to create it:
-            // whoever loses finds it there, which is all either wanted.
-            let now = destination
-                .topics()
-                .await
-                .doing(|| "list destination topics".into())?;
-            if !now.iter().any(|t| t.name == topic.name) {
-                return Err(ClusterError::new(
-                    format!("create destination topic {}", topic.name),
-                    e,
-                ));
-            }
-        }
-    }
+    // Each topic is a few round trips to each cluster (configs, create),
+    // and discovery may find hundreds at once: several go at a time.
+    let existing = &existing;
+    let ready: Vec<Result<(), ClusterError>> = stream::iter(topics.iter().cloned())
+        .map(|topic| async move {
+            let have = existing.iter().find(|t| t.name == topic.name);
+            ensure_destination_topic(source, destination, &topic, have).await
+        })
+        .buffer_unordered(TOPICS_AT_ONCE)
+        .collect()
+        .await;
+    ready.into_iter().collect::<Result<(), _>>()?;
     let now = destination
         .topics()
         .await

@@ -4,7 +4,6 @@
 //! live on the destination, where its consumers own their offsets.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt};
@@ -170,107 +169,181 @@ async fn sync_groups(
     pass.skipped
         .extend(live.into_iter().map(|g| g.group_id.clone()));
     let scope = Scope {
+        mirror: &spec.mirror,
         image: &image,
         topics: &topics,
-        names: &names,
         only,
-        bounds: Mutex::new(HashMap::new()),
     };
-    // Each group costs a few round trips to its coordinators on both
-    // clusters and nothing else: a thousand of them one after another
-    // would take a thousand times that.
-    let outcomes: Vec<_> = stream::iter(idle)
-        .map(|g| {
-            let scope = &scope;
-            async move { (g, sync_group(shared, scope, &g.group_id).await) }
+    // A thousand groups cost a few requests per cluster to read (batched
+    // per group coordinator), one ListOffsets pair per partition, a few
+    // appends, and then one OffsetCommit each: a group-by-group pass paid
+    // two coordinator round trips per read and one durable append per
+    // partition offset.
+    let ids: Vec<String> = idle.iter().map(|g| g.group_id.clone()).collect();
+    let mut source = Vec::new();
+    for (group, answer) in spec
+        .source
+        .committed_offsets_of_groups(&ids, &names)
+        .await
+        .doing(|| "fetch source offsets".into())?
+    {
+        match answer {
+            Ok(offsets) if offsets.is_empty() => {}
+            Ok(offsets) => source.push((group, offsets)),
+            Err(e) => pass
+                .errors
+                .push(group_error(group, "fetch source offsets", e)),
+        }
+    }
+    if source.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<String> = source.iter().map(|(g, _)| g.clone()).collect();
+    let mut current: HashMap<String, Result<GroupOffsets, KafkaError>> = spec
+        .destination
+        .committed_offsets_of_groups(&ids, &names)
+        .await
+        .doing(|| "fetch destination offsets".into())?
+        .into_iter()
+        .collect();
+    let wanted: BTreeSet<TopicPartition> = source
+        .iter()
+        .flat_map(|(_, offsets)| offsets.keys())
+        .filter_map(|(t, p)| scope.key(t, *p).map(|_| TopicPartition::new(t, *p)))
+        .collect();
+    let bounds = destination_bounds(shared, wanted).await?;
+    let mut syncs = Vec::new();
+    let mut commits = Vec::new();
+    for (group, offsets) in source {
+        let current = match current.remove(&group) {
+            Some(Ok(c)) => c,
+            Some(Err(e)) => {
+                pass.errors
+                    .push(group_error(group, "fetch destination offsets", e));
+                continue;
+            }
+            None => GroupOffsets::new(),
+        };
+        let commit = plan_group(&scope, &group, offsets, &current, &bounds, &mut syncs);
+        if !commit.is_empty() {
+            commits.push((group, commit));
+        }
+    }
+    // Durable before any commit, as every side effect; chunked so one
+    // append stays small.
+    for chunk in syncs.chunks(SYNCS_PER_APPEND) {
+        record(
+            shared,
+            Command::RecordGroupOffsetSyncs {
+                syncs: chunk.to_vec(),
+            },
+        )
+        .await?;
+    }
+    let outcomes: Vec<_> = stream::iter(commits)
+        .map(|(group, commit)| async move {
+            let n = commit.len() as u64;
+            let outcome = spec.destination.commit_offsets(&group, commit).await;
+            (group, n, outcome)
         })
         .buffered(GROUPS_AT_ONCE)
         .collect()
         .await;
-    for (g, outcome) in outcomes {
+    for (group, n, outcome) in outcomes {
         match outcome {
-            Ok(n) => pass.committed += n,
-            Err(GroupError::Active) => {
-                pass.skipped.insert(g.group_id.clone());
+            Ok(()) => pass.committed += n,
+            Err(e) if refused_as_active(&e) => {
+                pass.skipped.insert(group);
             }
-            Err(GroupError::Failed(e)) => pass.errors.push(SyncError::Group {
-                group: g.group_id.clone(),
-                source: Box::new(e),
-            }),
+            Err(e) => pass.errors.push(group_error(group, "commit offsets", e)),
         }
     }
     Ok(())
 }
 
-enum GroupError {
-    /// The destination refused the commit: the group has members now.
-    Active,
-    Failed(SyncError),
-}
-
-impl<E: Into<SyncError>> From<E> for GroupError {
-    fn from(e: E) -> Self {
-        GroupError::Failed(e.into())
+fn group_error(group: String, doing: &str, e: KafkaError) -> SyncError {
+    SyncError::Group {
+        group,
+        source: Box::new(ClusterError::new(doing, e).into()),
     }
 }
 
-/// Groups synced at once in a pass.
+/// OffsetCommits in flight at once in a pass (OffsetCommit takes one group
+/// per request).
 const GROUPS_AT_ONCE: usize = 16;
+
+/// `GroupOffsetSync` records per append: a thousand groups of five
+/// partitions are a few appends, not five thousand.
+const SYNCS_PER_APPEND: usize = 1000;
+
+/// ListOffsets in flight at once while a pass reads the destination bounds.
+const BOUNDS_AT_ONCE: usize = 16;
 
 /// What a pass syncs: the mirror's topics by name, and — for a final pass —
 /// the partitions it is limited to.
 struct Scope<'a> {
+    mirror: &'a str,
     image: &'a MirrorStateImage,
     topics: &'a BTreeMap<String, (TopicId, i32)>,
-    names: &'a [String],
     only: Option<&'a HashSet<MirrorPartitionKey>>,
-    /// Destination bounds read so far in this pass, shared by its groups.
-    bounds: Mutex<HashMap<TopicPartition, LogBounds>>,
 }
 
-/// Syncs one group; returns how many partition offsets it committed.
-async fn sync_group(shared: &Shared, scope: &Scope<'_>, group: &str) -> Result<u64, GroupError> {
-    let spec = &shared.spec;
-    let (image, topics, names) = (scope.image, scope.topics, scope.names);
-    let source = spec
-        .source
-        .committed_offsets(group, names)
-        .await
-        .doing(|| "fetch source offsets".into())?;
-    if source.is_empty() {
-        return Ok(0);
+impl Scope<'_> {
+    /// The mirrored partition a source commit on `topic`-`partition` is
+    /// for, if this pass syncs it.
+    fn key(&self, topic: &str, partition: i32) -> Option<MirrorPartitionKey> {
+        let &(topic_id, count) = self.topics.get(topic)?;
+        if partition >= count {
+            return None;
+        }
+        let key = MirrorPartitionKey::new(self.mirror, topic_id, partition);
+        if self.only.is_some_and(|only| !only.contains(&key)) {
+            return None;
+        }
+        Some(key)
     }
-    let current = spec
-        .destination
-        .committed_offsets(group, names)
-        .await
-        .doing(|| "fetch destination offsets".into())?;
+}
+
+/// The destination's bounds of these partitions, read a few at a time.
+async fn destination_bounds(
+    shared: &Shared,
+    partitions: BTreeSet<TopicPartition>,
+) -> Result<HashMap<TopicPartition, LogBounds>, SyncError> {
+    let destination = &shared.spec.destination;
+    let read: Vec<_> = stream::iter(partitions)
+        .map(|tp| async move {
+            let b = destination.bounds(&tp).await;
+            (tp, b)
+        })
+        .buffer_unordered(BOUNDS_AT_ONCE)
+        .collect()
+        .await;
+    let mut out = HashMap::with_capacity(read.len());
+    for (tp, b) in read {
+        let b = b.doing(|| format!("destination bounds of {tp}"))?;
+        out.insert(tp, b);
+    }
+    Ok(out)
+}
+
+/// One group's translated offsets: the records to append (pushed onto
+/// `syncs`) and the commit they describe.
+fn plan_group(
+    scope: &Scope<'_>,
+    group: &str,
+    source: GroupOffsets,
+    current: &GroupOffsets,
+    bounds: &HashMap<TopicPartition, LogBounds>,
+    syncs: &mut Vec<(GroupOffsetSyncKey, GroupOffsetSync)>,
+) -> GroupOffsets {
     let mut commit = GroupOffsets::new();
     for ((topic, partition), offset) in source {
-        let Some(&(topic_id, count)) = topics.get(&topic) else {
+        let Some(key) = scope.key(&topic, partition) else {
             continue;
         };
-        if partition >= count {
+        let translation = scope.image.translate(&key, offset.offset);
+        let Some(b) = bounds.get(&TopicPartition::new(&topic, partition)) else {
             continue;
-        }
-        let key = MirrorPartitionKey::new(spec.mirror.clone(), topic_id, partition);
-        if scope.only.is_some_and(|only| !only.contains(&key)) {
-            continue;
-        }
-        let translation = image.translate(&key, offset.offset);
-        let tp = TopicPartition::new(&topic, partition);
-        let known = scope.bounds.lock().unwrap().get(&tp).copied();
-        let b = match known {
-            Some(b) => b,
-            None => {
-                let b = spec
-                    .destination
-                    .bounds(&tp)
-                    .await
-                    .doing(|| format!("destination bounds of {tp}"))?;
-                scope.bounds.lock().unwrap().insert(tp.clone(), b);
-                b
-            }
         };
         let Some(target) = group_offset_target(translation, b.log_start, b.end) else {
             continue;
@@ -282,27 +355,23 @@ async fn sync_group(shared: &Shared, scope: &Scope<'_>, group: &str) -> Result<u
         if from == target {
             continue;
         }
-        record(
-            shared,
-            Command::RecordGroupOffsetSync {
-                key: GroupOffsetSyncKey {
-                    mirror_name: spec.mirror.clone(),
-                    group: group.to_string(),
-                    topic_id,
-                    partition,
-                },
-                value: GroupOffsetSync {
-                    source_offset: offset.offset,
-                    from_offset: from,
-                    to_offset: target,
-                    // Destination leader epochs are not the source's: an
-                    // unknown epoch makes the consumer skip a validation
-                    // that would compare unrelated histories.
-                    leader_epoch: -1,
-                },
+        syncs.push((
+            GroupOffsetSyncKey {
+                mirror_name: key.mirror_name.clone(),
+                group: group.to_string(),
+                topic_id: key.topic_id,
+                partition,
             },
-        )
-        .await?;
+            GroupOffsetSync {
+                source_offset: offset.offset,
+                from_offset: from,
+                to_offset: target,
+                // Destination leader epochs are not the source's: an
+                // unknown epoch makes the consumer skip a validation
+                // that would compare unrelated histories.
+                leader_epoch: -1,
+            },
+        ));
         commit.insert(
             (topic, partition),
             CommittedOffset {
@@ -312,13 +381,5 @@ async fn sync_group(shared: &Shared, scope: &Scope<'_>, group: &str) -> Result<u
             },
         );
     }
-    let n = commit.len() as u64;
-    if n == 0 {
-        return Ok(0);
-    }
-    match spec.destination.commit_offsets(group, commit).await {
-        Ok(()) => Ok(n),
-        Err(e) if refused_as_active(&e) => Err(GroupError::Active),
-        Err(e) => Err(ClusterError::new("commit offsets", e).into()),
-    }
+    commit
 }

@@ -17,8 +17,8 @@ use tokio::sync::mpsc;
 
 use super::{
     Ack, AclBinding, BatchHeader, BatchHeaders, BoxFuture, ClusterView, CommittedRead,
-    DestinationCluster, GroupListing, GroupOffsets, LogBounds, PartitionFetch, PartitionSink,
-    SourceCluster, TopicInfo,
+    DestinationCluster, GroupAnswers, GroupListing, GroupOffsets, LogBounds, PartitionFetch,
+    PartitionSink, SourceCluster, TopicInfo,
 };
 use crate::kafka::admin::{AclFilter, Admin, AlterConfigOp, ConfigResource, NewTopic, OffsetSpec};
 use crate::kafka::batch::{OutgoingBatch, RecordBatch};
@@ -401,6 +401,26 @@ impl ClusterView for KafkaCluster {
     ) -> BoxFuture<'_, Result<GroupOffsets, KafkaError>> {
         let (group, topics) = (group.to_string(), topics.to_vec());
         Box::pin(async move { committed_offsets(&self.admin, &group, &topics).await })
+    }
+
+    fn committed_offsets_of_groups<'a>(
+        &'a self,
+        groups: &'a [String],
+        topics: &'a [String],
+    ) -> GroupAnswers<'a> {
+        Box::pin(async move {
+            let answers = self.admin.offset_fetch_groups(groups).await?;
+            Ok(answers
+                .into_iter()
+                .map(|(g, a)| {
+                    let a = a.map(|mut all| {
+                        all.retain(|(t, _), _| topics.contains(t));
+                        all
+                    });
+                    (g, a)
+                })
+                .collect())
+        })
     }
 
     fn describe_acls(&self) -> BoxFuture<'_, Result<Vec<AclBinding>, KafkaError>> {
