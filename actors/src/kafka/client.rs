@@ -142,7 +142,8 @@ struct Inner {
     config: ClientConfig,
     metadata: RwLock<Arc<ClusterMetadata>>,
     /// Connections by (node, lane): lane 0 is the one every caller shares,
-    /// other lanes are a fetch session's own (see [`KafkaClient::lane_connection`]).
+    /// other lanes a producer's or a fetch session's own (see
+    /// [`KafkaClient::lane_connection`]).
     slots: Mutex<HashMap<Lane, Arc<tokio::sync::Mutex<Slot>>>>,
     refresh: tokio::sync::Mutex<()>,
     timer: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -342,8 +343,8 @@ impl KafkaClient {
     /// Connection `lane` to broker `node_id` (lane 0 is [`KafkaClient::connection`]).
     /// A broker reads one request per connection at a time and answers a
     /// parked Fetch before the next request on it, so two fetches are only
-    /// at the broker together on two connections: each extra fetch session
-    /// of a broker gets a lane of its own.
+    /// at the broker together on two connections: each fetch session of a
+    /// broker gets a lane of its own, and so does each producer lane.
     pub async fn lane_connection(&self, node_id: i32, lane: u8) -> Result<BrokerConnection> {
         let slot = {
             let mut slots = self.inner.slots.lock().unwrap();

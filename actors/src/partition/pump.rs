@@ -292,7 +292,7 @@ fn on_ack(
             target: "kmirror::profile",
             partition = %cx.tp,
             produce_us = pending.sent.elapsed().as_micros() as u64,
-            age_ms = now_ms() - pending.max_timestamp,
+            age_ms = crate::coordinator::now_ms() - pending.max_timestamp,
             records = pending.records,
             "ack"
         );
@@ -511,7 +511,7 @@ async fn forward(
         tracing::debug!(
             target: "kmirror::profile",
             partition = %cx.tp,
-            age_ms = newest.map(|t| now_ms() - t).unwrap_or(-1),
+            age_ms = newest.map(|t| crate::coordinator::now_ms() - t).unwrap_or(-1),
             batches,
             sends,
             bytes = fetched.records.len(),
@@ -525,14 +525,6 @@ async fn forward(
         );
     }
     Ok(())
-}
-
-/// Wall-clock milliseconds, as record timestamps are (the profile's ages).
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// The leader epoch of the record before the cursor's position (−1 unknown).

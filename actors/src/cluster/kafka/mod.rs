@@ -43,6 +43,14 @@ use fetcher::{broker_fetcher, BrokerFetches, KafkaPartitionFetch, Register, PART
 /// broker), so its position and fetch-session entry never move between two.
 pub const FETCH_SESSIONS_PER_BROKER: u8 = 2;
 
+/// The first connection lane of the fetch sessions: lane 0 is shared by
+/// admin calls and produces (and the producer's few lanes follow it), and a
+/// Fetch the broker parks for up to `fetch.max.wait.ms` holds every request
+/// queued behind it on its connection, so fetches travel connections that
+/// carry nothing else.
+const FETCH_LANE_BASE: u8 = 16;
+const _: () = assert!(crate::kafka::produce::PRODUCE_LANES <= FETCH_LANE_BASE);
+
 /// The fetch tasks of a cluster read as a source, by (broker, session),
 /// and where each partition was placed.
 #[derive(Default)]
@@ -343,8 +351,8 @@ impl KafkaCluster {
             return tx.clone();
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        let session =
-            FetchSession::new(self.client.clone(), node, self.options.clone()).on_lane(lane);
+        let session = FetchSession::new(self.client.clone(), node, self.options.clone())
+            .on_lane(FETCH_LANE_BASE + lane);
         let figures = f.figures.entry(node).or_default().clone();
         tokio::spawn(broker_fetcher(
             session,
