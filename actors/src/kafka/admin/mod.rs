@@ -278,7 +278,8 @@ impl Admin {
         Ok(out)
     }
 
-    /// CreatePartitions: grows `topic` to `total` partitions.
+    /// CreatePartitions: grows `topic` to `total` partitions, and waits
+    /// until Metadata lists them (the caller starts them next).
     pub async fn create_partitions(&self, topic: &str, total: i32) -> Result<()> {
         let req = CreatePartitionsRequest::default()
             .with_topics(vec![CreatePartitionsTopic::default()
@@ -294,10 +295,26 @@ impl Admin {
                 r.error_message.as_deref(),
             )?;
         }
-        self.client
-            .refresh_metadata(Some(&[topic.to_owned()]))
-            .await?;
-        Ok(())
+        // The broker answers Metadata from its image, which replays the
+        // change a moment after the controller accepted it: the new
+        // partitions are wanted right away (they are started next).
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let md = self
+                .client
+                .refresh_metadata(Some(&[topic.to_owned()]))
+                .await?;
+            let have = md.topic(topic).map_or(0, |t| t.partitions.len());
+            if have >= usize::try_from(total).unwrap_or(0) {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(KafkaError::Unknown(format!(
+                    "{topic} has {have} partitions 30 s after CreatePartitions to {total}"
+                )));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
     }
 
     /// Deletes a topic (DeleteTopics v6, by name) and waits until metadata
