@@ -275,8 +275,12 @@ impl Risk {
         };
         let now = self.reads.read(tp.clone()).await?;
         failover::check_topic(key, tp, &now.topics)?;
-        let scan =
-            failover::scan_from(tp, source, destination, &position, max_bytes, now.bounds?).await?;
+        // The partitions tick together: their scans, each reading up to
+        // `max_bytes` of batches outside the memory budget, take turns.
+        let scan = {
+            let _turn = self.reads.scans.acquire().await;
+            failover::scan_from(tp, source, destination, &position, max_bytes, now.bounds?).await?
+        };
         let retention = now.retention?;
         let at = Instant::now();
         let mut shared = self.shared.lock().unwrap();
@@ -341,13 +345,19 @@ struct ReadsInner {
 pub struct RiskReads {
     source: Arc<dyn SourceCluster>,
     inner: Arc<Mutex<ReadsInner>>,
+    /// Scans of unmirrored batches running at once.
+    scans: Arc<tokio::sync::Semaphore>,
 }
+
+/// Risk scans of a mirror running at once.
+const SCANS_AT_ONCE: usize = 4;
 
 impl RiskReads {
     pub fn new(source: Arc<dyn SourceCluster>) -> Self {
         RiskReads {
             source,
             inner: Arc::default(),
+            scans: Arc::new(tokio::sync::Semaphore::new(SCANS_AT_ONCE)),
         }
     }
 
