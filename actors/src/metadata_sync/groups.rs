@@ -276,9 +276,6 @@ const GROUPS_AT_ONCE: usize = 16;
 /// partitions are a few appends, not five thousand.
 const SYNCS_PER_APPEND: usize = 1000;
 
-/// ListOffsets in flight at once while a pass reads the destination bounds.
-const BOUNDS_AT_ONCE: usize = 16;
-
 /// What a pass syncs: the mirror's topics by name, and — for a final pass —
 /// the partitions it is limited to.
 struct Scope<'a> {
@@ -304,22 +301,17 @@ impl Scope<'_> {
     }
 }
 
-/// The destination's bounds of these partitions, read a few at a time.
+/// The destination's bounds of these partitions: one ListOffsets pair per
+/// broker, not per partition, so a thousand groups' partitions cost a few
+/// requests.
 async fn destination_bounds(
     shared: &Shared,
     partitions: BTreeSet<TopicPartition>,
 ) -> Result<HashMap<TopicPartition, LogBounds>, SyncError> {
-    let destination = &shared.spec.destination;
-    let read: Vec<_> = stream::iter(partitions)
-        .map(|tp| async move {
-            let b = destination.bounds(&tp).await;
-            (tp, b)
-        })
-        .buffer_unordered(BOUNDS_AT_ONCE)
-        .collect()
-        .await;
+    let partitions: Vec<TopicPartition> = partitions.into_iter().collect();
+    let read = shared.spec.destination.bounds_many(&partitions).await;
     let mut out = HashMap::with_capacity(read.len());
-    for (tp, b) in read {
+    for (tp, b) in partitions.into_iter().zip(read) {
         let b = b.doing(|| format!("destination bounds of {tp}"))?;
         out.insert(tp, b);
     }
