@@ -75,33 +75,35 @@ public class BenchProbe {
         }
     }
 
+    /** End offsets of one topic, or of a comma-separated list of topics. */
     static final class Offsets implements AutoCloseable {
         final Admin admin;
-        final String topic;
-        Map<TopicPartition, OffsetSpec> specs;
+        final List<String> topics;
+        final Map<TopicPartition, OffsetSpec> specs = new HashMap<>();
+        final Set<String> known = new HashSet<>();
 
-        Offsets(String bootstrap, String topic) {
+        Offsets(String bootstrap, String topics) {
             Properties p = new Properties();
             p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
             p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "10000");
             p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "5000");
             this.admin = Admin.create(p);
-            this.topic = topic;
+            this.topics = List.of(topics.split(","));
         }
 
-        /** Sum of end offsets; 0 while the topic does not exist yet. */
+        /** Sum of end offsets; a topic that does not exist yet counts 0. */
         long sum() throws Exception {
-            if (specs == null) {
+            for (String topic : topics) {
+                if (known.contains(topic)) continue;
                 try {
                     TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
-                    Map<TopicPartition, OffsetSpec> m = new HashMap<>();
-                    for (TopicPartitionInfo i : d.partitions()) m.put(new TopicPartition(topic, i.partition()), OffsetSpec.latest());
-                    specs = m;
+                    for (TopicPartitionInfo i : d.partitions()) specs.put(new TopicPartition(topic, i.partition()), OffsetSpec.latest());
+                    known.add(topic);
                 } catch (ExecutionException e) {
-                    if (e.getCause() instanceof UnknownTopicOrPartitionException) return 0;
-                    throw e;
+                    if (!(e.getCause() instanceof UnknownTopicOrPartitionException)) throw e;
                 }
             }
+            if (specs.isEmpty()) return 0;
             try {
                 long s = 0;
                 for (var r : admin.listOffsets(specs).all().get().values()) s += r.offset();
