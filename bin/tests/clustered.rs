@@ -167,6 +167,31 @@ fn clustered_nodes_share_the_work_and_take_over_a_killed_one() {
         parts.len() == 2 && parts.iter().all(|p| p["state"] == "PAUSED")
     });
     node(&nodes, other).cli_ok(&["mirror", "resume", "--mirror", mirror, "--topics", topic]);
+    // A forwarded request carries the sender's group generation. The
+    // coordinator refuses one from a sender that has seen a newer generation
+    // than it has (it may have lost the shard in a rebalance it has not
+    // heard of yet) and serves one from the same generation.
+    let coordinator = (0..3).find(|&i| node(&nodes, i).port == owner).unwrap();
+    let coordinator = node(&nodes, coordinator);
+    let generation = json(coordinator, "/cluster").expect("/cluster answers")["generation"]
+        .as_i64()
+        .expect("a generation");
+    let path = format!("/mirrors/{mirror}/partitions");
+    let newer = (generation + 1).to_string();
+    let (status, body) = coordinator
+        .try_http_with("GET", &path, None, &[("kmirror-forwarded", &newer)])
+        .expect("admin API answers");
+    assert!(
+        status >= 400
+            && body.contains("NOT_COORDINATOR")
+            && body.contains(&format!("generation {generation}")),
+        "{status} {body}"
+    );
+    let same = generation.to_string();
+    let (status, body) = coordinator
+        .try_http_with("GET", &path, None, &[("kmirror-forwarded", &same)])
+        .expect("admin API answers");
+    assert_eq!(status, 200, "{body}");
     // The status page's log read goes to the mirror's coordinator too: its
     // shard's log (the state topic partition) tells the pause.
     let (status, body) = node(&nodes, other).http(

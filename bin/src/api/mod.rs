@@ -196,7 +196,7 @@ async fn create(node: Data<NodeHandle>, req: HttpRequest, body: Body<CreateBody>
         return Err(ApiError::invalid("name: must not be empty"));
     }
     let here = match node.owner(&body.name, &req).await? {
-        Owner::There(url) => return forward(&url, &req, to_json(&body)).await,
+        Owner::There(peer) => return forward(&peer, &req, to_json(&body)).await,
         Owner::Here(here) => here,
     };
     let CreateBody { name, properties } = body;
@@ -217,7 +217,7 @@ async fn delete(
     query: Query<DeleteQuery>,
 ) -> Reply {
     let here = match node.owner(&name, &req).await? {
-        Owner::There(url) => return forward(&url, &req, None).await,
+        Owner::There(peer) => return forward(&peer, &req, None).await,
         Owner::Here(here) => here,
     };
     let (mirror, offset) = (name.clone(), query.state_validation_offset);
@@ -244,7 +244,7 @@ async fn describe_one(
     query: Query<DescribeQuery>,
 ) -> Reply {
     let here = match node.owner(&name, &req).await? {
-        Owner::There(url) => return forward(&url, &req, None).await,
+        Owner::There(peer) => return forward(&peer, &req, None).await,
         Owner::Here(here) => here,
     };
     let mirror = name.into_inner();
@@ -287,7 +287,7 @@ async fn operate(
 ) -> Reply {
     let (mirror, operation) = path.into_inner();
     let here = match node.owner(&mirror, &req).await? {
-        Owner::There(url) => return forward(&url, &req, to_json(&body.into_inner())).await,
+        Owner::There(peer) => return forward(&peer, &req, to_json(&body.into_inner())).await,
         Owner::Here(here) => here,
     };
     let OperationBody {
@@ -397,7 +397,7 @@ async fn verify(
 ) -> Reply {
     let mirror = path.into_inner();
     let here = match node.owner(&mirror, &req).await? {
-        Owner::There(url) => return forward(&url, &req, to_json(&body.into_inner())).await,
+        Owner::There(peer) => return forward(&peer, &req, to_json(&body.into_inner())).await,
         Owner::Here(here) => here,
     };
     let request = body.into_inner();
@@ -431,7 +431,7 @@ async fn translate(node: Data<NodeHandle>, req: HttpRequest, q: Query<TranslateQ
         offset,
     } = q.into_inner();
     let here = match node.owner(&mirror, &req).await? {
-        Owner::There(url) => return forward(&url, &req, None).await,
+        Owner::There(peer) => return forward(&peer, &req, None).await,
         Owner::Here(here) => here,
     };
     let t = node
@@ -451,7 +451,7 @@ async fn state_validation_offset(
 ) -> Reply {
     let here = match (&q.mirror, node.status()) {
         (Some(mirror), _) => match node.owner(mirror, &req).await? {
-            Owner::There(url) => return forward(&url, &req, None).await,
+            Owner::There(peer) => return forward(&peer, &req, None).await,
             Owner::Here(here) => here,
         },
         (None, None) => node.any_local().await?,

@@ -39,13 +39,26 @@ enum Target {
 /// Where the requests about one mirror are served.
 pub(super) enum Owner {
     Here(Node),
-    /// The admin URL of the node that coordinates it.
-    There(String),
+    There(Peer),
 }
 
-/// Marks a forwarded request: its receiver serves it or refuses, never
-/// forwards again (two nodes that disagree on the owner for a moment must
-/// not bounce a request between them).
+/// The node that coordinates a mirror, as this node's view of the group
+/// says.
+pub(super) struct Peer {
+    /// Its admin URL.
+    url: String,
+    /// The group generation of the view that named it.
+    generation: i32,
+}
+
+/// Marks a forwarded request and carries the forwarding node's group
+/// generation. Its receiver serves it or refuses, never forwards again (two
+/// nodes that disagree on the owner for a moment must not bounce a request
+/// between them), and refuses when the sender has seen a newer generation
+/// than its own: the receiver may have lost the mirror's shard in a
+/// rebalance it has not heard of yet (a paused or partitioned node), so its
+/// view of ownership is not to be trusted. An older sender generation is
+/// fine: the receiver's newer view is the better one.
 const FORWARDED: &str = "kmirror-forwarded";
 
 /// How long a request waits for a shard assigned here to finish loading.
@@ -81,6 +94,15 @@ impl NodeHandle {
         };
         let shard = shards.shard_of(mirror);
         let status = status.borrow().clone();
+        if let Some(theirs) = forwarded_generation(req).filter(|&g| g > status.generation) {
+            return Err(ApiError(NodeError::new(
+                "NOT_COORDINATOR",
+                format!(
+                    "this node's view of the cluster (generation {}) is older than the forwarding node's ({theirs}): it may no longer coordinate mirror {mirror:?}; try again",
+                    status.generation
+                ),
+            )));
+        }
         let owner = status.owner(shard).ok_or_else(|| {
             ApiError(NodeError::new(
                 "COORDINATOR_NOT_AVAILABLE",
@@ -111,7 +133,10 @@ impl NodeHandle {
                 format!("this node does not coordinate mirror {mirror:?} (state partition {shard}); {} does", owner.url),
             )));
         }
-        Ok(Owner::There(owner.url.clone()))
+        Ok(Owner::There(Peer {
+            url: owner.url.clone(),
+            generation: status.generation,
+        }))
     }
 
     /// The nodes this process runs (one, or every running shard).
@@ -180,10 +205,17 @@ impl NodeHandle {
     }
 }
 
-/// Sends `req` (with `body`, JSON) to the node at `url` and answers with
-/// its answer.
-pub(super) async fn forward(url: &str, req: &HttpRequest, body: Option<Vec<u8>>) -> Reply {
-    let response = call_peer(req, url, req.method().as_str(), &path_and_query(req), body).await?;
+/// Sends `req` (with `body`, JSON) to `peer` and answers with its answer.
+pub(super) async fn forward(peer: &Peer, req: &HttpRequest, body: Option<Vec<u8>>) -> Reply {
+    let response = call_peer(
+        req,
+        &peer.url,
+        peer.generation,
+        req.method().as_str(),
+        &path_and_query(req),
+        body,
+    )
+    .await?;
     Ok(HttpResponse::build(
         StatusCode::from_u16(response.status).unwrap_or(StatusCode::BAD_GATEWAY),
     )
@@ -197,12 +229,20 @@ fn path_and_query(req: &HttpRequest) -> String {
         .map_or_else(|| req.path().to_owned(), |p| p.as_str().to_owned())
 }
 
-/// One request to another node of the cluster, marked as forwarded, with
-/// this node's token and TLS trust (`Data<ClientAuth>`, when the daemon
-/// has any: the nodes of a cluster share `admin_token`).
+/// The generation a forwarded request carries (None: not forwarded, or a
+/// value that is no generation).
+fn forwarded_generation(req: &HttpRequest) -> Option<i32> {
+    req.headers().get(FORWARDED)?.to_str().ok()?.parse().ok()
+}
+
+/// One request to another node of the cluster, marked as forwarded with
+/// this node's group generation, with this node's token and TLS trust
+/// (`Data<ClientAuth>`, when the daemon has any: the nodes of a cluster
+/// share `admin_token`).
 async fn call_peer(
     req: &HttpRequest,
     url: &str,
+    generation: i32,
     method: &str,
     path: &str,
     body: Option<Vec<u8>>,
@@ -223,7 +263,8 @@ async fn call_peer(
         .with_auth(auth);
     let (method, path) = (method.to_owned(), path.to_owned());
     tokio::task::spawn_blocking(move || {
-        base.request_with(&method, &path, body.as_deref(), &[(FORWARDED, "1")])
+        let generation = generation.to_string();
+        base.request_with(&method, &path, body.as_deref(), &[(FORWARDED, &generation)])
     })
     .await
     .map_err(|e| unreachable(e.to_string()))?
@@ -239,8 +280,9 @@ pub(super) async fn fan_out<T: serde::de::DeserializeOwned>(
     path: &str,
 ) -> Result<Vec<T>, ApiError> {
     let mut all = Vec::new();
+    let generation = node.status().map_or(-1, |s| s.generation);
     for url in node.peers(req) {
-        let response = call_peer(req, &url, "GET", path, None).await?;
+        let response = call_peer(req, &url, generation, "GET", path, None).await?;
         if response.status != 200 {
             let error = serde_json::from_slice::<NodeError>(&response.body).unwrap_or_else(|_| {
                 NodeError::new(

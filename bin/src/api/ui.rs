@@ -82,7 +82,7 @@ pub(super) async fn audit(node: Data<NodeHandle>, req: HttpRequest, q: Query<Aud
         )));
     }
     let here = match node.owner(&q.mirror, &req).await? {
-        Owner::There(url) => return forward(&url, &req, None).await,
+        Owner::There(peer) => return forward(&peer, &req, None).await,
         Owner::Here(here) => here,
     };
     let (log, image) = node
