@@ -30,29 +30,40 @@ pub type GroupCommits = BTreeMap<(String, i32), CommittedOffset>;
 /// [`Admin::offset_fetch_groups`]: keeps each answer to a bounded size.
 const GROUPS_PER_OFFSET_FETCH: usize = 200;
 
-/// One group's answer in an OffsetFetch v8+ response.
-fn group_commits(group: &str, topics: Vec<OffsetFetchResponseTopics>) -> Result<GroupCommits> {
-    let mut out = BTreeMap::new();
-    for t in topics {
-        for p in t.partitions {
-            KafkaError::check(
-                p.error_code,
-                || format!("OffsetFetch {group} {}-{}", t.name.0, p.partition_index),
-                None,
-            )?;
-            if p.committed_offset >= 0 {
-                out.insert(
-                    (t.name.0.to_string(), p.partition_index),
-                    CommittedOffset {
-                        offset: p.committed_offset,
-                        leader_epoch: p.committed_leader_epoch,
-                        metadata: opt_string(&p.metadata),
-                    },
-                );
+/// One group's committed offsets from an OffsetFetch answer's topics. The
+/// v0–7 answer (one group) and the v8+ one (many groups) are different
+/// generated types with the same fields, hence a macro rather than a
+/// function.
+macro_rules! group_commits {
+    ($group:expr, $topics:expr) => {{
+        let group: &str = $group;
+        let mut out = GroupCommits::new();
+        for t in $topics {
+            for p in t.partitions {
+                KafkaError::check(
+                    p.error_code,
+                    || format!("OffsetFetch {group} {}-{}", t.name.0, p.partition_index),
+                    None,
+                )?;
+                if p.committed_offset >= 0 {
+                    out.insert(
+                        (t.name.0.to_string(), p.partition_index),
+                        CommittedOffset {
+                            offset: p.committed_offset,
+                            leader_epoch: p.committed_leader_epoch,
+                            metadata: opt_string(&p.metadata),
+                        },
+                    );
+                }
             }
         }
-    }
-    Ok(out)
+        Ok::<GroupCommits, KafkaError>(out)
+    }};
+}
+
+/// One group's answer in an OffsetFetch v8+ response.
+fn group_commits(group: &str, topics: Vec<OffsetFetchResponseTopics>) -> Result<GroupCommits> {
+    group_commits!(group, topics)
 }
 
 /// A group as listed.
@@ -279,25 +290,7 @@ impl Admin {
                     }));
                 let resp = conn.send(&req).await?;
                 KafkaError::check(resp.error_code, || format!("OffsetFetch {group}"), None)?;
-                for t in resp.topics {
-                    for p in t.partitions {
-                        KafkaError::check(
-                            p.error_code,
-                            || format!("OffsetFetch {group} {}-{}", t.name.0, p.partition_index),
-                            None,
-                        )?;
-                        if p.committed_offset >= 0 {
-                            out.insert(
-                                (t.name.0.to_string(), p.partition_index),
-                                CommittedOffset {
-                                    offset: p.committed_offset,
-                                    leader_epoch: p.committed_leader_epoch,
-                                    metadata: opt_string(&p.metadata),
-                                },
-                            );
-                        }
-                    }
-                }
+                out = group_commits!(group, resp.topics)?;
             }
             Ok(out)
         })
