@@ -202,7 +202,7 @@ async fn an_old_stamp_is_fenced_again_and_the_marker_becomes_a_hole() {
         check_interval: Duration::from_secs(30),
     });
     rig.append(3, 0);
-    let _actor = rig.start(fast_retry());
+    let actor = rig.start(fast_retry());
     let end = async || rig.dest.settled_bounds(&rig.tp).await.unwrap().end;
     eventually("3 records and a marker", async || end().await == 4).await;
     rig.append(2, 3);
@@ -233,4 +233,7 @@ async fn an_old_stamp_is_fenced_again_and_the_marker_becomes_a_hole() {
     assert_eq!(image.translate(&rig.key, 3), Translation::Exact(4));
     assert!(map.check().is_ok(), "{:?}", map.check());
     assert_eq!(end().await, 6, "no second marker yet");
+    let progress = state(&actor).await.progress;
+    assert_eq!(progress.refences, 1);
+    assert!(!progress.offsets_identical);
 }
