@@ -223,7 +223,10 @@ async fn a_kept_alive_fence_outlives_the_leaders_producer_expiry() {
     let topic = unique("refence");
     let admin = Admin::new(client(&bs).await);
     create(&admin, &topic, 2, &[]).await;
-    let (p0, p1) = (TopicPartition::new(&topic, 0), TopicPartition::new(&topic, 1));
+    let (p0, p1) = (
+        TopicPartition::new(&topic, 0),
+        TopicPartition::new(&topic, 1),
+    );
     let prefix = unique("kmirror-test");
     let (a, b) = (node(&bs, &prefix).await, node(&bs, &prefix).await);
 
@@ -237,9 +240,15 @@ async fn a_kept_alive_fence_outlives_the_leaders_producer_expiry() {
     let mut b0 = b.open_sink(p0.clone()).await.unwrap();
     let mut b1 = b.open_sink(p1.clone()).await.unwrap();
     for sink in [&mut b0, &mut b1] {
-        sink.send(stamped("b-old", 1, OLD)).await.unwrap().await.unwrap();
+        sink.send(stamped("b-old", 1, OLD))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
     }
-    let keep = b1.keep_alive().expect("a fenced sink keeps its fence alive");
+    let keep = b1
+        .keep_alive()
+        .expect("a fenced sink keeps its fence alive");
     println!(
         "A {:?}, B {:?}; B's keep-alive from the broker: {keep:?}, re-fence at age {:?}, at most every {:?}",
         a1.producer(),
@@ -287,7 +296,10 @@ async fn a_kept_alive_fence_outlives_the_leaders_producer_expiry() {
         other => panic!("A's batch to re-fenced p1: expected Fenced, got {other:?}"),
     }
     let next = send(&mut *b1, "b1-after", 1).await;
-    println!("B's next batch on p1, same sink {:?}: {next:?}", b1.producer());
+    println!(
+        "B's next batch on p1, same sink {:?}: {next:?}",
+        b1.producer()
+    );
     assert_eq!(next.unwrap(), after, "B goes on after its own marker");
     for s in [a0, a1, b0, b1] {
         s.close().await;

@@ -620,7 +620,10 @@ mod tests {
             expiration: Duration::from_secs(86_400),
             check_interval: Duration::from_secs(600),
         };
-        assert_eq!(k.refence_age(), Duration::from_millis(86_400_000 - 600_000 - 8_640_000));
+        assert_eq!(
+            k.refence_age(),
+            Duration::from_millis(86_400_000 - 600_000 - 8_640_000)
+        );
         assert_eq!(k.due_ms(0, 0), k.refence_age().as_millis() as i64);
         // An old timestamp is due at once, but not twice within a check.
         assert_eq!(k.due_ms(0, 10_000_000_000), 10_000_600_000);

@@ -39,19 +39,13 @@ impl SinkFence {
     /// One abort marker at the sink's own epoch (EndTxn below v5 bumps no
     /// epoch), bounded by [`FENCE_TIMEOUT`].
     pub(super) async fn refence(&self) -> Result<(), KafkaError> {
-        let marked = fence::fence_partitions(
-            &self.client,
-            &self.fence,
-            std::slice::from_ref(&self.tp),
-        );
+        let marked =
+            fence::fence_partitions(&self.client, &self.fence, std::slice::from_ref(&self.tp));
         tokio::time::timeout(FENCE_TIMEOUT, marked)
             .await
             .map_err(|_| KafkaError::Timeout {
                 api: "re-fence",
-                broker: format!(
-                    "transaction coordinator of {}",
-                    self.fence.transactional_id
-                ),
+                broker: format!("transaction coordinator of {}", self.fence.transactional_id),
                 timeout: FENCE_TIMEOUT,
             })??;
         tracing::info!(partition = %self.tp, producer_id = self.fence.producer_id, epoch = self.fence.producer_epoch, "destination partition fenced again before its producer expires");
@@ -148,7 +142,12 @@ impl KafkaCluster {
         tp: &TopicPartition,
     ) -> Result<KeepAlive, KafkaError> {
         let (leader, _) = self.client.leader(&tp.topic, tp.partition).await?;
-        if let Some(k) = f.keep_alive.lock().expect("keep-alive map poisoned").get(&leader) {
+        if let Some(k) = f
+            .keep_alive
+            .lock()
+            .expect("keep-alive map poisoned")
+            .get(&leader)
+        {
             return Ok(*k);
         }
         let entries = self
@@ -169,7 +168,13 @@ impl KafkaCluster {
                 DEFAULT_CHECK_INTERVAL,
             ),
         };
-        tracing::info!(broker = leader, expiration_ms = k.expiration.as_millis() as u64, check_interval_ms = k.check_interval.as_millis() as u64, refence_age_ms = k.refence_age().as_millis() as u64, "destination leader's producer expiry");
+        tracing::info!(
+            broker = leader,
+            expiration_ms = k.expiration.as_millis() as u64,
+            check_interval_ms = k.check_interval.as_millis() as u64,
+            refence_age_ms = k.refence_age().as_millis() as u64,
+            "destination leader's producer expiry"
+        );
         f.keep_alive
             .lock()
             .expect("keep-alive map poisoned")
