@@ -262,12 +262,17 @@ async fn a_kept_alive_fence_outlives_the_leaders_producer_expiry() {
         "read from the broker, not Kafka's default"
     );
     assert_eq!(keep.check_interval, Duration::from_millis(CHECK_MS));
+    assert_eq!(
+        keep.transactional_expiration,
+        Duration::from_secs(7 * 86_400),
+        "Kafka's default, from the broker"
+    );
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64;
     assert!(
-        keep.due_ms(OLD, i64::MIN / 2) <= now,
+        keep.due_ms(OLD, now, i64::MIN / 2) <= now,
         "a batch that old is due for a marker at once"
     );
     let before = b.settled_bounds(&p1).await.unwrap().end;

@@ -87,6 +87,11 @@ pub struct KeepAlive {
     pub expiration: Duration,
     /// How often the leader looks for producers to forget.
     pub check_interval: Duration,
+    /// `transactional.id.expiration.ms`: the coordinator forgets the
+    /// transactional id this long after its last transactional request
+    /// (data produced under it does not count), and the next owner's
+    /// acquire then gets a new producer id, which fences nothing of ours.
+    pub transactional_expiration: Duration,
 }
 
 impl KeepAlive {
@@ -97,9 +102,20 @@ impl KeepAlive {
     /// skew between our clock and the broker's, and a batch timestamped a
     /// little older than we think. Half the expiration at the least.
     pub fn refence_age(&self) -> Duration {
-        let margin = (self.check_interval.max(Duration::from_secs(300)) + self.expiration / 10)
-            .min(self.expiration / 2);
-        self.expiration - margin
+        self.before(self.expiration)
+    }
+
+    /// How long after its last transactional request (the sink's
+    /// InitProducerId, or a marker) a transactional id is fenced again,
+    /// with the same margin.
+    pub fn transaction_age(&self) -> Duration {
+        self.before(self.transactional_expiration)
+    }
+
+    fn before(&self, expiration: Duration) -> Duration {
+        let margin = (self.check_interval.max(Duration::from_secs(300)) + expiration / 10)
+            .min(expiration / 2);
+        expiration - margin
     }
 
     /// The least time between two markers on one partition. Mirrored
@@ -112,13 +128,15 @@ impl KeepAlive {
         self.check_interval.max(Duration::from_secs(1))
     }
 
-    /// Wall-clock milliseconds at which a partition whose last batch or
-    /// marker is stamped `last_stamp_ms`, and last re-fenced at
-    /// `last_refence_ms`, is due for a marker.
-    pub fn due_ms(&self, last_stamp_ms: i64, last_refence_ms: i64) -> i64 {
+    /// Wall-clock milliseconds at which a partition is due for a marker:
+    /// its last batch or marker is stamped `last_stamp_ms`, its id's last
+    /// transactional request was at `last_transaction_ms`, and it was last
+    /// re-fenced at `last_refence_ms`.
+    pub fn due_ms(&self, last_stamp_ms: i64, last_transaction_ms: i64, last_refence_ms: i64) -> i64 {
         let by_age = last_stamp_ms.saturating_add(self.refence_age().as_millis() as i64);
+        let by_id = last_transaction_ms.saturating_add(self.transaction_age().as_millis() as i64);
         let by_gap = last_refence_ms.saturating_add(self.min_gap().as_millis() as i64);
-        by_age.max(by_gap)
+        by_age.min(by_id).max(by_gap)
     }
 }
 
@@ -615,22 +633,31 @@ mod tests {
 
     #[test]
     fn keep_alive_fences_well_before_expiry_and_at_most_once_a_check() {
-        // Kafka's defaults: a day, checked every 10 minutes.
+        const DAY: u64 = 86_400;
+        // Kafka's defaults: a day, checked every 10 minutes; 7 days.
         let k = KeepAlive {
-            expiration: Duration::from_secs(86_400),
+            expiration: Duration::from_secs(DAY),
             check_interval: Duration::from_secs(600),
+            transactional_expiration: Duration::from_secs(7 * DAY),
         };
         assert_eq!(
             k.refence_age(),
             Duration::from_millis(86_400_000 - 600_000 - 8_640_000)
         );
-        assert_eq!(k.due_ms(0, 0), k.refence_age().as_millis() as i64);
+        let age = k.refence_age().as_millis() as i64;
+        let never = i64::MIN / 2;
+        assert_eq!(k.due_ms(0, 0, never), age);
         // An old timestamp is due at once, but not twice within a check.
-        assert_eq!(k.due_ms(0, 10_000_000_000), 10_000_600_000);
+        assert_eq!(k.due_ms(0, 10_000_000_000, 10_000_000_000), 10_000_600_000);
+        // Fresh data keeps the producer alive, not the transactional id.
+        let id_age = k.transaction_age().as_millis() as i64;
+        assert_eq!(k.due_ms(id_age, 0, never), id_age);
+        assert!(id_age > 6 * DAY as i64 * 1000);
         // A short expiration: half of it at the least.
         let short = KeepAlive {
             expiration: Duration::from_secs(8),
             check_interval: Duration::from_millis(500),
+            transactional_expiration: Duration::from_secs(8),
         };
         assert_eq!(short.refence_age(), Duration::from_secs(4));
         assert_eq!(short.min_gap(), Duration::from_secs(1));

@@ -160,11 +160,14 @@ async fn copy(
     let mut checkpointing: Option<BoxFuture<'_, Result<(), PumpExit>>> = None;
     // A clustered node's fence, kept alive: the leader forgets our
     // producer `producer.id.expiration.ms` after the timestamp of the
-    // last batch or marker, so the partition is fenced again before
-    // (`refence`). Its stamp before this pump is not known: the sink was
+    // last batch or marker, the coordinator our transactional id
+    // `transactional.id.expiration.ms` after its last transaction, so the
+    // partition is fenced again before either (`refence`). Its stamp before this pump is not known: the sink was
     // just acquired or renewed, and is taken as stamped now.
+    // The sink's InitProducerId was the id's last transactional request.
     let keep_alive = sink.keep_alive();
     let mut last_stamp = crate::coordinator::now_ms();
+    let mut last_transaction = last_stamp;
     let mut last_refence = i64::MIN / 2;
     loop {
         if *stop.borrow() {
@@ -173,7 +176,8 @@ async fn copy(
         let idle_checkpoint =
             tokio::time::Instant::from_std(last_checkpoint + IDLE_CHECKPOINT_DELAY);
         let refence_due = keep_alive.map(|k| {
-            let wait = k.due_ms(last_stamp, last_refence) - crate::coordinator::now_ms();
+            let due = k.due_ms(last_stamp, last_transaction, last_refence);
+            let wait = due - crate::coordinator::now_ms();
             tokio::time::Instant::now() + Duration::from_millis(wait.max(0) as u64)
         });
         tokio::select! {
@@ -204,7 +208,7 @@ async fn copy(
             }, if refence_due.is_some() && inflight.is_empty() && checkpointing.is_none() => {
                 refence(cx, cursor, sink).await?;
                 last_stamp = crate::coordinator::now_ms();
-                last_refence = last_stamp;
+                (last_transaction, last_refence) = (last_stamp, last_stamp);
                 continue;
             }
             Some((pending, ack)) = inflight.next(), if !inflight.is_empty() => {

@@ -22,10 +22,11 @@ const FENCE_CONCURRENCY: usize = 8;
 /// `delivery.timeout.ms` too).
 const FENCE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Kafka's defaults of `producer.id.expiration.ms` and
-/// `producer.id.expiration.check.interval.ms`, for a broker that does not
-/// list them.
+/// `producer.id.expiration.check.interval.ms` and
+/// `transactional.id.expiration.ms`, for a broker that does not list them.
 const DEFAULT_EXPIRATION: Duration = Duration::from_secs(86_400);
 const DEFAULT_CHECK_INTERVAL: Duration = Duration::from_secs(600);
+const DEFAULT_TRANSACTIONAL_EXPIRATION: Duration = Duration::from_secs(7 * 86_400);
 
 /// What a fenced sink needs to fence its partition again.
 pub(super) struct SinkFence {
@@ -37,7 +38,9 @@ pub(super) struct SinkFence {
 
 impl SinkFence {
     /// One abort marker at the sink's own epoch (EndTxn below v5 bumps no
-    /// epoch), bounded by [`FENCE_TIMEOUT`].
+    /// epoch), bounded by [`FENCE_TIMEOUT`]. Not under the lease: once a
+    /// newer owner acquired the id, its coordinator refuses our
+    /// transaction (`KafkaError::Fenced`) before any marker is written.
     pub(super) async fn refence(&self) -> Result<(), KafkaError> {
         let marked =
             fence::fence_partitions(&self.client, &self.fence, std::slice::from_ref(&self.tp));
@@ -135,7 +138,9 @@ impl KafkaCluster {
     }
 
     /// The producer expiry of `tp`'s leader (DescribeConfigs, once per
-    /// broker): how soon a sink must fence the partition again.
+    /// broker): how soon a sink must fence the partition again. The
+    /// transactional id's expiry belongs to its coordinator; the leader's
+    /// setting stands for it (brokers of a cluster share it as a rule).
     pub(super) async fn keep_alive(
         &self,
         f: &Fenced,
@@ -166,6 +171,10 @@ impl KafkaCluster {
             check_interval: ms(
                 "producer.id.expiration.check.interval.ms",
                 DEFAULT_CHECK_INTERVAL,
+            ),
+            transactional_expiration: ms(
+                "transactional.id.expiration.ms",
+                DEFAULT_TRANSACTIONAL_EXPIRATION,
             ),
         };
         tracing::info!(

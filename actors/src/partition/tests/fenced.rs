@@ -200,6 +200,7 @@ async fn an_old_stamp_is_fenced_again_and_the_marker_becomes_a_hole() {
     rig.dest.keep_alive(crate::kafka::fence::KeepAlive {
         expiration: Duration::from_secs(60),
         check_interval: Duration::from_secs(30),
+        transactional_expiration: Duration::from_secs(3600),
     });
     rig.append(3, 0);
     let actor = rig.start(fast_retry());
