@@ -155,10 +155,19 @@ impl KafkaCluster {
         {
             return Ok(*k);
         }
-        let entries = self
+        // A principal allowed to write but not to read broker configs
+        // still mirrors, on Kafka's defaults (cached, so no request storm).
+        let entries = match self
             .admin
             .describe_configs(&ConfigResource::Broker(leader))
-            .await?;
+            .await
+        {
+            Ok(entries) => entries,
+            Err(e) => {
+                tracing::warn!(broker = leader, error = %e, "cannot read the destination leader's producer expiry; fences are kept alive on Kafka's defaults (1 day, 7 days for transactional ids)");
+                Vec::new()
+            }
+        };
         let ms = |name: &str, default: Duration| {
             entries
                 .iter()
