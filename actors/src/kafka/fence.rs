@@ -132,7 +132,12 @@ impl KeepAlive {
     /// its last batch or marker is stamped `last_stamp_ms`, its id's last
     /// transactional request was at `last_transaction_ms`, and it was last
     /// re-fenced at `last_refence_ms`.
-    pub fn due_ms(&self, last_stamp_ms: i64, last_transaction_ms: i64, last_refence_ms: i64) -> i64 {
+    pub fn due_ms(
+        &self,
+        last_stamp_ms: i64,
+        last_transaction_ms: i64,
+        last_refence_ms: i64,
+    ) -> i64 {
         let by_age = last_stamp_ms.saturating_add(self.refence_age().as_millis() as i64);
         let by_id = last_transaction_ms.saturating_add(self.transaction_age().as_millis() as i64);
         let by_gap = last_refence_ms.saturating_add(self.min_gap().as_millis() as i64);
