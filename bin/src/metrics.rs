@@ -180,6 +180,13 @@ pub fn render(m: &NodeMetrics, memory: Option<&MemoryBudget>) -> String {
         "Bytes mirrored by this node.",
     );
     f.sample("bytes_mirrored_total", &[], total_bytes);
+    let refences: u64 = m.partitions.iter().map(|p| p.refences).sum();
+    f.header(
+        "refences_total",
+        "counter",
+        "Markers written to keep destination fences alive past the producer expiry.",
+    );
+    f.sample("refences_total", &[], refences);
     let with_error = m.partitions.iter().filter(|p| p.error.is_some()).count();
     f.header(
         "partitions_with_error",
@@ -462,6 +469,7 @@ mod tests {
             "kmirror_MirrorTopicCount{mirror=\"m\\\"1\"} 1",
             "kmirror_records_mirrored_total 180",
             "kmirror_bytes_mirrored_total 18000",
+            "kmirror_refences_total 0",
             "kmirror_partitions_with_error 1",
             "kmirror_partition_lag_records{mirror=\"m\\\"1\",topic=\"orders\",partition=\"1\"} 10",
             "kmirror_partition_lag_seconds{mirror=\"m\\\"1\",topic=\"orders\",partition=\"0\"} 1.5",

@@ -5,10 +5,13 @@
 //! sink, and the old owner cannot take it back by reopening its sink
 //! (`fence::renew` is refused where `acquire` would have stolen it). The
 //! test prints every batch of the destination partition: base offset,
-//! producer id, epoch, marker or data.
+//! producer id, epoch, marker or data. And a sink keeps its fence alive
+//! (`PartitionSink::refence`) past the leader's producer expiry, which
+//! would otherwise let the old owner's batch in.
 
 mod protocol_common;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,7 +21,7 @@ use kmirror_actors::kafka::admin::Admin;
 use kmirror_actors::kafka::batch::{encode_batch, Codec, OutgoingBatch, Record, SourceOffsets};
 use kmirror_actors::kafka::fetch::{FetchOptions, TopicPartition};
 use kmirror_actors::kafka::KafkaError;
-use kmirror_tests::{bed, kafka_tool_ok, unique};
+use kmirror_tests::{bed, kafka_tool_ok, start_clusters_with, stop_clusters, unique};
 use protocol_common::*;
 
 fn batch(tag: &str, n: usize) -> OutgoingBatch {
@@ -26,6 +29,11 @@ fn batch(tag: &str, n: usize) -> OutgoingBatch {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64;
+    stamped(tag, n, now)
+}
+
+/// Records stamped `now`: a mirrored batch keeps its source timestamp.
+fn stamped(tag: &str, n: usize, now: i64) -> OutgoingBatch {
     let records: Vec<Record> = (0..n)
         .map(|j| Record {
             offset_delta: j as i32,
@@ -160,4 +168,160 @@ async fn a_takeover_fences_the_old_owners_sink_and_reopening_it_is_refused() {
     let keys: Vec<&str> = keys.lines().collect();
     println!("console consumer: {keys:?}");
     assert_eq!(keys, ["a0-0", "a0-1", "a1-0", "a1-1", "b0-0", "b0-1"]);
+}
+
+/// A single-broker cluster of this test's own whose leaders forget a
+/// producer `expiration_ms` after its last timestamp, checked every
+/// `check_ms`; stopped when dropped.
+struct ExpiryCluster {
+    bootstrap: String,
+    dir: PathBuf,
+}
+
+impl ExpiryCluster {
+    fn start(expiration_ms: u64, check_ms: u64) -> Self {
+        let dir = std::env::temp_dir().join(unique("kmirror-refence"));
+        let configs = [
+            format!("producer.id.expiration.ms={expiration_ms}"),
+            format!("producer.id.expiration.check.interval.ms={check_ms}"),
+        ];
+        let mut flags = Vec::new();
+        for c in &configs {
+            flags.extend(["--broker-config", c.as_str()]);
+        }
+        let env = start_clusters_with(1, &dir, &flags);
+        let bootstrap = env
+            .lines()
+            .find_map(|l| l.strip_prefix("CLUSTER_1="))
+            .expect("CLUSTER_1")
+            .to_owned();
+        ExpiryCluster { bootstrap, dir }
+    }
+}
+
+impl Drop for ExpiryCluster {
+    fn drop(&mut self) {
+        stop_clusters(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The hole and its fix, side by side on two partitions. A owns p0 and
+/// p1; B takes both over (one marker each) and writes a batch stamped
+/// 2023-11-14 on each, as mirrored records may be. The leader forgets B's
+/// producer at its next check: on p0, which B leaves alone, A's next batch
+/// lands. On p1 B's sink fences again when its keep-alive says so (at
+/// once, the stamp being that old): A's batch is refused, and B's sink
+/// goes on writing under the same epoch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_alive_fence_outlives_the_leaders_producer_expiry() {
+    const EXPIRATION_MS: u64 = 8000;
+    const CHECK_MS: u64 = 500;
+    const OLD: i64 = 1_700_000_000_000;
+    let cluster = ExpiryCluster::start(EXPIRATION_MS, CHECK_MS);
+    let bs = cluster.bootstrap.clone();
+    let topic = unique("refence");
+    let admin = Admin::new(client(&bs).await);
+    create(&admin, &topic, 2, &[]).await;
+    let (p0, p1) = (
+        TopicPartition::new(&topic, 0),
+        TopicPartition::new(&topic, 1),
+    );
+    let prefix = unique("kmirror-test");
+    let (a, b) = (node(&bs, &prefix).await, node(&bs, &prefix).await);
+
+    a.fence(vec![p0.clone(), p1.clone()]).await.unwrap();
+    let mut a0 = a.open_sink(p0.clone()).await.unwrap();
+    let mut a1 = a.open_sink(p1.clone()).await.unwrap();
+    send(&mut *a0, "a0", 1).await.unwrap();
+    send(&mut *a1, "a1", 1).await.unwrap();
+
+    b.fence(vec![p0.clone(), p1.clone()]).await.unwrap();
+    let mut b0 = b.open_sink(p0.clone()).await.unwrap();
+    let mut b1 = b.open_sink(p1.clone()).await.unwrap();
+    for sink in [&mut b0, &mut b1] {
+        sink.send(stamped("b-old", 1, OLD))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let keep = b1
+        .keep_alive()
+        .expect("a fenced sink keeps its fence alive");
+    println!(
+        "A {:?}, B {:?}; B's keep-alive from the broker: {keep:?}, re-fence at age {:?}, at most every {:?}",
+        a1.producer(),
+        b1.producer(),
+        keep.refence_age(),
+        keep.min_gap()
+    );
+    assert_eq!(
+        keep.expiration,
+        Duration::from_millis(EXPIRATION_MS),
+        "read from the broker, not Kafka's default"
+    );
+    assert_eq!(keep.check_interval, Duration::from_millis(CHECK_MS));
+    assert_eq!(
+        keep.transactional_expiration,
+        Duration::from_secs(7 * 86_400),
+        "Kafka's default, from the broker"
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!(
+        keep.due_ms(OLD, now, i64::MIN / 2) <= now,
+        "a batch that old is due for a marker at once"
+    );
+    let before = b.settled_bounds(&p1).await.unwrap().end;
+    b1.refence().await.unwrap();
+    let after = b.settled_bounds(&p1).await.unwrap().end;
+    println!("B re-fenced p1: end {before} -> {after}");
+    assert_eq!(after, before + 1, "a re-fence is one marker, one offset");
+
+    // Past the next expiry checks.
+    tokio::time::sleep(Duration::from_millis(4 * CHECK_MS)).await;
+    println!(
+        "p0 (not re-fenced):\n{}p1 (re-fenced):\n{}",
+        describe_producers(&bs, &topic, 0),
+        describe_producers(&bs, &topic, 1)
+    );
+    let r0 = send(&mut *a0, "a0-zombie", 1).await;
+    println!("A's batch to p0 after B's producer expired there: {r0:?}");
+    assert!(
+        r0.is_ok(),
+        "without a re-fence the leader forgot B and took A's stale epoch"
+    );
+    match send(&mut *a1, "a1-zombie", 1).await {
+        Err(KafkaError::Fenced { resource, reason }) => {
+            println!("A's batch to re-fenced p1: Fenced {{ {resource}: {reason} }}")
+        }
+        other => panic!("A's batch to re-fenced p1: expected Fenced, got {other:?}"),
+    }
+    let next = send(&mut *b1, "b1-after", 1).await;
+    println!(
+        "B's next batch on p1, same sink {:?}: {next:?}",
+        b1.producer()
+    );
+    assert_eq!(next.unwrap(), after, "B goes on after its own marker");
+    for s in [a0, a1, b0, b1] {
+        s.close().await;
+    }
+}
+
+fn describe_producers(bootstrap: &str, topic: &str, p: i32) -> String {
+    kafka_tool_ok(
+        "kafka-transactions",
+        &[
+            "--bootstrap-server",
+            bootstrap,
+            "describe-producers",
+            "--topic",
+            topic,
+            "--partition",
+            &p.to_string(),
+        ],
+    )
 }

@@ -813,6 +813,8 @@ struct DestState {
     /// Fenced like a clustered node's destination: the producer id of
     /// every partition's transactional id (one, for simplicity).
     fence_producer: Option<i64>,
+    /// What fenced sinks report as their leader's producer expiry.
+    keep_alive: Option<crate::kafka::fence::KeepAlive>,
 }
 
 /// A destination cluster in memory.
@@ -924,6 +926,12 @@ impl MemoryDestination {
     /// [`DestinationCluster::fence`] writes an abort marker of it.
     pub fn fenced(&self, producer_id: i64) {
         self.state.lock().unwrap().fence_producer = Some(producer_id);
+    }
+
+    /// Fenced sinks keep their fence alive by `keep_alive` (see
+    /// [`PartitionSink::refence`]): each re-fence is an abort marker.
+    pub fn keep_alive(&self, keep_alive: crate::kafka::fence::KeepAlive) {
+        self.state.lock().unwrap().keep_alive = Some(keep_alive);
     }
 
     /// A transaction marker (ABORT) of `producer_id` at `epoch` lands on
@@ -1040,6 +1048,7 @@ struct MemorySink {
     tp: TopicPartition,
     producer_id: i64,
     next_sequence: i32,
+    keep_alive: Option<crate::kafka::fence::KeepAlive>,
 }
 
 impl PartitionSink for MemorySink {
@@ -1062,6 +1071,15 @@ impl PartitionSink for MemorySink {
 
     fn close(self: Box<Self>) -> BoxFuture<'static, ()> {
         Box::pin(async {})
+    }
+
+    fn keep_alive(&self) -> Option<crate::kafka::fence::KeepAlive> {
+        self.keep_alive
+    }
+
+    fn refence(&mut self) -> BoxFuture<'_, Result<(), KafkaError>> {
+        self.dest.append_marker(&self.tp, self.producer_id, 0);
+        Box::pin(async { Ok(()) })
     }
 }
 
@@ -1328,13 +1346,16 @@ impl DestinationCluster for MemoryDestination {
         let producer_id = {
             let mut s = self.state.lock().unwrap();
             s.last_producer_id += 1;
-            s.fence_producer.unwrap_or(s.last_producer_id)
+            let keep_alive = s.fence_producer.and(s.keep_alive);
+            (s.fence_producer.unwrap_or(s.last_producer_id), keep_alive)
         };
+        let (producer_id, keep_alive) = producer_id;
         let sink = MemorySink {
             dest: self.clone(),
             tp,
             producer_id,
             next_sequence: 0,
+            keep_alive,
         };
         Box::pin(async move { Ok(Box::new(sink) as Box<dyn PartitionSink>) })
     }

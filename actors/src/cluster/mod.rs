@@ -25,6 +25,7 @@ use futures_util::stream::{self, StreamExt};
 use kmirror_events::{AclEntry, TopicId, TopicRef};
 
 use crate::kafka::batch::{OutgoingBatch, RecordBatch};
+use crate::kafka::fence::KeepAlive;
 use crate::kafka::fetch::{FetchError, FetchedPartition, TopicPartition};
 use crate::kafka::produce::ProduceAck;
 use crate::kafka::KafkaError;
@@ -182,6 +183,20 @@ pub trait PartitionSink: Send {
     /// destination (every batch acknowledged or given up). Dropping a sink
     /// does not stop a producer that is retrying; only this says it is done.
     fn close(self: Box<Self>) -> BoxFuture<'static, ()>;
+    /// When the partition must be fenced again ([`Self::refence`]) so its
+    /// leader does not forget this sink's producer; only a clustered
+    /// node's fenced sink has one.
+    fn keep_alive(&self) -> Option<KeepAlive> {
+        None
+    }
+    /// Writes one abort marker at this sink's epoch on its partition: the
+    /// leader keeps the fence another `producer.id.expiration.ms`, while
+    /// the epoch and the sink's sequences go on. Call with nothing in
+    /// flight: the marker takes the partition's next offset. A newer owner
+    /// is [`KafkaError::Fenced`].
+    fn refence(&mut self) -> BoxFuture<'_, Result<(), KafkaError>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// What kmirror reads from either cluster: identity, topics, log bounds,

@@ -76,6 +76,75 @@ pub struct ProducerFence {
     pub producer_epoch: i16,
 }
 
+/// When an owner must fence a partition it holds again (see the module
+/// doc): from the leader's `producer.id.expiration.ms` and
+/// `producer.id.expiration.check.interval.ms`, read from the broker, not
+/// assumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeepAlive {
+    /// The leader forgets the producer this long after the timestamp of
+    /// its last batch or marker on the partition.
+    pub expiration: Duration,
+    /// How often the leader looks for producers to forget.
+    pub check_interval: Duration,
+    /// `transactional.id.expiration.ms`: the coordinator forgets the
+    /// transactional id this long after its last transactional request
+    /// (data produced under it does not count), and the next owner's
+    /// acquire then gets a new producer id, which fences nothing of ours.
+    pub transactional_expiration: Duration,
+}
+
+impl KeepAlive {
+    /// The age of the partition's last timestamp at which its owner writes
+    /// a fresh marker. The margin is not for the check interval (a producer
+    /// goes at the first check at or after its expiry, never before) but for
+    /// what makes us late: the marker's own round (bounded by minutes), the
+    /// skew between our clock and the broker's, and a batch timestamped a
+    /// little older than we think. Half the expiration at the least.
+    pub fn refence_age(&self) -> Duration {
+        self.before(self.expiration)
+    }
+
+    /// How long after its last transactional request (the sink's
+    /// InitProducerId, or a marker) a transactional id is fenced again,
+    /// with the same margin.
+    pub fn transaction_age(&self) -> Duration {
+        self.before(self.transactional_expiration)
+    }
+
+    fn before(&self, expiration: Duration) -> Duration {
+        let margin = (self.check_interval.max(Duration::from_secs(300)) + expiration / 10)
+            .min(expiration / 2);
+        expiration - margin
+    }
+
+    /// The least time between two markers on one partition. Mirrored
+    /// batches with old timestamps make the state expire at the next check
+    /// however recently we fenced, so a partition fed only old data would
+    /// otherwise get a marker after every batch; one per check interval
+    /// bounds the cost (one offset each) and leaves a zombie at most one
+    /// check interval in which its batch could land.
+    pub fn min_gap(&self) -> Duration {
+        self.check_interval.max(Duration::from_secs(1))
+    }
+
+    /// Wall-clock milliseconds at which a partition is due for a marker:
+    /// its last batch or marker is stamped `last_stamp_ms`, its id's last
+    /// transactional request was at `last_transaction_ms`, and it was last
+    /// re-fenced at `last_refence_ms`.
+    pub fn due_ms(
+        &self,
+        last_stamp_ms: i64,
+        last_transaction_ms: i64,
+        last_refence_ms: i64,
+    ) -> i64 {
+        let by_age = last_stamp_ms.saturating_add(self.refence_age().as_millis() as i64);
+        let by_id = last_transaction_ms.saturating_add(self.transaction_age().as_millis() as i64);
+        let by_gap = last_refence_ms.saturating_add(self.min_gap().as_millis() as i64);
+        by_age.min(by_id).max(by_gap)
+    }
+}
+
 /// The node id of the transaction coordinator of `transactional_id`,
 /// retried while the coordinator loads or moves, within the client's
 /// `delivery.timeout.ms`.
@@ -565,5 +634,37 @@ mod tests {
         lease.extend_to(Instant::now() + Duration::from_secs(10));
         assert!(!ticket.may_send(Duration::from_secs(5)).await);
         assert!(lease.ticket().may_send(Duration::ZERO).await);
+    }
+
+    #[test]
+    fn keep_alive_fences_well_before_expiry_and_at_most_once_a_check() {
+        const DAY: u64 = 86_400;
+        // Kafka's defaults: a day, checked every 10 minutes; 7 days.
+        let k = KeepAlive {
+            expiration: Duration::from_secs(DAY),
+            check_interval: Duration::from_secs(600),
+            transactional_expiration: Duration::from_secs(7 * DAY),
+        };
+        assert_eq!(
+            k.refence_age(),
+            Duration::from_millis(86_400_000 - 600_000 - 8_640_000)
+        );
+        let age = k.refence_age().as_millis() as i64;
+        let never = i64::MIN / 2;
+        assert_eq!(k.due_ms(0, 0, never), age);
+        // An old timestamp is due at once, but not twice within a check.
+        assert_eq!(k.due_ms(0, 10_000_000_000, 10_000_000_000), 10_000_600_000);
+        // Fresh data keeps the producer alive, not the transactional id.
+        let id_age = k.transaction_age().as_millis() as i64;
+        assert_eq!(k.due_ms(id_age, 0, never), id_age);
+        assert!(id_age > 6 * DAY as i64 * 1000);
+        // A short expiration: half of it at the least.
+        let short = KeepAlive {
+            expiration: Duration::from_secs(8),
+            check_interval: Duration::from_millis(500),
+            transactional_expiration: Duration::from_secs(8),
+        };
+        assert_eq!(short.refence_age(), Duration::from_secs(4));
+        assert_eq!(short.min_gap(), Duration::from_secs(1));
     }
 }

@@ -98,6 +98,7 @@ impl Node {
                         offsets_identical: s.progress.offsets_identical,
                         records_mirrored: s.progress.records_mirrored,
                         bytes_mirrored: s.progress.bytes_mirrored,
+                        refences: s.progress.refences,
                         last_mirror_epochs: image.last_mirror_epochs(&s.key).cloned(),
                         failback: image.failback_plan(&s.key).cloned(),
                         verify: image.verify_result(&s.key).cloned(),

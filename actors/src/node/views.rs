@@ -78,6 +78,11 @@ pub struct PartitionDescription {
     pub offsets_identical: bool,
     pub records_mirrored: u64,
     pub bytes_mirrored: u64,
+    /// Markers this node wrote to keep its fence of the destination
+    /// partition alive past the leader's producer expiry (clustered only;
+    /// each is a one-offset hole), since the partition started here.
+    #[serde(default)]
+    pub refences: u64,
     /// Where the copy stopped (LastMirrorEpochs), once it has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_mirror_epochs: Option<LastMirrorEpochsValue>,

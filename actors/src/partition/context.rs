@@ -34,6 +34,9 @@ pub struct Progress {
     pub bytes_mirrored: u64,
     /// Whether the offset map is one run from equal offsets.
     pub offsets_identical: bool,
+    /// Markers written to keep this node's fence alive (see
+    /// [`crate::kafka::fence::KeepAlive`]), since the actor started.
+    pub refences: u64,
 }
 
 impl Progress {

@@ -299,6 +299,16 @@ impl Cursor {
         Ok(())
     }
 
+    /// Steps over `len` destination offsets that hold no mirrored record
+    /// (a re-fence marker, recorded as a hole), with nothing in flight:
+    /// the next record opens a new run.
+    pub fn skip_destination(&mut self, len: i64) {
+        debug_assert_eq!(self.next_destination, self.acked_destination);
+        self.next_destination += len;
+        self.acked_destination += len;
+        self.identical = false;
+    }
+
     /// Runs whose acknowledged length grew since the last checkpoint, at that
     /// length, to write to the log (so the log alone translates offsets, for
     /// group-offset sync and `kmirror log audit`). Closed, fully recorded runs

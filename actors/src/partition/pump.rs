@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesOrdered, StreamExt};
-use kmirror_events::{Command, MirrorProducer, OffsetMapRun, SourceEpochs};
+use kmirror_events::{Command, MirrorProducer, OffsetMapHole, OffsetMapRun, SourceEpochs};
 
 use super::context::{kafka_failure, PumpContext, PumpExit};
 use super::cursor::{AlignError, Cursor, Segment};
@@ -158,12 +158,28 @@ async fn copy(
     let mut dirty = false;
     // The checkpoint being written: at most one, in the background.
     let mut checkpointing: Option<BoxFuture<'_, Result<(), PumpExit>>> = None;
+    // A clustered node's fence, kept alive: the leader forgets our
+    // producer `producer.id.expiration.ms` after the timestamp of the
+    // last batch or marker, the coordinator our transactional id
+    // `transactional.id.expiration.ms` after its last transaction, so the
+    // partition is fenced again before either (`refence`). Its stamp before this pump is not known: the sink was
+    // just acquired or renewed, and is taken as stamped now.
+    // The sink's InitProducerId was the id's last transactional request.
+    let keep_alive = sink.keep_alive();
+    let mut last_stamp = crate::coordinator::now_ms();
+    let mut last_transaction = last_stamp;
+    let mut last_refence = i64::MIN / 2;
     loop {
         if *stop.borrow() {
             break;
         }
         let idle_checkpoint =
             tokio::time::Instant::from_std(last_checkpoint + IDLE_CHECKPOINT_DELAY);
+        let refence_due = keep_alive.map(|k| {
+            let due = k.due_ms(last_stamp, last_transaction, last_refence);
+            let wait = due - crate::coordinator::now_ms();
+            tokio::time::Instant::now() + Duration::from_millis(wait.max(0) as u64)
+        });
         tokio::select! {
             biased;
             _ = stop.changed() => break,
@@ -184,7 +200,20 @@ async fn copy(
                 dirty = false;
                 continue;
             }
+            _ = async {
+                match refence_due {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            }, if refence_due.is_some() && inflight.is_empty() && checkpointing.is_none() => {
+                refence(cx, cursor, sink).await?;
+                last_stamp = crate::coordinator::now_ms();
+                (last_transaction, last_refence) = (last_stamp, last_stamp);
+                continue;
+            }
             Some((pending, ack)) = inflight.next(), if !inflight.is_empty() => {
+                // The leader keeps the last batch's timestamp, old or not.
+                last_stamp = pending.max_timestamp;
                 on_ack(cx, cursor, pending, ack)?;
                 if inflight.is_empty() {
                     // Everything planned is acknowledged: batches dropped
@@ -241,6 +270,52 @@ async fn copy(
         Some((from, to)) => Err(PumpExit::EpochMoved { from, to }),
         None => Ok(()),
     }
+}
+
+/// Fences the partition again at the sink's epoch before its leader
+/// forgets our producer ([`crate::kafka::fence::KeepAlive`]), with nothing
+/// in flight: the acknowledged runs are made durable, the marker written,
+/// then recorded as a one-offset hole, as a takeover's markers are (a
+/// crash in between leaves a trailing marker that alignment records). The
+/// epoch does not change, so the sink's sequences go on.
+async fn refence(
+    cx: &PumpContext,
+    cursor: &mut Cursor,
+    sink: &mut dyn PartitionSink,
+) -> Result<(), PumpExit> {
+    cx.record_runs(cursor.checkpoint()).await?;
+    let at = cursor.acked_destination;
+    sink.refence()
+        .await
+        .map_err(|e| kafka_failure("fence the destination partition again", e))?;
+    let end = cx
+        .destination
+        .settled_bounds(&cx.tp)
+        .await
+        .map_err(|e| kafka_failure("destination offsets", e))?
+        .end;
+    if end != at + 1 {
+        return Err(PumpExit::retryable(format!(
+            "the destination ends at {end} after the re-fence marker, not at {}: aligning again",
+            at + 1
+        )));
+    }
+    cx.execute(Command::SetOffsetRuns {
+        key: cx.key.clone(),
+        upsert: Vec::new(),
+        remove: Vec::new(),
+        holes: vec![OffsetMapHole {
+            destination_start: at,
+            length: 1,
+        }],
+    })
+    .await?;
+    cursor.skip_destination(1);
+    let mut p = cx.progress.lock().unwrap();
+    p.destination_offset = cursor.acked_destination;
+    p.offsets_identical = false;
+    p.refences += 1;
+    Ok(())
 }
 
 /// Starts writing the acknowledged run lengths. The pump keeps forwarding

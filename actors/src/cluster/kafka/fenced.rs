@@ -7,9 +7,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::{Fenced, KafkaCluster};
-use crate::kafka::fence::{self, Lease, ProducerFence};
+use crate::kafka::admin::ConfigResource;
+use crate::kafka::fence::{self, KeepAlive, Lease, ProducerFence};
 use crate::kafka::fetch::TopicPartition;
-use crate::kafka::KafkaError;
+use crate::kafka::produce::IdempotentProducer;
+use crate::kafka::{KafkaClient, KafkaError};
 
 /// How long a fence's transaction may stay open before the coordinator
 /// aborts it; it is open only between AddPartitionsToTxn and EndTxn.
@@ -19,6 +21,40 @@ const FENCE_CONCURRENCY: usize = 8;
 /// The most fencing one partition may take (each of its calls is bounded by
 /// `delivery.timeout.ms` too).
 const FENCE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Kafka's defaults of `producer.id.expiration.ms` and
+/// `producer.id.expiration.check.interval.ms` and
+/// `transactional.id.expiration.ms`, for a broker that does not list them.
+const DEFAULT_EXPIRATION: Duration = Duration::from_secs(86_400);
+const DEFAULT_CHECK_INTERVAL: Duration = Duration::from_secs(600);
+const DEFAULT_TRANSACTIONAL_EXPIRATION: Duration = Duration::from_secs(7 * 86_400);
+
+/// What a fenced sink needs to fence its partition again.
+pub(super) struct SinkFence {
+    pub(super) client: KafkaClient,
+    pub(super) fence: ProducerFence,
+    pub(super) tp: TopicPartition,
+    pub(super) keep_alive: KeepAlive,
+}
+
+impl SinkFence {
+    /// One abort marker at the sink's own epoch (EndTxn below v5 bumps no
+    /// epoch), bounded by [`FENCE_TIMEOUT`]. Not under the lease: once a
+    /// newer owner acquired the id, its coordinator refuses our
+    /// transaction (`KafkaError::Fenced`) before any marker is written.
+    pub(super) async fn refence(&self) -> Result<(), KafkaError> {
+        let marked =
+            fence::fence_partitions(&self.client, &self.fence, std::slice::from_ref(&self.tp));
+        tokio::time::timeout(FENCE_TIMEOUT, marked)
+            .await
+            .map_err(|_| KafkaError::Timeout {
+                api: "re-fence",
+                broker: format!("transaction coordinator of {}", self.fence.transactional_id),
+                timeout: FENCE_TIMEOUT,
+            })??;
+        tracing::info!(partition = %self.tp, producer_id = self.fence.producer_id, epoch = self.fence.producer_epoch, "destination partition fenced again before its producer expires");
+        Ok(())
+    }
+}
 
 impl KafkaCluster {
     /// This cluster as a clustered node's destination: each partition is
@@ -34,6 +70,7 @@ impl KafkaCluster {
             prefix: prefix.to_string(),
             held: Mutex::new(HashMap::new()),
             lease: None,
+            keep_alive: Mutex::new(HashMap::new()),
         });
         self
     }
@@ -75,6 +112,92 @@ impl KafkaCluster {
             .expect("fence map poisoned")
             .insert(tp.clone(), fence.clone());
         Ok(fence)
+    }
+
+    /// A fenced sink's producer (under the lease, if any) and what keeps
+    /// its fence alive.
+    pub(super) async fn fenced_producer(
+        &self,
+        f: &Fenced,
+        tp: &TopicPartition,
+    ) -> Result<(IdempotentProducer, SinkFence), KafkaError> {
+        let fence = self.sink_fence(f, tp).await?;
+        let keep_alive = self.keep_alive(f, tp).await?;
+        let producer = IdempotentProducer::under_fence(self.client.clone(), &fence);
+        let producer = match &f.lease {
+            Some(lease) => producer.leased(lease),
+            None => producer,
+        };
+        let fence = SinkFence {
+            client: self.client.clone(),
+            fence,
+            tp: tp.clone(),
+            keep_alive,
+        };
+        Ok((producer, fence))
+    }
+
+    /// The producer expiry of `tp`'s leader (DescribeConfigs, once per
+    /// broker): how soon a sink must fence the partition again. The
+    /// transactional id's expiry belongs to its coordinator; the leader's
+    /// setting stands for it (brokers of a cluster share it as a rule).
+    pub(super) async fn keep_alive(
+        &self,
+        f: &Fenced,
+        tp: &TopicPartition,
+    ) -> Result<KeepAlive, KafkaError> {
+        let (leader, _) = self.client.leader(&tp.topic, tp.partition).await?;
+        if let Some(k) = f
+            .keep_alive
+            .lock()
+            .expect("keep-alive map poisoned")
+            .get(&leader)
+        {
+            return Ok(*k);
+        }
+        // A principal allowed to write but not to read broker configs
+        // still mirrors, on Kafka's defaults (cached, so no request storm).
+        let entries = match self
+            .admin
+            .describe_configs(&ConfigResource::Broker(leader))
+            .await
+        {
+            Ok(entries) => entries,
+            Err(e) => {
+                tracing::warn!(broker = leader, error = %e, "cannot read the destination leader's producer expiry; fences are kept alive on Kafka's defaults (1 day, 7 days for transactional ids)");
+                Vec::new()
+            }
+        };
+        let ms = |name: &str, default: Duration| {
+            entries
+                .iter()
+                .find(|e| e.name == name)
+                .and_then(|e| e.value.as_deref()?.parse::<u64>().ok())
+                .map_or(default, Duration::from_millis)
+        };
+        let k = KeepAlive {
+            expiration: ms("producer.id.expiration.ms", DEFAULT_EXPIRATION),
+            check_interval: ms(
+                "producer.id.expiration.check.interval.ms",
+                DEFAULT_CHECK_INTERVAL,
+            ),
+            transactional_expiration: ms(
+                "transactional.id.expiration.ms",
+                DEFAULT_TRANSACTIONAL_EXPIRATION,
+            ),
+        };
+        tracing::info!(
+            broker = leader,
+            expiration_ms = k.expiration.as_millis() as u64,
+            check_interval_ms = k.check_interval.as_millis() as u64,
+            refence_age_ms = k.refence_age().as_millis() as u64,
+            "destination leader's producer expiry"
+        );
+        f.keep_alive
+            .lock()
+            .expect("keep-alive map poisoned")
+            .insert(leader, k);
+        Ok(k)
     }
 
     /// Acquires each partition's transactional id (and, with `mark`, writes

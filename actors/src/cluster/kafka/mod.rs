@@ -23,7 +23,7 @@ use super::{
 use crate::kafka::admin::{AclFilter, Admin, AlterConfigOp, ConfigResource, NewTopic, OffsetSpec};
 use crate::kafka::batch::{OutgoingBatch, RecordBatch};
 use crate::kafka::budget::MemoryBudget;
-use crate::kafka::fence::{Lease, ProducerFence};
+use crate::kafka::fence::{KeepAlive, Lease, ProducerFence};
 use crate::kafka::fetch::{FetchError, FetchOptions, FetchSession, IsolationLevel, TopicPartition};
 use crate::kafka::produce::{IdempotentProducer, PartitionProducer};
 use crate::kafka::{KafkaClient, KafkaError};
@@ -312,6 +312,8 @@ struct Fenced {
     held: Mutex<HashMap<TopicPartition, ProducerFence>>,
     /// The group lease the sinks write under (see [`KafkaCluster::leased`]).
     lease: Option<Lease>,
+    /// Each leader's producer expiry, read once per broker.
+    keep_alive: Mutex<HashMap<i32, KeepAlive>>,
 }
 
 impl KafkaCluster {
@@ -571,6 +573,8 @@ impl SourceCluster for KafkaCluster {
 struct KafkaSink {
     producer: PartitionProducer,
     id: (i64, i16),
+    /// A fenced sink's fence, kept alive by `refence`.
+    fence: Option<fenced::SinkFence>,
 }
 
 impl PartitionSink for KafkaSink {
@@ -587,6 +591,19 @@ impl PartitionSink for KafkaSink {
 
     fn close(self: Box<Self>) -> BoxFuture<'static, ()> {
         Box::pin(self.producer.close())
+    }
+
+    fn keep_alive(&self) -> Option<KeepAlive> {
+        self.fence.as_ref().map(|f| f.keep_alive)
+    }
+
+    fn refence(&mut self) -> BoxFuture<'_, Result<(), KafkaError>> {
+        Box::pin(async move {
+            match &self.fence {
+                Some(f) => f.refence().await,
+                None => Ok(()),
+            }
+        })
     }
 }
 
@@ -732,21 +749,18 @@ impl DestinationCluster for KafkaCluster {
             // a sink is reopened after a failure, and sequences restart at 0
             // only under a new producer id or epoch (the broker would refuse
             // them as out of order otherwise).
-            let producer = match &self.fenced {
+            let (producer, fence) = match &self.fenced {
                 Some(f) => {
-                    let fence = self.sink_fence(f, &tp).await?;
-                    let producer = IdempotentProducer::under_fence(self.client.clone(), &fence);
-                    match &f.lease {
-                        Some(lease) => producer.leased(lease),
-                        None => producer,
-                    }
+                    let (producer, fence) = self.fenced_producer(f, &tp).await?;
+                    (producer, Some(fence))
                 }
-                None => IdempotentProducer::new(self.client.clone()).await?,
+                None => (IdempotentProducer::new(self.client.clone()).await?, None),
             };
             let p = producer.partition(&tp.topic, tp.partition)?;
             Ok(Box::new(KafkaSink {
                 producer: p,
                 id: producer.id(),
+                fence,
             }) as Box<dyn PartitionSink>)
         })
     }

@@ -1,6 +1,7 @@
 //! A clustered node's data path on a fenced destination: the abort markers
 //! a takeover leaves become holes at alignment, and a produce refused for
-//! lost ownership stops the partition without writing state.
+//! lost ownership stops the partition without writing state, and a fence
+//! kept alive past the producer expiry leaves a hole of its own.
 
 use super::*;
 use kmirror_events::OffsetMapHole;
@@ -185,4 +186,55 @@ async fn a_paused_partition_stops_over_the_new_owners_marker() {
         (3, 4),
         "three records mirrored; the destination ends after the marker"
     );
+}
+
+/// A clustered node keeps its fence alive: records stamped long ago (as
+/// mirrored ones may be) would let the leader forget its producer at the
+/// next check, so the pump writes a marker as soon as nothing is in flight
+/// and records it as a one-offset hole before copying on; the next is due
+/// a check interval later at the earliest.
+#[actix::test]
+async fn an_old_stamp_is_fenced_again_and_the_marker_becomes_a_hole() {
+    let rig = rig().await;
+    rig.dest.fenced(FENCE_PID);
+    rig.dest.keep_alive(crate::kafka::fence::KeepAlive {
+        expiration: Duration::from_secs(60),
+        check_interval: Duration::from_secs(30),
+        transactional_expiration: Duration::from_secs(3600),
+    });
+    rig.append(3, 0);
+    let actor = rig.start(fast_retry());
+    let end = async || rig.dest.settled_bounds(&rig.tp).await.unwrap().end;
+    eventually("3 records and a marker", async || end().await == 4).await;
+    rig.append(2, 3);
+    eventually("5 records", async || rig.dest.records(&rig.tp).len() == 5).await;
+    let got = offsets(&rig);
+    println!("destination after a re-fence: {got:?}");
+    assert_eq!(
+        got.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
+        vec![0, 1, 2, 4, 5],
+        "the re-fence marker keeps offset 3"
+    );
+    eventually("lengths checkpointed", async || {
+        rig.image().await.translate(&rig.key, 4) == Translation::Exact(5)
+    })
+    .await;
+    let image = rig.image().await;
+    let map = image.offset_map(&rig.key);
+    let holes: Vec<OffsetMapHole> = map.holes().copied().collect();
+    assert_eq!(
+        holes,
+        vec![OffsetMapHole {
+            destination_start: 3,
+            length: 1
+        }],
+        "one marker within the check interval"
+    );
+    assert_eq!(image.translate(&rig.key, 2), Translation::Exact(2));
+    assert_eq!(image.translate(&rig.key, 3), Translation::Exact(4));
+    assert!(map.check().is_ok(), "{:?}", map.check());
+    assert_eq!(end().await, 6, "no second marker yet");
+    let progress = state(&actor).await.progress;
+    assert_eq!(progress.refences, 1);
+    assert!(!progress.offsets_identical);
 }
