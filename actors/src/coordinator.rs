@@ -20,10 +20,11 @@
 //! misses an earlier one; the records of the operations that arrive while an
 //! append runs are written together by the next one — one store batch, one
 //! flush — and each caller is answered only when the batch holding its
-//! records is durable. A first start of 10 000 partitions decides tens of
-//! thousands of state records within seconds; one flush each made it take
-//! minutes. An operation under a StateValidationOffset lock is appended
-//! alone, so the log checks its lock as before. Reads are answered from the
+//! records is durable. A first start of thousands of partitions decides
+//! several state records per partition within seconds of each other; one
+//! at a time, each would wait for every flush queued before it. An
+//! operation under a StateValidationOffset lock is appended alone, so the
+//! log checks its lock as before. Reads are answered from the
 //! durable image once what was decided before them is in it. The blocking
 //! store calls run on tokio's blocking pool, never on the arbiter thread.
 
