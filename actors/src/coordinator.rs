@@ -1,5 +1,8 @@
 //! CoordinatorActor: the only writer of `__mirror_state` records.
 //!
+//! Longer than 800 lines: its unit tests and their store double (the code
+//! alone is under 600).
+//!
 //! Shaped like Kafka's `CoordinatorShard`: an operation is a
 //! [`Command`]; the actor decides it against its image
 //! ([`kmirror_events::decide`]), appends the records durably, folds them
@@ -9,11 +12,23 @@
 //!
 //! One node owns every `__mirror_state` partition today, so one actor serves
 //! them all; the routing hash (`coordinator_partition`) is already how keys
-//! would be split when nodes form a cluster. Messages are handled one at a
-//! time (`AtomicResponse`): a decision never sees an image that an
-//! in-flight append is about to change. The blocking store calls run on
-//! tokio's blocking pool, never on the arbiter thread.
+//! would be split when nodes form a cluster.
+//!
+//! Group commit, as Kafka's coordinator runtime does it: operations are
+//! decided one at a time, in arrival order, against a *pending* image (the
+//! durable one plus everything decided and not yet written), so no decision
+//! misses an earlier one; the records of the operations that arrive while an
+//! append runs are written together by the next one — one store batch, one
+//! flush — and each caller is answered only when the batch holding its
+//! records is durable. A first start of thousands of partitions decides
+//! several state records per partition within seconds of each other; one
+//! at a time, each would wait for every flush queued before it. An
+//! operation under a StateValidationOffset lock is appended alone, so the
+//! log checks its lock as before. Reads are answered from the
+//! durable image once what was decided before them is in it. The blocking
+//! store calls run on tokio's blocking pool, never on the arbiter thread.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use actix::prelude::*;
@@ -22,6 +37,7 @@ use kmirror_events::{
     MirrorStateImage, Offset, OffsetMapHole, OffsetMapRun, Record, SourceEpochs, StateValidation,
 };
 use kmirror_store::{EventLog, StoreError};
+use tokio::sync::oneshot;
 
 /// Wall-clock milliseconds, stamped into each appended batch (the domain
 /// has no clock of its own).
@@ -136,7 +152,19 @@ pub const TOMBSTONE_RETENTION_MS: i64 = 86_400_000;
 
 pub struct CoordinatorActor {
     log: Arc<dyn EventLog>,
+    /// The fold of what is durable: what readers are answered from and what
+    /// snapshots are taken of.
     image: Arc<MirrorStateImage>,
+    /// `image` plus every record decided but not yet durable (the queued
+    /// groups and the one being written): what the next decision and lock
+    /// check see, so decisions stay one at a time in arrival order while
+    /// their appends share flushes. Reset to `image` when an append fails.
+    pending: Arc<MirrorStateImage>,
+    /// Decided operations waiting for their append, oldest first; the
+    /// group being written is not in here.
+    queue: VecDeque<Group>,
+    /// An append is on the blocking pool.
+    writing: bool,
     /// Told of every durable append.
     subscriber: Option<Recipient<Appended>>,
     /// Records appended between snapshots.
@@ -147,27 +175,64 @@ pub struct CoordinatorActor {
     /// The shard this actor appended a `ShardRelease` for: every later
     /// `Execute` is refused, whoever sends it (a straggling sync pass, a
     /// request that raced the shutdown), so the release stays the newest
-    /// record and the next owner may skip its fence markers.
+    /// record and the next owner may skip its fence markers. Set when the
+    /// release is decided (refusing from then on), cleared if its append
+    /// fails.
     released: Option<i32>,
+    /// `released` once the release is durable: what it falls back to.
+    released_durable: Option<i32>,
     /// Set once an append finds the store itself failed
     /// ([`StoreError::is_storage_failure`]): nothing more can be recorded,
     /// so nothing more may be copied; the daemon watches it and exits.
     log_failure: tokio::sync::watch::Sender<Option<String>>,
 }
 
+/// Most records one group commit appends: bounds the size of one store
+/// batch (and of one `Appended`) when thousands of partitions report at once.
+pub const GROUP_COMMIT_MAX_RECORDS: usize = 4096;
+
+/// Operations whose records go into the log as one atomic append (one
+/// flush), and the readers that asked after them.
+struct Group {
+    /// An operation under a StateValidationOffset lock is a group of its
+    /// own, so the log checks its lock exactly as before.
+    lock: Option<StateValidation>,
+    records: Vec<Record>,
+    waiters: Vec<Waiter>,
+    /// Whether another operation may still join it.
+    open: bool,
+}
+
+/// Who is answered once a group is durable (or failed).
+enum Waiter {
+    /// An `Execute` whose records are `records[start..start + len]`.
+    Execute {
+        start: usize,
+        len: usize,
+        reply: oneshot::Sender<Result<Applied, CoordinatorError>>,
+    },
+    /// A read that arrived after the group's operations: answered from the
+    /// durable image once they are in it, as if it had waited its turn.
+    Read(oneshot::Sender<Arc<MirrorStateImage>>),
+}
+
 impl CoordinatorActor {
     /// Loads the image from `log` (blocking: call before starting the actor,
     /// or from a blocking context).
     pub fn load(log: Arc<dyn EventLog>) -> Result<Self, StoreError> {
-        let image = log.load_image()?;
+        let image = Arc::new(log.load_image()?);
         Ok(CoordinatorActor {
             log,
-            image: Arc::new(image),
+            pending: image.clone(),
+            image,
+            queue: VecDeque::new(),
+            writing: false,
             subscriber: None,
             snapshot_every: SNAPSHOT_EVERY_RECORDS,
             snapshot_at: 0,
             snapshotting: false,
             released: None,
+            released_durable: None,
             log_failure: tokio::sync::watch::channel(None).0,
         })
     }
@@ -221,6 +286,213 @@ impl CoordinatorActor {
             }
         }));
     }
+
+    /// Adds a decided operation (or, with no records and no reply, a read)
+    /// to the newest open group, or opens one.
+    fn enqueue(&mut self, lock: Option<StateValidation>, records: Vec<Record>, waiter: Waiter) {
+        let joinable = lock.is_none()
+            && self.queue.back().is_some_and(|g| {
+                g.open && g.records.len() + records.len() <= GROUP_COMMIT_MAX_RECORDS
+            });
+        if !joinable {
+            self.queue.push_back(Group {
+                open: lock.is_none(),
+                lock,
+                records: Vec::new(),
+                waiters: Vec::new(),
+            });
+        }
+        let group = self.queue.back_mut().expect("a group was just ensured");
+        let waiter = match waiter {
+            Waiter::Execute { reply, .. } => Waiter::Execute {
+                start: group.records.len(),
+                len: records.len(),
+                reply,
+            },
+            read => read,
+        };
+        group.records.extend(records);
+        group.waiters.push(waiter);
+    }
+
+    /// Starts appending the oldest group unless an append is running: one
+    /// store call (one flush) for every operation in it.
+    fn write_next(&mut self, ctx: &mut Context<Self>) {
+        if self.writing {
+            return;
+        }
+        let Some(group) = self.queue.pop_front() else {
+            return;
+        };
+        self.writing = true;
+        let log = self.log.clone();
+        let records = Arc::new(group.records);
+        let to_append = records.clone();
+        let lock = group.lock;
+        let ops = group
+            .waiters
+            .iter()
+            .filter(|w| matches!(w, Waiter::Execute { .. }))
+            .count();
+        let job = tokio::task::spawn_blocking(move || {
+            let t0 = std::time::Instant::now();
+            let res = match &lock {
+                Some(lock) => log.append_if_unchanged(now_ms(), lock, &to_append),
+                None => log.append(now_ms(), &to_append),
+            };
+            tracing::debug!(
+                target: "kmirror::profile::append",
+                operations = ops,
+                records = to_append.len(),
+                micros = t0.elapsed().as_micros() as u64,
+                "event log append"
+            );
+            res
+        });
+        let waiters = group.waiters;
+        ctx.spawn(job.into_actor(self).map(move |res, act, ctx| {
+            act.writing = false;
+            let res = res
+                .map_err(|e| StoreError::Broker {
+                    partition: "append task".into(),
+                    message: e.to_string(),
+                })
+                .and_then(|r| r);
+            match res {
+                Ok(offset) => act.appended(offset, &records, waiters, ctx),
+                Err(e) => act.append_failed(e, waiters),
+            }
+            act.write_next(ctx);
+        }));
+    }
+
+    /// Folds a durable group into the image and answers its waiters.
+    fn appended(
+        &mut self,
+        offset: Offset,
+        records: &[Record],
+        waiters: Vec<Waiter>,
+        ctx: &mut Context<Self>,
+    ) {
+        let image = Arc::make_mut(&mut self.image);
+        for (o, r) in (offset..).zip(records.iter()) {
+            image.apply(o, r);
+            if let Record::ShardRelease(k, Some(_)) = r {
+                self.released_durable = Some(k.shard);
+            }
+        }
+        // The pending image again = the durable one (with the offsets the
+        // log actually gave) + what is still queued, so a guessed offset
+        // never trails the durable end a lock may be taken at.
+        let mut pending = self.image.clone();
+        let next = Arc::make_mut(&mut pending);
+        for r in self.queue.iter().flat_map(|g| g.records.iter()) {
+            next.apply(next.end_offset(), r);
+        }
+        self.pending = pending;
+        if let (Some(s), false) = (&self.subscriber, records.is_empty()) {
+            s.do_send(Appended {
+                records: Arc::new((offset..).zip(records.iter().cloned()).collect()),
+            });
+        }
+        for waiter in waiters {
+            match waiter {
+                Waiter::Execute { start, len, reply } => {
+                    let _ = reply.send(Ok(Applied {
+                        offset: offset + start as Offset,
+                        records: records[start..start + len].to_vec(),
+                    }));
+                }
+                Waiter::Read(reply) => {
+                    let _ = reply.send(self.image.clone());
+                }
+            }
+        }
+        self.maintain(ctx);
+    }
+
+    /// A group's append failed: its operations get the error, and so does
+    /// every operation decided after it (each was decided against records
+    /// that are not in the log); the pending image falls back to the
+    /// durable one, so the next decision starts from what is recorded.
+    fn append_failed(&mut self, e: StoreError, waiters: Vec<Waiter>) {
+        let error = match e {
+            StoreError::InvalidClusterMirrorStates {
+                state_validation_offset,
+                ..
+            } => CoordinatorError::Stale {
+                state_validation_offset,
+            },
+            other => {
+                let message = other.to_string();
+                if other.is_storage_failure() {
+                    self.log_failure.send_if_modified(|f| {
+                        let first = f.is_none();
+                        if first {
+                            tracing::error!(error = %message, "the event log cannot take records: nothing more is copied");
+                            *f = Some(message.clone());
+                        }
+                        first
+                    });
+                }
+                CoordinatorError::Store(message)
+            }
+        };
+        let later = CoordinatorError::Store(format!(
+            "not appended: an operation decided before it failed ({error})"
+        ));
+        let answer = |waiters: Vec<Waiter>, error: &CoordinatorError, image: &Arc<_>| {
+            for waiter in waiters {
+                match waiter {
+                    Waiter::Execute { reply, .. } => {
+                        let _ = reply.send(Err(error.clone()));
+                    }
+                    Waiter::Read(reply) => {
+                        let _ = reply.send(Arc::clone(image));
+                    }
+                }
+            }
+        };
+        answer(waiters, &error, &self.image);
+        for group in std::mem::take(&mut self.queue) {
+            answer(group.waiters, &later, &self.image);
+        }
+        self.pending = self.image.clone();
+        self.released = self.released_durable;
+    }
+
+    /// A read answered now when nothing is waiting to be appended, else
+    /// once everything decided before it is durable.
+    fn read<T: 'static>(
+        &mut self,
+        ctx: &mut Context<Self>,
+        answer: impl FnOnce(&Arc<MirrorStateImage>) -> T + 'static,
+    ) -> ResponseActFuture<Self, T> {
+        if self.queue.is_empty() && !self.writing {
+            let v = answer(&self.image);
+            return Box::pin(fut::ready(v));
+        }
+        let (tx, rx) = oneshot::channel();
+        if self.queue.is_empty() {
+            // Only the running append is ahead: wait for it alone.
+            self.queue.push_back(Group {
+                lock: None,
+                records: Vec::new(),
+                waiters: Vec::new(),
+                open: true,
+            });
+        }
+        self.queue
+            .back_mut()
+            .expect("a group is queued")
+            .waiters
+            .push(Waiter::Read(tx));
+        self.write_next(ctx);
+        Box::pin(rx.into_actor(self).map(move |image, act, _| match image {
+            Ok(image) => answer(&image),
+            Err(_) => answer(&act.image),
+        }))
+    }
 }
 
 impl Actor for CoordinatorActor {
@@ -228,102 +500,78 @@ impl Actor for CoordinatorActor {
 }
 
 impl Handler<Execute> for CoordinatorActor {
-    type Result = AtomicResponse<Self, Result<Applied, CoordinatorError>>;
+    type Result = ResponseFuture<Result<Applied, CoordinatorError>>;
 
-    fn handle(&mut self, msg: Execute, _ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Execute, ctx: &mut Context<Self>) -> Self::Result {
         if let Some(shard) = self.released {
             let refused = Err(CoordinatorError::Released { shard });
-            return AtomicResponse::new(Box::pin(fut::ready(refused)));
+            return Box::pin(async move { refused });
         }
-        // The image is the log's fold (every append goes through here), so
-        // it judges the lock as the log would; the log checks again below.
+        // The pending image is the log's fold once what is queued lands
+        // (every append goes through here), so it judges the lock as the
+        // log would; the log checks again when the group is written.
         if let Some(lock) = &msg.state_validation {
-            if self.image.stale_under(lock).is_some() {
+            if self.pending.stale_under(lock).is_some() {
                 let e = CoordinatorError::Stale {
                     state_validation_offset: lock.offset,
                 };
-                return AtomicResponse::new(Box::pin(fut::ready(Err(e))));
+                return Box::pin(async move { Err(e) });
             }
         }
-        let records = match decide(&self.image, &msg.command) {
+        let records = match decide(&self.pending, &msg.command) {
             Ok(r) => r,
-            Err(e) => return AtomicResponse::new(Box::pin(fut::ready(Err(e.into())))),
+            Err(e) => return Box::pin(async move { Err(e.into()) }),
         };
-        let log = self.log.clone();
-        let to_append = records.clone();
-        let failure = self.log_failure.clone();
-        let append = async move {
-            tokio::task::spawn_blocking(move || match &msg.state_validation {
-                Some(lock) => log.append_if_unchanged(now_ms(), lock, &to_append),
-                None => log.append(now_ms(), &to_append),
-            })
-            .await
-            .map_err(|e| CoordinatorError::Store(e.to_string()))?
-            .map_err(|e| match e {
-                StoreError::InvalidClusterMirrorStates {
-                    state_validation_offset,
-                    ..
-                } => CoordinatorError::Stale {
-                    state_validation_offset,
-                },
-                other => {
-                    let message = other.to_string();
-                    if other.is_storage_failure() {
-                        failure.send_if_modified(|f| {
-                            let first = f.is_none();
-                            if first {
-                                tracing::error!(error = %message, "the event log cannot take records: nothing more is copied");
-                                *f = Some(message.clone());
-                            }
-                            first
-                        });
-                    }
-                    CoordinatorError::Store(message)
-                }
-            })
+        // Offsets here are a guess (the log assigns them); the pending
+        // image uses them only to order changes after every lock taken
+        // from the durable image, which any guess at or past its end does.
+        let pending = Arc::make_mut(&mut self.pending);
+        for (o, r) in (pending.end_offset()..).zip(records.iter()) {
+            pending.apply(o, r);
+            if let Record::ShardRelease(k, Some(_)) = r {
+                self.released = Some(k.shard);
+            }
+        }
+        let (reply, rx) = oneshot::channel();
+        let waiter = Waiter::Execute {
+            start: 0,
+            len: 0,
+            reply,
         };
-        AtomicResponse::new(Box::pin(append.into_actor(self).map(
-            move |res, act, ctx| {
-                let offset = res?;
-                let image = Arc::make_mut(&mut act.image);
-                for (o, r) in (offset..).zip(records.iter()) {
-                    image.apply(o, r);
-                    if let Record::ShardRelease(k, Some(_)) = r {
-                        act.released = Some(k.shard);
-                    }
-                }
-                if let (Some(s), false) = (&act.subscriber, records.is_empty()) {
-                    s.do_send(Appended {
-                        records: Arc::new((offset..).zip(records.iter().cloned()).collect()),
-                    });
-                }
-                act.maintain(ctx);
-                Ok(Applied { offset, records })
-            },
-        )))
+        self.enqueue(msg.state_validation, records, waiter);
+        self.write_next(ctx);
+        Box::pin(async move {
+            rx.await.unwrap_or_else(|_| {
+                Err(CoordinatorError::Unavailable(
+                    "the coordinator stopped before the append finished".into(),
+                ))
+            })
+        })
     }
 }
 
 impl Handler<ReadPartition> for CoordinatorActor {
-    type Result = MessageResult<ReadPartition>;
+    type Result = ResponseActFuture<Self, PartitionView>;
 
-    fn handle(&mut self, msg: ReadPartition, _ctx: &mut Context<Self>) -> Self::Result {
-        let map = self.image.offset_map(&msg.0);
-        MessageResult(PartitionView {
-            state: self.image.partition_state(&msg.0).cloned(),
-            runs: map.runs().copied().collect(),
-            holes: map.holes().copied().collect(),
-            producer: self.image.producer(&msg.0).copied(),
-            source_epochs: self.image.source_epochs(&msg.0),
+    fn handle(&mut self, msg: ReadPartition, ctx: &mut Context<Self>) -> Self::Result {
+        self.read(ctx, move |image| {
+            let map = image.offset_map(&msg.0);
+            PartitionView {
+                state: image.partition_state(&msg.0).cloned(),
+                runs: map.runs().copied().collect(),
+                holes: map.holes().copied().collect(),
+                producer: image.producer(&msg.0).copied(),
+                source_epochs: image.source_epochs(&msg.0),
+            }
         })
     }
 }
 
 impl Handler<ReadImage> for CoordinatorActor {
-    type Result = MessageResult<ReadImage>;
+    type Result = ResponseActFuture<Self, Arc<MirrorStateImage>>;
 
-    fn handle(&mut self, _msg: ReadImage, _ctx: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.image.clone())
+    fn handle(&mut self, _msg: ReadImage, ctx: &mut Context<Self>) -> Self::Result {
+        self.read(ctx, |image| image.clone())
     }
 }
 
@@ -427,6 +675,211 @@ mod tests {
         assert!(stored < 60, "compacted to what matters: {stored} records");
         let snapshot = log.latest_snapshot().unwrap().expect("a snapshot");
         assert!(snapshot.end_offset() >= 450);
+        assert_eq!(log.load_image().unwrap(), *image);
+    }
+
+    /// A log whose appends can be held (as if the flush took long) and
+    /// counted, and which can "crash": from then on an append writes
+    /// nothing and fails, as a process killed mid-flush would leave it.
+    struct GateLog {
+        inner: MemLog,
+        held: std::sync::Mutex<bool>,
+        opened: std::sync::Condvar,
+        appends: std::sync::atomic::AtomicUsize,
+        crashed: std::sync::atomic::AtomicBool,
+    }
+
+    impl GateLog {
+        fn new() -> Self {
+            GateLog {
+                inner: MemLog::new(),
+                held: std::sync::Mutex::new(false),
+                opened: std::sync::Condvar::new(),
+                appends: Default::default(),
+                crashed: Default::default(),
+            }
+        }
+        fn hold(&self) {
+            *self.held.lock().unwrap() = true;
+        }
+        fn release(&self) {
+            *self.held.lock().unwrap() = false;
+            self.opened.notify_all();
+        }
+        fn appends(&self) -> usize {
+            self.appends.load(std::sync::atomic::Ordering::SeqCst)
+        }
+        fn crash(&self) {
+            self.crashed
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        fn gate(&self) -> Result<(), StoreError> {
+            self.appends
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut held = self.held.lock().unwrap();
+            while *held {
+                held = self.opened.wait(held).unwrap();
+            }
+            if self.crashed.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(StoreError::Broker {
+                    partition: "test".into(),
+                    message: "crashed before the flush".into(),
+                });
+            }
+            Ok(())
+        }
+    }
+
+    impl EventLog for GateLog {
+        fn append(&self, timestamp_ms: i64, batch: &[Record]) -> kmirror_store::Result<Offset> {
+            self.gate()?;
+            self.inner.append(timestamp_ms, batch)
+        }
+        fn append_if_unchanged(
+            &self,
+            timestamp_ms: i64,
+            validation: &StateValidation,
+            batch: &[Record],
+        ) -> kmirror_store::Result<Offset> {
+            self.gate()?;
+            self.inner
+                .append_if_unchanged(timestamp_ms, validation, batch)
+        }
+        fn read(&self, from: Offset) -> kmirror_store::Result<kmirror_store::LogIter<'_>> {
+            self.inner.read(from)
+        }
+        fn latest(
+            &self,
+            key: &kmirror_events::RecordKey,
+        ) -> kmirror_store::Result<Option<kmirror_store::LogEntry>> {
+            self.inner.latest(key)
+        }
+        fn end_offset(&self) -> Offset {
+            self.inner.end_offset()
+        }
+        fn compact(
+            &self,
+            now_ms: i64,
+            retention_ms: i64,
+        ) -> kmirror_store::Result<kmirror_store::CompactStats> {
+            self.inner.compact(now_ms, retention_ms)
+        }
+        fn write_snapshot(&self, image: &MirrorStateImage) -> kmirror_store::Result<()> {
+            self.inner.write_snapshot(image)
+        }
+        fn latest_snapshot(&self) -> kmirror_store::Result<Option<MirrorStateImage>> {
+            self.inner.latest_snapshot()
+        }
+        fn flush(&self) -> kmirror_store::Result<()> {
+            self.inner.flush()
+        }
+    }
+
+    fn create(name: &str) -> Execute {
+        Execute::new(Command::CreateMirror {
+            name: name.into(),
+            config: MirrorConfig {
+                source_bootstrap: "src:9092".into(),
+                ..Default::default()
+            },
+        })
+    }
+
+    /// Waits (bounded) until `log` has seen `n` append calls.
+    async fn appends_reach(log: &GateLog, n: usize) {
+        for _ in 0..500 {
+            if log.appends() >= n {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("{} appends, wanted {n}", log.appends());
+    }
+
+    #[actix::test]
+    async fn operations_arriving_during_a_flush_share_the_next_and_are_answered_once_durable() {
+        let log = Arc::new(GateLog::new());
+        let coordinator = CoordinatorActor::load(log.clone()).unwrap().start();
+        log.hold();
+        let first = tokio::spawn(coordinator.send(create("m0")));
+        appends_reach(&log, 1).await;
+        // 50 operations arrive while the first append is held.
+        let mut rest = Vec::new();
+        for i in 1..=50 {
+            let log = log.clone();
+            let reply = coordinator.send(create(&format!("m{i}")));
+            rest.push(tokio::spawn(async move {
+                let applied = reply.await.unwrap().unwrap();
+                // Answered only once its records are in the log.
+                let stored = log.inner.entries();
+                for (o, r) in (applied.offset..).zip(applied.records.iter()) {
+                    assert!(
+                        stored.iter().any(|e| e.offset == o && &e.record == r),
+                        "answered before offset {o} was durable"
+                    );
+                }
+                applied
+            }));
+        }
+        // Decided against the pending image: a second create of a name
+        // still in flight is refused although nothing is durable yet.
+        let again = coordinator.send(create("m7")).await.unwrap();
+        assert_eq!(
+            again.unwrap_err().kip_name(),
+            "CLUSTER_MIRROR_ALREADY_EXISTS"
+        );
+        // A read waits for what was decided before it.
+        let read = tokio::spawn(coordinator.send(ReadImage));
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(!first.is_finished() && !read.is_finished());
+        assert!(rest.iter().all(|r| !r.is_finished()));
+        assert!(log.inner.entries().is_empty(), "nothing written while held");
+        log.release();
+        first.await.unwrap().unwrap().unwrap();
+        let mut offsets = Vec::new();
+        for r in rest {
+            offsets.push(r.await.unwrap().offset);
+        }
+        let image = read.await.unwrap().unwrap();
+        assert_eq!(image.mirrors().count(), 51, "the read saw all 51");
+        // One append for the first, one for the 50 that waited behind it.
+        assert_eq!(log.appends(), 2);
+        offsets.dedup();
+        assert_eq!(offsets.len(), 50, "each operation has its own records");
+        assert_eq!(log.load_image().unwrap(), *image);
+    }
+
+    #[actix::test]
+    async fn a_crash_mid_flush_loses_no_acknowledged_operation() {
+        let log = Arc::new(GateLog::new());
+        let coordinator = CoordinatorActor::load(log.clone()).unwrap().start();
+        coordinator.send(create("acked")).await.unwrap().unwrap();
+        log.hold();
+        let writing = tokio::spawn(coordinator.send(create("writing")));
+        appends_reach(&log, 2).await;
+        let queued: Vec<_> = (0..10)
+            .map(|i| tokio::spawn(coordinator.send(create(&format!("queued{i}")))))
+            .collect();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        log.crash();
+        log.release();
+        // The flush that crashed, and everything decided after it, fail:
+        // none of them is acknowledged.
+        assert!(writing.await.unwrap().unwrap().is_err());
+        for q in queued {
+            let e = q.await.unwrap().unwrap().unwrap_err();
+            assert_eq!(e.kip_name(), "KAFKA_STORAGE_ERROR", "{e}");
+        }
+        // What a restart reads: exactly the acknowledged operation.
+        let reloaded = log.load_image().unwrap();
+        let names: Vec<_> = reloaded.mirrors().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["acked"]);
+        // And the live coordinator fell back to the durable image: the
+        // names that failed can be created again.
+        log.crashed
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        coordinator.send(create("writing")).await.unwrap().unwrap();
+        let image = coordinator.send(ReadImage).await.unwrap();
         assert_eq!(log.load_image().unwrap(), *image);
     }
 }
