@@ -299,8 +299,8 @@ pub struct PartitionProducer {
 
 /// A batch on its way to a partition's driver, boxed: a tokio channel
 /// allocates its first block of 32 slots when it is made, whatever its
-/// capacity, so the unboxed pair cost every open partition a few KB while
-/// idle.
+/// capacity, so the unboxed pair (72 bytes) cost every open partition
+/// 2.3 KB while idle.
 type Queued = Box<(OutgoingBatch, oneshot::Sender<Result<ProduceAck>>)>;
 
 /// Resolves to the outcome of one [`PartitionProducer::send`].
