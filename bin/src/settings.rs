@@ -33,9 +33,8 @@ const MIN_MAX_MEMORY_BYTES: i64 = 1024 * 1024;
 /// own default (256 MiB, also `SledOptions::default`) is the whole RSS
 /// goal of 10 000 idle partitions: the log of 10 000 partitions (their
 /// transitions and offset-map runs) fills it and sled keeps what it read.
-/// Start-up replays from the newest snapshot, and a running daemon reads
-/// the log only for `kmirror log` and compaction, so a small cache costs
-/// little; see README "Memory".
+/// Pages not cached are read back from the file (mostly the OS's page
+/// cache) when an append needs them; see README "Many partitions".
 pub const DEFAULT_EVENT_LOG_CACHE_BYTES: u64 = 16 * 1024 * 1024;
 /// Below this sled evicts pages it is still writing, and every append
 /// reads its tree path back from disk.
