@@ -31,10 +31,10 @@ const MIN_MAX_MEMORY_BYTES: i64 = 1024 * 1024;
 
 /// sled's page cache for the event log when nothing else is said. sled's
 /// own default (256 MiB, also `SledOptions::default`) is the whole RSS
-/// goal of 10 000 idle partitions: the log of 10 000 partitions (their
-/// transitions and offset-map runs) fills it and sled keeps what it read.
-/// Pages not cached are read back from the file (mostly the OS's page
-/// cache) when an append needs them; see README "Many partitions".
+/// goal of 10 000 idle partitions, so it bounded nothing. Measured with
+/// one binary: 10 000 idle partitions (a 28 MB log) 285 vs 281 MiB, their
+/// restart 209 vs 228 MiB peak, 2 000 idle partitions 76 vs 82 MiB. Pages
+/// not cached are read back from the file (mostly the OS's page cache).
 pub const DEFAULT_EVENT_LOG_CACHE_BYTES: u64 = 16 * 1024 * 1024;
 /// Below this sled evicts pages it is still writing, and every append
 /// reads its tree path back from disk.
