@@ -20,7 +20,7 @@ use kmirror_actors::kafka::budget::MemoryBudget;
 use kmirror_actors::kafka::fetch::FetchOptions;
 use kmirror_actors::kafka::{KafkaClient, KafkaError};
 use kmirror_actors::node::{Node, NodeSettings, SourceConnector};
-use kmirror_store::{EventLog, SledLog};
+use kmirror_store::{EventLog, SledLog, SledOptions};
 use rustls::ServerConfig;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
@@ -107,7 +107,12 @@ fn open_log(settings: &DaemonSettings) -> Result<Arc<dyn EventLog>, settings::Se
     std::fs::create_dir_all(dir).map_err(|e| fail(format!("cannot create it: {e}")))?;
     // The data dir *is* the sled directory, so `kmirror log … --data-dir`
     // reads the same path.
-    let log = SledLog::open(dir).map_err(|e| fail(format!("cannot open the event log: {e}")))?;
+    let options = SledOptions {
+        cache_capacity_bytes: settings.event_log_cache_bytes,
+        ..SledOptions::default()
+    };
+    let log = SledLog::open_with(dir, options)
+        .map_err(|e| fail(format!("cannot open the event log: {e}")))?;
     Ok(Arc::new(log))
 }
 

@@ -257,3 +257,17 @@ async fn fatal_error_fails_head_and_everything_after() {
     let next = pp.send(batch(9)).await.unwrap().await;
     assert!(matches!(next, Err(KafkaError::ProducerFenced { .. })));
 }
+
+/// A tokio channel allocates 32 slots when it is made, so what a partition's
+/// driver channel holds is paid by every open partition, idle or not.
+#[test]
+fn a_partition_producer_channel_slot_is_one_pointer() {
+    let unboxed = std::mem::size_of::<(OutgoingBatch, oneshot::Sender<Result<ProduceAck>>)>();
+    let boxed = std::mem::size_of::<Queued>();
+    println!(
+        "produce queue slot: {boxed} B (32 slots {} B); unboxed {unboxed} B (32 slots {} B)",
+        32 * boxed,
+        32 * unboxed
+    );
+    assert_eq!(boxed, std::mem::size_of::<usize>());
+}
