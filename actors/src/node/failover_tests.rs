@@ -370,7 +370,8 @@ async fn describe_answers_while_a_partition_waits_on_a_stalled_source() {
         dry_run: true,
         ..options()
     };
-    let asked = r.node.stop_topics("m", &[TOPIC.into()], dry_run);
+    let topics = [TOPIC.to_string()];
+    let asked = r.node.stop_topics("m", &topics, dry_run);
     assert!(
         tokio::time::timeout(Duration::from_millis(500), asked)
             .await

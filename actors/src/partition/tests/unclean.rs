@@ -61,7 +61,7 @@ async fn failed_for_good(actor: &Started) -> String {
 /// divergent 4..6 stay on the destination as a hole, the new leader's
 /// records follow them and translate exactly. Stops the actor (so the map
 /// is checkpointed).
-async fn repaired(rig: &Rig, actor: Addr<PartitionActor>) {
+async fn repaired(rig: &Rig, actor: Started) {
     eventually("11 records", async || rig.dest.records(&rig.tp).len() == 11).await;
     eventually("MIRRORING, caught up", async || {
         let s = state(&actor).await;
