@@ -29,8 +29,8 @@ use crate::metadata_sync::{
 };
 use crate::partition::risk::RiskReads;
 use crate::partition::{
-    Desire, Fail, GetStatus, PartitionActor, PartitionSpec, PartitionStatus, PreviewFailover,
-    Recover, Shutdown,
+    Desire, Fail, PartitionActor, PartitionSpec, PartitionStatus, PreviewFailover, Recover,
+    Shutdown, StatusBoard,
 };
 use crate::publisher::WaitPublished;
 
@@ -38,11 +38,6 @@ use crate::publisher::WaitPublished;
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Reconcile;
-
-/// The status of every partition of the mirror.
-#[derive(Message)]
-#[rtype(result = "Vec<PartitionStatus>")]
-pub struct Describe;
 
 /// The failover report of every partition of these topics as a stop would
 /// record it now (`stop --dry-run`), sorted by topic and partition.
@@ -97,6 +92,9 @@ pub struct MirrorSpec {
     pub published: Option<Recipient<WaitPublished>>,
     /// The source's history, shared by the partitions (mirror-loop rule).
     pub history: Option<Arc<SourceHistory>>,
+    /// Where the partitions publish their status; describe reads it
+    /// without asking this actor or them.
+    pub board: StatusBoard,
 }
 
 pub struct MirrorActor {
@@ -142,6 +140,7 @@ impl MirrorActor {
                 live.insert(key.clone());
                 let addr = self.partitions.entry(key.clone()).or_insert_with(|| {
                     PartitionActor::new(PartitionSpec {
+                        stored: image.partition_state(&key).cloned(),
                         key,
                         topic: t.topic_name.clone(),
                         source: self.spec.source.clone(),
@@ -155,6 +154,7 @@ impl MirrorActor {
                         history: self.spec.history.clone(),
                         risk,
                         risk_reads: self.risk_reads.clone(),
+                        board: self.spec.board.clone(),
                     })
                     .start()
                 });
@@ -167,6 +167,7 @@ impl MirrorActor {
             let keep = live.contains(k);
             if !keep {
                 addr.do_send(Shutdown);
+                self.spec.board.remove(k);
             }
             keep
         });
@@ -174,11 +175,11 @@ impl MirrorActor {
     }
 
     /// The PartitionActors of these topics.
-    fn partitions_of(&self, topics: &[TopicId]) -> Vec<Addr<PartitionActor>> {
+    fn partitions_of(&self, topics: &[TopicId]) -> Vec<(MirrorPartitionKey, Addr<PartitionActor>)> {
         self.partitions
             .iter()
             .filter(|(k, _)| topics.contains(&k.topic_id))
-            .map(|(_, a)| a.clone())
+            .map(|(k, a)| (k.clone(), a.clone()))
             .collect()
     }
 
@@ -378,33 +379,12 @@ impl Handler<PartitionsGrew> for MirrorActor {
     }
 }
 
-impl Handler<Describe> for MirrorActor {
-    type Result = ResponseFuture<Vec<PartitionStatus>>;
-    fn handle(&mut self, _msg: Describe, _ctx: &mut Context<Self>) -> Self::Result {
-        let addrs: Vec<_> = self.partitions.values().cloned().collect();
-        // All asked at once: each answers from its own state, so a
-        // thousand partitions cost one round of mailbox hops, not a
-        // thousand in a row (and one partition slow to answer delays the
-        // describe once, not every partition after it).
-        Box::pin(async move {
-            let asked = addrs.iter().map(|a| a.send(GetStatus));
-            let mut out: Vec<_> = futures_util::future::join_all(asked)
-                .await
-                .into_iter()
-                .filter_map(Result::ok)
-                .collect();
-            out.sort_by(|a, b| (&a.topic, a.key.partition).cmp(&(&b.topic, b.key.partition)));
-            out
-        })
-    }
-}
-
 impl Handler<PreviewFailovers> for MirrorActor {
     type Result = ResponseFuture<Vec<(PartitionStatus, Result<FailoverReport, String>)>>;
     fn handle(&mut self, msg: PreviewFailovers, _ctx: &mut Context<Self>) -> Self::Result {
         let addrs = self.partitions_of(&msg.0);
         Box::pin(async move {
-            let previews = addrs.iter().map(|a| a.send(PreviewFailover));
+            let previews = addrs.iter().map(|(_, a)| a.send(PreviewFailover));
             let mut out: Vec<_> = futures_util::future::join_all(previews)
                 .await
                 .into_iter()
@@ -422,10 +402,11 @@ impl Handler<RecoverTopics> for MirrorActor {
     type Result = ResponseFuture<Vec<String>>;
     fn handle(&mut self, msg: RecoverTopics, _ctx: &mut Context<Self>) -> Self::Result {
         let addrs = self.partitions_of(&msg.0);
+        let board = self.spec.board.clone();
         Box::pin(async move {
             let mut recovered = Vec::new();
-            for a in addrs {
-                let Ok(status) = a.send(GetStatus).await else {
+            for (key, a) in addrs {
+                let Some(status) = board.status(&key) else {
                     continue;
                 };
                 if status.state == PartitionState::Failed
@@ -518,7 +499,8 @@ mod tests {
             f.source.append(&tp, &records, Codec::None);
         };
         append(0);
-        let mirror = MirrorActor::new(MirrorSpec {
+        let board = StatusBoard::default();
+        let _mirror = MirrorActor::new(MirrorSpec {
             name: "m".into(),
             source: Arc::new(f.source.clone()),
             destination: Arc::new(f.dest.clone()),
@@ -527,14 +509,15 @@ mod tests {
             refresh_interval: Duration::from_millis(50),
             published: None,
             history: None,
+            board: board.clone(),
         })
         .start();
         eventually("3 records", async || f.dest.records(&tp).len() == 3).await;
         // The bootstrap now reaches another cluster, which has data too.
         f.source.set_cluster_id("other");
         eventually("FAILED", async || {
-            let s = mirror.send(Describe).await.unwrap();
-            s.iter().all(|p| p.state == PartitionState::Failed)
+            let s = board.statuses();
+            !s.is_empty() && s.iter().all(|p| p.state == PartitionState::Failed)
         })
         .await;
         append(3);
@@ -544,7 +527,7 @@ mod tests {
             3,
             "nothing copied after the failure"
         );
-        let s = &mirror.send(Describe).await.unwrap()[0];
+        let s = &board.statuses()[0];
         assert_eq!(s.retry_attempt, -1);
         assert!(s
             .error

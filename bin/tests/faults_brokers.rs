@@ -5,6 +5,8 @@
 //! producer, each checked record by record with Kafka's own tools, each
 //! printing its `RELIABILITY|…` line. `KMIRROR_FAULTS_LONG=1` injects
 //! each fault three times with longer outages.
+//! Also: describe keeps answering, every partition listed, while a frozen
+//! source holds a stop's partitions in STOPPING.
 
 mod common;
 
@@ -365,4 +367,83 @@ fn the_destination_leader_killed_mid_copy_loses_and_duplicates_nothing() {
     }
     println!("{fault}: kmirror log verify: {}", log_verify(&data).trim());
     reliability(fault, injections, outcome, worst);
+}
+
+/// Describe never waits on a frozen source: with the source broker frozen
+/// (SIGSTOP: connections open, nothing answers), `mirror stop` leaves every
+/// partition STOPPING, each waiting in its final group-offset pass and
+/// failover report on the source (up to their timeouts); describe reads the
+/// partitions' published status, not their mailboxes, so it keeps
+/// answering — every partition listed — well inside its HTTP timeout.
+#[test]
+fn describe_answers_with_the_source_frozen_during_a_stop() {
+    let bed = PrivateBed::start();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let d = start_daemon(dir.path(), &data, &bed.destination);
+    let topic = unique("frz");
+    let mirror = unique("frzm");
+    create_topic(&bed.source, &topic, PARTITIONS as u32, &[]);
+    produce_to(&bed.source, &topic, 0, 300);
+    // Every group: the final pass reads the source's groups too.
+    let props = fault_properties(dir.path(), &bed.source);
+    let mut text = std::fs::read_to_string(&props).unwrap();
+    text.push_str("mirror.groups.include=.*\n");
+    std::fs::write(&props, text).unwrap();
+    d.mirror_topics(&mirror, &props, &topic);
+    wait_secs("the mirror caught up", 60, || {
+        caught_up(&d, &mirror, &bed.source, &topic, PARTITIONS)
+    });
+
+    bed.stall_source();
+    let stop = {
+        let (admin, mirror, topic) = (d.admin(), mirror.clone(), topic.clone());
+        std::thread::spawn(move || {
+            kmirror(&[
+                "mirror", "stop", "--mirror", &mirror, "--topics", &topic, "--admin", &admin,
+            ])
+        })
+    };
+    wait_secs("every partition STOPPING", 30, || {
+        partitions(&d, &mirror)
+            .is_some_and(|p| p.len() == PARTITIONS && p.iter().all(|p| p["state"] == "STOPPING"))
+    });
+    let mut times = Vec::new();
+    let mut stopping = Vec::new();
+    for _ in 0..10 {
+        let at = Instant::now();
+        let parts = partitions(&d, &mirror).expect("describe answers");
+        let took = at.elapsed();
+        times.push(took);
+        assert_eq!(parts.len(), PARTITIONS, "every partition listed: {parts:?}");
+        // The failover report gives up on the source after 10 s; a
+        // partition may be STOPPED by the last calls.
+        assert!(
+            parts
+                .iter()
+                .all(|p| p["state"] == "STOPPING" || p["state"] == "STOPPED"),
+            "{parts:?}"
+        );
+        stopping.push(parts.iter().filter(|p| p["state"] == "STOPPING").count());
+        // Far below the 30 s the final pass may wait on the source.
+        assert!(
+            took < Duration::from_secs(5),
+            "describe took {took:?} with the source frozen"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    times.sort();
+    println!(
+        "describe with the source frozen during a stop: 10 calls, median {:?}, max {:?}; partitions STOPPING at each: {stopping:?}",
+        times[5],
+        times[9]
+    );
+    assert_eq!(stopping[0], PARTITIONS, "the first calls answered mid-stop");
+
+    bed.resume_source();
+    let out = stop.join().unwrap();
+    assert!(out.status.success(), "mirror stop: {}", stderr(&out));
+    let parts = partitions(&d, &mirror).unwrap();
+    assert!(parts.iter().all(|p| p["state"] == "STOPPED"), "{parts:?}");
+    assert_eq!(d.terminate().code(), Some(0));
 }

@@ -7,7 +7,7 @@
 #   - discovery: `kmirror mirror start --topics 'wide.*'` → every partition
 #     MIRRORING (the HTTP API polled every 100 ms);
 #   - the backlog copy of those partitions (MB/s, peak RSS), as context;
-#   - describe latency: p50/p99 of 50 GETs of /mirrors/bench/partitions on the
+#   - describe latency: p50/p99 of 200 GETs of /mirrors/bench/partitions on the
 #     admin HTTP API (curl's time_total, so no CLI process start is in it);
 #   - group sync: 1 000 groups commit offsets on the source (one topic each,
 #     every partition); from the end of those commits until every group holds
@@ -19,7 +19,7 @@
 WIDE_TOPICS=200
 WIDE_PARTITIONS=5
 WIDE_GROUPS=1000
-WIDE_DESCRIBES=50
+WIDE_DESCRIBES=200
 
 # Compiles scripts/bench.d/WideProbe.java once per content into the cache.
 WIDE_CP=""

@@ -100,7 +100,7 @@ impl Node {
             let fence = self
                 .fence_and_drain(
                     mirror,
-                    &actor,
+                    &self.board(mirror).await?,
                     &*source,
                     &image,
                     &found,

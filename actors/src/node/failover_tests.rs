@@ -27,6 +27,11 @@ struct Rig {
 /// Mirror `m` of a one-partition `orders`, started, with `mirrored`
 /// records copied (one batch of five per call to `append`).
 async fn rig(mirrored: i64) -> Rig {
+    rig_with(mirrored, &[]).await
+}
+
+/// [`rig`], the mirror created with these properties as well.
+async fn rig_with(mirrored: i64, extra: &[(&str, &str)]) -> Rig {
     let source = MemorySource::new("src");
     source.create_topic(TOPIC, TopicId([7; 16]), 1);
     let dest = MemoryDestination::new("dst");
@@ -48,7 +53,8 @@ async fn rig(mirrored: i64) -> Rig {
     )
     .await
     .unwrap();
-    let props = BTreeMap::from([("bootstrap.servers".to_string(), "memory:9092".to_string())]);
+    let mut props = BTreeMap::from([("bootstrap.servers".to_string(), "memory:9092".to_string())]);
+    props.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     node.create_mirror("m", props).await.unwrap();
     let rig = Rig {
         source,
@@ -343,4 +349,50 @@ async fn without_an_authorizer_the_fence_waits_for_quiet_and_gives_up_on_a_busy_
         r.source.bounds(&r.tp).await.unwrap().end,
         "drained to the source's end"
     );
+}
+
+/// Describe reads the mirror's status board, never a partition's mailbox.
+/// With the source's group reads stalled, a stopping partition waits in its
+/// final group-offset pass (its handler holds the mailbox for up to the
+/// pass's 30 s timeout; `stop --dry-run`, which asks the actor, shows it
+/// busy) and describe still answers at once, showing it STOPPING.
+#[actix::test]
+async fn describe_answers_while_a_partition_waits_on_a_stalled_source() {
+    let r = rig_with(10, &[("mirror.groups.include", ".*")]).await;
+    r.source.commit("g", TOPIC, 0, 5, "");
+    r.source.hold_group_reads(true);
+    let node = r.node.clone();
+    let stop = actix::spawn(async move { node.stop_topics("m", &[TOPIC.into()], options()).await });
+    r.until(|p| p.state == "STOPPING").await;
+    // Wait until the partition is inside its final pass.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let dry_run = StopOptions {
+        dry_run: true,
+        ..options()
+    };
+    let topics = [TOPIC.to_string()];
+    let asked = r.node.stop_topics("m", &topics, dry_run);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), asked)
+            .await
+            .is_err(),
+        "the partition's mailbox is busy: a dry run waits"
+    );
+    let at = std::time::Instant::now();
+    let parts = tokio::time::timeout(Duration::from_secs(2), r.node.describe(Some("m")))
+        .await
+        .expect("describe answers while the partition waits on the source")
+        .unwrap();
+    println!(
+        "describe answered in {:?} with the partition's mailbox busy: {:?}",
+        at.elapsed(),
+        parts.iter().map(|p| &p.state).collect::<Vec<_>>()
+    );
+    assert_eq!(parts.len(), 1);
+    assert_eq!(parts[0].state, "STOPPING");
+    assert_eq!(parts[0].destination_offset, 10);
+    r.source.hold_group_reads(false);
+    let report = stop.await.unwrap().unwrap();
+    assert_eq!(report.partitions[0].state, "STOPPED");
+    r.until(|p| p.state == "STOPPED").await;
 }

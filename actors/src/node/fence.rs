@@ -14,17 +14,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use actix::Addr;
 use kmirror_events::{
     AclEntry, Command, MirrorPartitionKey, MirrorStateImage, PartitionState, SourceFence,
     SourceFenceKey, TopicId,
 };
 
-use super::{kafka, unavailable, FenceReport, Node, NodeError, UnfenceReport};
+use super::{kafka, FenceReport, Node, NodeError, UnfenceReport};
 use crate::cluster::{acl_binding, acl_entry, AclBinding, SourceCluster};
 use crate::kafka::fetch::TopicPartition;
 use crate::kafka::{KafkaError, ResponseError};
-use crate::mirror::{Describe, MirrorActor};
+use crate::partition::StatusBoard;
 
 /// With an ACL fence: how long the source's end offsets must stay unchanged
 /// after the fence is in force, so produces accepted just before it are
@@ -119,7 +118,7 @@ impl Node {
     pub(super) async fn fence_and_drain(
         &self,
         mirror: &str,
-        actor: &Addr<MirrorActor>,
+        board: &StatusBoard,
         source: &dyn SourceCluster,
         image: &MirrorStateImage,
         found: &[(TopicId, String)],
@@ -166,7 +165,7 @@ impl Node {
         let drained = async {
             let (targets, quiet) = wait_quiet(source, &tps, settle, deadline, mode).await?;
             let targets = keys.iter().map(|(k, _)| k.clone()).zip(targets).collect();
-            drain(actor, &targets, deadline, &keys).await?;
+            drain(board, &targets, deadline, &keys).await?;
             Ok::<_, NodeError>(quiet)
         }
         .await;
@@ -402,7 +401,7 @@ async fn wait_quiet(
 
 /// Waits until every partition has mirrored up to its target.
 async fn drain(
-    actor: &Addr<MirrorActor>,
+    board: &StatusBoard,
     targets: &BTreeMap<MirrorPartitionKey, i64>,
     deadline: Instant,
     keys: &[(MirrorPartitionKey, String)],
@@ -413,7 +412,7 @@ async fn drain(
             .map_or_else(|| k.topic_id.to_string(), |(_, n)| n.clone())
     };
     loop {
-        let statuses = actor.send(Describe).await.map_err(unavailable)?;
+        let statuses = board.statuses();
         let mut behind = Vec::new();
         for (key, target) in targets {
             let Some(s) = statuses.iter().find(|s| &s.key == key) else {

@@ -38,6 +38,7 @@ use crate::coordinator::{
 use crate::failback::SourceHistory;
 use crate::kafka::KafkaError;
 use crate::mirror::{MirrorActor, MirrorSpec, StopMirror};
+use crate::partition::StatusBoard;
 use crate::publisher::{PublisherSpec, StatePublisher};
 
 /// Builds a source cluster from a mirror's Kafka-style properties
@@ -110,9 +111,11 @@ struct Mirrors {
     stopping: bool,
 }
 
-/// A running mirror: its actor and its source connection.
+/// A running mirror: its actor, its partitions' status board and its
+/// source connection.
 struct Running {
     actor: Addr<MirrorActor>,
+    board: StatusBoard,
     source: Arc<dyn SourceCluster>,
     retry: RetryPolicy,
 }
@@ -376,6 +379,7 @@ impl Node {
                 format!("mirror {name} not started: the node is stopping"),
             ));
         }
+        let board = StatusBoard::default();
         let actor = MirrorActor::new(MirrorSpec {
             name: name.to_string(),
             source: source.clone(),
@@ -387,12 +391,14 @@ impl Node {
             history: Some(Arc::new(SourceHistory::new(
                 &self.inner.settings.state_topic,
             ))),
+            board: board.clone(),
         })
         .start();
         mirrors.running.insert(
             name.to_string(),
             Running {
                 actor,
+                board,
                 source,
                 retry,
             },
@@ -411,6 +417,18 @@ impl Node {
             .running
             .get(mirror)
             .map(|r| (r.actor.clone(), r.source.clone()))
+            .ok_or_else(|| NodeError::unknown_mirror(mirror))
+    }
+
+    /// The status board of a running mirror's partitions.
+    async fn board(&self, mirror: &str) -> Result<StatusBoard, NodeError> {
+        self.inner
+            .mirrors
+            .lock()
+            .await
+            .running
+            .get(mirror)
+            .map(|r| r.board.clone())
             .ok_or_else(|| NodeError::unknown_mirror(mirror))
     }
 

@@ -1,21 +1,18 @@
 //! The reads: list, describe, translate, metrics and the current
-//! StateValidationOffset. They read the image or ask the MirrorActors and
+//! StateValidationOffset. They read the image and the mirrors' status
+//! boards (no actor is asked, so none busy on a cluster delays them) and
 //! never write to the event log.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use actix::prelude::*;
 use kmirror_events::{MirrorPartitionKey, MirrorStateImage, PartitionState, Translation};
 use kmirror_store::EventLog;
 
-use super::{
-    unavailable, MirrorListing, Node, NodeError, NodeMetrics, OffsetTranslation,
-    PartitionDescription,
-};
+use super::{MirrorListing, Node, NodeError, NodeMetrics, OffsetTranslation, PartitionDescription};
 use crate::metadata_sync::{GetSyncMetrics, SyncMetrics};
-use crate::mirror::{Describe, MirrorActor};
 use crate::partition::risk::RiskView;
+use crate::partition::StatusBoard;
 
 impl Node {
     pub async fn list_mirrors(&self) -> Vec<MirrorListing> {
@@ -45,7 +42,7 @@ impl Node {
         &self,
         mirror: Option<&str>,
     ) -> Result<Vec<PartitionDescription>, NodeError> {
-        let running: Vec<(String, Addr<MirrorActor>, u32)> = {
+        let running: Vec<(String, StatusBoard, u32)> = {
             let mirrors = self.inner.mirrors.lock().await;
             if let Some(m) = mirror {
                 if !mirrors.running.contains_key(m) {
@@ -59,7 +56,7 @@ impl Node {
                 .map(|(name, r)| {
                     (
                         name.clone(),
-                        r.actor.clone(),
+                        r.board.clone(),
                         r.retry.max_attempts.max(0) as u32,
                     )
                 })
@@ -67,8 +64,8 @@ impl Node {
         };
         let image = self.image().await?;
         let mut out = Vec::new();
-        for (name, actor, max_attempts) in running {
-            for s in actor.send(Describe).await.map_err(unavailable)? {
+        for (name, board, max_attempts) in running {
+            for s in board.statuses() {
                 let risk = if s.state == PartitionState::Stopped {
                     RiskView::stopped(image.failover_report(&s.key))
                 } else {

@@ -11,6 +11,7 @@
 //! PAUSED / STOPPED, from the MirrorActor) and the partition's current
 //! state give the next state.
 
+pub mod board;
 mod context;
 pub mod cursor;
 pub mod failover;
@@ -18,6 +19,7 @@ mod position;
 pub mod pump;
 pub mod risk;
 
+pub use board::{PartitionStatus, StatusBoard};
 pub use context::{Progress, PumpExit};
 
 use std::sync::{Arc, Mutex};
@@ -73,31 +75,11 @@ pub struct Fail {
 #[rtype(result = "()")]
 pub struct Shutdown;
 
-/// The partition's state and live figures, for describe and metrics.
-#[derive(Message)]
-#[rtype(result = "PartitionStatus")]
-pub struct GetStatus;
-
 /// The failover report as a stop would record it now, without changing
 /// anything (`stop --dry-run`).
 #[derive(Message)]
 #[rtype(result = "(PartitionStatus, Result<FailoverReport, String>)")]
 pub struct PreviewFailover;
-
-#[derive(Clone, Debug)]
-pub struct PartitionStatus {
-    pub key: MirrorPartitionKey,
-    pub topic: String,
-    pub state: PartitionState,
-    pub retry_attempt: i16,
-    pub error: Option<String>,
-    pub progress: Progress,
-    /// When the pending retry of a FAILED partition fires (epoch ms): the
-    /// timer's own deadline, so a status page can count down to it.
-    pub next_retry_at_ms: Option<i64>,
-    /// RPO now and the retention margin (see [`risk`]).
-    pub risk: risk::RiskView,
-}
 
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -151,6 +133,11 @@ pub struct PartitionSpec {
     pub risk: kmirror_events::RiskSettings,
     /// The mirror's batched source reads for those samples (one per mirror).
     pub risk_reads: risk::RiskReads,
+    /// Where the actor publishes its status for describe (one per mirror).
+    pub board: StatusBoard,
+    /// The partition's recorded state when the actor is made, if any: shown
+    /// until the actor has read its own at start.
+    pub stored: Option<MirrorPartitionStateValue>,
 }
 
 pub struct PartitionActor {
@@ -171,6 +158,8 @@ pub struct PartitionActor {
     shutting_down: bool,
     shutdown_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
     risk: risk::Risk,
+    /// Its place on the mirror's board; see [`Self::publish`].
+    slot: board::Slot,
 }
 
 fn unknown_state() -> MirrorPartitionStateValue {
@@ -189,12 +178,25 @@ impl PartitionActor {
         let tp = TopicPartition::new(&spec.topic, spec.key.partition);
         let desired = spec.desired;
         let risk = risk::Risk::new(spec.risk, spec.risk_reads.clone());
+        let state = spec.stored.clone().unwrap_or_else(unknown_state);
+        let progress = Arc::new(Mutex::new(Progress::default()));
+        let slot = spec.board.join(
+            spec.key.clone(),
+            spec.topic.clone(),
+            progress.clone(),
+            risk.clone(),
+            board::ActorPart {
+                state: state.clone(),
+                next_retry_at_ms: None,
+                pumped: false,
+            },
+        );
         PartitionActor {
             spec,
             tp,
-            state: unknown_state(),
+            state,
             desired,
-            progress: Arc::new(Mutex::new(Progress::default())),
+            progress,
             pump: None,
             generation: 0,
             retry_timer: None,
@@ -203,6 +205,26 @@ impl PartitionActor {
             shutting_down: false,
             shutdown_waiters: Vec::new(),
             risk,
+            slot,
+        }
+    }
+
+    /// Publishes what only the actor knows to the board. Called wherever
+    /// the recorded state, the pending retry or the pump generation
+    /// changes: describe reads nothing else of the actor.
+    fn publish(&self) {
+        self.slot.publish(self.part());
+    }
+
+    fn part(&self) -> board::ActorPart {
+        board::ActorPart {
+            state: self.state.clone(),
+            // The deadline only while its timer is pending and the
+            // partition still FAILED (a taken timer leaves a stale one).
+            next_retry_at_ms: self.retry_at_ms.filter(|_| {
+                self.retry_timer.is_some() && self.state.state == PartitionState::Failed
+            }),
+            pumped: self.generation > 0,
         }
     }
 
@@ -262,6 +284,7 @@ impl PartitionActor {
     /// desired state asks for it.
     fn enter(&mut self, ctx: &mut Context<Self>) {
         use PartitionState as S;
+        self.publish();
         if self.shutting_down {
             return;
         }
@@ -303,6 +326,7 @@ impl PartitionActor {
             return;
         }
         self.generation += 1;
+        self.publish();
         let generation = self.generation;
         let (stop_tx, stop_rx) = watch::channel(false);
         let (go_tx, go_rx) = tokio::sync::oneshot::channel();
@@ -468,6 +492,7 @@ impl PartitionActor {
                     Duration::from_millis(delay_ms),
                     move |act, ctx| {
                         act.retry_timer = None;
+                        act.publish();
                         // Still FAILED, and still retryable (a later
                         // failure may have made it final meanwhile).
                         let still = act.spec.retry.decide(&act.state, jitter);
@@ -476,6 +501,7 @@ impl PartitionActor {
                         }
                     },
                 ));
+                self.publish();
             }
             other => {
                 if self.reported_final != Some(self.state.state_epoch) {
@@ -663,34 +689,29 @@ impl Handler<Recover> for PartitionActor {
 }
 
 impl PartitionActor {
+    /// The status as describe shows it, built here (for a message that
+    /// goes through the mailbox anyway: `stop --dry-run`).
     fn status(&self) -> PartitionStatus {
+        let part = self.part();
         let progress = self.progress.lock().unwrap().clone();
-        let risk = self
-            .risk
-            .view(self.state.state, &progress, self.ran(&progress));
         PartitionStatus {
             key: self.spec.key.clone(),
             topic: self.spec.topic.clone(),
             state: self.state.state,
             retry_attempt: self.state.retry_attempt,
             error: self.state.error_message.clone(),
+            risk: self
+                .risk
+                .view(self.state.state, &progress, self.ran(&progress)),
             progress,
-            risk,
-            // The deadline only while its timer is pending and the
-            // partition still FAILED (a taken timer leaves a stale one).
-            next_retry_at_ms: self.retry_at_ms.filter(|_| {
-                self.retry_timer.is_some() && self.state.state == PartitionState::Failed
-            }),
+            next_retry_at_ms: part.next_retry_at_ms,
         }
     }
 
     /// Whether a pump of this process has placed the copy, so its
     /// progress is the position (else the map and destination say).
     fn ran(&self, p: &Progress) -> bool {
-        self.generation > 0
-            && (p.source_high_watermark > 0
-                || p.destination_offset > 0
-                || self.state.state == PartitionState::Mirroring)
+        board::ran(self.generation > 0, self.state.state, p)
     }
 
     /// One at-risk sample, in the background (see [`risk`]).
@@ -707,13 +728,6 @@ impl PartitionActor {
             progress.clone(),
             self.ran(&progress),
         ));
-    }
-}
-
-impl Handler<GetStatus> for PartitionActor {
-    type Result = MessageResult<GetStatus>;
-    fn handle(&mut self, _msg: GetStatus, _ctx: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.status())
     }
 }
 
@@ -752,6 +766,7 @@ impl Handler<Shutdown> for PartitionActor {
         if let Some(h) = self.retry_timer.take() {
             ctx.cancel_future(h);
         }
+        self.publish();
         if self.pump.is_none() {
             ctx.stop();
             return Box::pin(async {});

@@ -57,14 +57,30 @@ async fn rig() -> Rig {
     }
 }
 
+/// A started actor and the board it publishes to: the tests read its
+/// status where describe does.
+struct Started {
+    addr: Addr<PartitionActor>,
+    board: StatusBoard,
+    key: MirrorPartitionKey,
+}
+
+impl std::ops::Deref for Started {
+    type Target = Addr<PartitionActor>;
+    fn deref(&self) -> &Addr<PartitionActor> {
+        &self.addr
+    }
+}
+
 impl Rig {
-    fn start(&self, retry: RetryPolicy) -> Addr<PartitionActor> {
+    fn start(&self, retry: RetryPolicy) -> Started {
         self.start_desiring(retry, PartitionState::Mirroring)
     }
 
     /// An actor whose topic's desired state is `desired` from the start.
-    fn start_desiring(&self, retry: RetryPolicy, desired: PartitionState) -> Addr<PartitionActor> {
-        PartitionActor::new(PartitionSpec {
+    fn start_desiring(&self, retry: RetryPolicy, desired: PartitionState) -> Started {
+        let board = StatusBoard::default();
+        let addr = PartitionActor::new(PartitionSpec {
             key: self.key.clone(),
             topic: TOPIC.into(),
             source: Arc::new(self.source.clone()),
@@ -78,8 +94,15 @@ impl Rig {
             history: self.history.clone(),
             risk: Default::default(),
             risk_reads: crate::partition::risk::RiskReads::new(Arc::new(self.source.clone())),
+            board: board.clone(),
+            stored: None,
         })
-        .start()
+        .start();
+        Started {
+            addr,
+            board,
+            key: self.key.clone(),
+        }
     }
 
     fn append(&self, n: usize, from: usize) {
@@ -119,8 +142,11 @@ async fn eventually(what: &str, mut f: impl AsyncFnMut() -> bool) {
     panic!("timed out waiting for: {what}");
 }
 
-async fn state(a: &Addr<PartitionActor>) -> PartitionStatus {
-    a.send(GetStatus).await.unwrap()
+/// The status as describe reads it: from the board, never the mailbox.
+async fn state(a: &Started) -> PartitionStatus {
+    a.board
+        .status(&a.key)
+        .expect("the partition is on its board")
 }
 
 fn fast_retry() -> RetryPolicy {

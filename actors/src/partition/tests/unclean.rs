@@ -9,7 +9,7 @@ use super::*;
 
 /// Six records in two batches (offsets 0..4 and 4..6, leader epoch 0),
 /// mirrored.
-async fn mirrored_six(ule: bool) -> (Rig, Addr<PartitionActor>) {
+async fn mirrored_six(ule: bool) -> (Rig, Started) {
     let mut rig = rig().await;
     rig.ule = ule;
     rig.append(4, 0);
@@ -39,7 +39,7 @@ fn diverge_past_the_mirrored_position(rig: &Rig) {
     rig.append(5, 100);
 }
 
-async fn failed_for_good(actor: &Addr<PartitionActor>) -> String {
+async fn failed_for_good(actor: &Started) -> String {
     eventually("FAILED for good", async || {
         let s = state(actor).await;
         s.state == PartitionState::Failed && s.retry_attempt == -1
@@ -61,7 +61,7 @@ async fn failed_for_good(actor: &Addr<PartitionActor>) -> String {
 /// divergent 4..6 stay on the destination as a hole, the new leader's
 /// records follow them and translate exactly. Stops the actor (so the map
 /// is checkpointed).
-async fn repaired(rig: &Rig, actor: Addr<PartitionActor>) {
+async fn repaired(rig: &Rig, actor: Started) {
     eventually("11 records", async || rig.dest.records(&rig.tp).len() == 11).await;
     eventually("MIRRORING, caught up", async || {
         let s = state(&actor).await;
