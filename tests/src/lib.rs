@@ -335,6 +335,38 @@ pub fn start_clusters(n: usize, dir: &Path) -> String {
     start_clusters_with(n, dir, &[])
 }
 
+/// A single-broker cluster of a test's own, started with these broker
+/// settings (`scripts/kafka up --broker-config K=V`, e.g. short expiry
+/// times the shared bed must not have); stopped when dropped.
+pub struct OwnCluster {
+    pub bootstrap: String,
+    dir: PathBuf,
+}
+
+impl OwnCluster {
+    pub fn start(configs: &[String]) -> Self {
+        let dir = std::env::temp_dir().join(unique("kmirror-own-cluster"));
+        let mut flags = Vec::new();
+        for c in configs {
+            flags.extend(["--broker-config", c.as_str()]);
+        }
+        let env = start_clusters_with(1, &dir, &flags);
+        let bootstrap = env
+            .lines()
+            .find_map(|l| l.strip_prefix("CLUSTER_1="))
+            .expect("CLUSTER_1")
+            .to_owned();
+        OwnCluster { bootstrap, dir }
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        stop_clusters(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// [`start_clusters`] with extra `scripts/kafka up` flags (`--authorizer`,
 /// `--security`).
 pub fn start_clusters_with(n: usize, dir: &Path, flags: &[&str]) -> String {

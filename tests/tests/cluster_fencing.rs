@@ -11,7 +11,6 @@
 
 mod protocol_common;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -21,7 +20,7 @@ use kmirror_actors::kafka::admin::Admin;
 use kmirror_actors::kafka::batch::{encode_batch, Codec, OutgoingBatch, Record, SourceOffsets};
 use kmirror_actors::kafka::fetch::{FetchOptions, TopicPartition};
 use kmirror_actors::kafka::KafkaError;
-use kmirror_tests::{bed, kafka_tool_ok, start_clusters_with, stop_clusters, unique};
+use kmirror_tests::{bed, kafka_tool_ok, unique, OwnCluster};
 use protocol_common::*;
 
 fn batch(tag: &str, n: usize) -> OutgoingBatch {
@@ -172,38 +171,12 @@ async fn a_takeover_fences_the_old_owners_sink_and_reopening_it_is_refused() {
 
 /// A single-broker cluster of this test's own whose leaders forget a
 /// producer `expiration_ms` after its last timestamp, checked every
-/// `check_ms`; stopped when dropped.
-struct ExpiryCluster {
-    bootstrap: String,
-    dir: PathBuf,
-}
-
-impl ExpiryCluster {
-    fn start(expiration_ms: u64, check_ms: u64) -> Self {
-        let dir = std::env::temp_dir().join(unique("kmirror-refence"));
-        let configs = [
-            format!("producer.id.expiration.ms={expiration_ms}"),
-            format!("producer.id.expiration.check.interval.ms={check_ms}"),
-        ];
-        let mut flags = Vec::new();
-        for c in &configs {
-            flags.extend(["--broker-config", c.as_str()]);
-        }
-        let env = start_clusters_with(1, &dir, &flags);
-        let bootstrap = env
-            .lines()
-            .find_map(|l| l.strip_prefix("CLUSTER_1="))
-            .expect("CLUSTER_1")
-            .to_owned();
-        ExpiryCluster { bootstrap, dir }
-    }
-}
-
-impl Drop for ExpiryCluster {
-    fn drop(&mut self) {
-        stop_clusters(&self.dir);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// `check_ms`.
+fn expiry_cluster(expiration_ms: u64, check_ms: u64) -> OwnCluster {
+    OwnCluster::start(&[
+        format!("producer.id.expiration.ms={expiration_ms}"),
+        format!("producer.id.expiration.check.interval.ms={check_ms}"),
+    ])
 }
 
 /// The hole and its fix, side by side on two partitions. A owns p0 and
@@ -218,7 +191,7 @@ async fn a_kept_alive_fence_outlives_the_leaders_producer_expiry() {
     const EXPIRATION_MS: u64 = 8000;
     const CHECK_MS: u64 = 500;
     const OLD: i64 = 1_700_000_000_000;
-    let cluster = ExpiryCluster::start(EXPIRATION_MS, CHECK_MS);
+    let cluster = expiry_cluster(EXPIRATION_MS, CHECK_MS);
     let bs = cluster.bootstrap.clone();
     let topic = unique("refence");
     let admin = Admin::new(client(&bs).await);

@@ -9,7 +9,6 @@
 
 mod protocol_common;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -27,7 +26,7 @@ use kmirror_actors::kafka::fence::{
 use kmirror_actors::kafka::fetch::{IsolationLevel, TopicPartition};
 use kmirror_actors::kafka::produce::{IdempotentProducer, PartitionProducer, ProduceAck};
 use kmirror_actors::kafka::KafkaError;
-use kmirror_tests::{bed, kafka_tool_ok, start_clusters_with, stop_clusters, unique};
+use kmirror_tests::{bed, kafka_tool_ok, unique, OwnCluster};
 use protocol_common::*;
 
 const TXN_TIMEOUT: Duration = Duration::from_secs(60);
@@ -432,43 +431,16 @@ async fn works_with_transactions_v2_finalized() {
     );
 }
 
-/// A single-broker cluster of this test's own with short producer-id
-/// expiry; stopped when dropped.
-struct ExpiryCluster {
-    bootstrap: String,
-    dir: PathBuf,
-}
-
-impl ExpiryCluster {
-    /// Producer ids and transactional ids both expire after
-    /// `expiration_ms`, checked every `check_ms`.
-    fn start(expiration_ms: u64, check_ms: u64) -> Self {
-        let dir = std::env::temp_dir().join(unique("kmirror-fence-expiry"));
-        let configs = [
-            format!("producer.id.expiration.ms={expiration_ms}"),
-            format!("producer.id.expiration.check.interval.ms={check_ms}"),
-            format!("transactional.id.expiration.ms={expiration_ms}"),
-            format!("transaction.remove.expired.transaction.cleanup.interval.ms={check_ms}"),
-        ];
-        let mut flags = Vec::new();
-        for c in &configs {
-            flags.extend(["--broker-config", c.as_str()]);
-        }
-        let env = start_clusters_with(1, &dir, &flags);
-        let bootstrap = env
-            .lines()
-            .find_map(|l| l.strip_prefix("CLUSTER_1="))
-            .expect("CLUSTER_1")
-            .to_owned();
-        ExpiryCluster { bootstrap, dir }
-    }
-}
-
-impl Drop for ExpiryCluster {
-    fn drop(&mut self) {
-        stop_clusters(&self.dir);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// A single-broker cluster of this test's own where producer ids and
+/// transactional ids both expire after `expiration_ms`, checked every
+/// `check_ms`.
+fn expiry_cluster(expiration_ms: u64, check_ms: u64) -> OwnCluster {
+    OwnCluster::start(&[
+        format!("producer.id.expiration.ms={expiration_ms}"),
+        format!("producer.id.expiration.check.interval.ms={check_ms}"),
+        format!("transactional.id.expiration.ms={expiration_ms}"),
+        format!("transaction.remove.expired.transaction.cleanup.interval.ms={check_ms}"),
+    ])
 }
 
 /// (e) Producer-state expiry. Partition leaders forget a producer id
@@ -484,7 +456,7 @@ impl Drop for ExpiryCluster {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn producer_state_expiry_lets_a_zombie_back_unless_refenced() {
     const EXPIRATION_MS: u64 = 8000;
-    let cluster = ExpiryCluster::start(EXPIRATION_MS, 500);
+    let cluster = expiry_cluster(EXPIRATION_MS, 500);
     let bs = cluster.bootstrap.clone();
     let c = client(&bs).await;
     let admin = Admin::new(c.clone());
