@@ -463,6 +463,23 @@ pub fn kafka_tool_ok(name: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Kafka's `kafka-transactions describe-producers`: the producer state a
+/// partition leader holds (id, epoch, last sequence, last timestamp).
+pub fn describe_producers(bootstrap: &str, topic: &str, p: i32) -> String {
+    kafka_tool_ok(
+        "kafka-transactions",
+        &[
+            "--bootstrap-server",
+            bootstrap,
+            "describe-producers",
+            "--topic",
+            topic,
+            "--partition",
+            &p.to_string(),
+        ],
+    )
+}
+
 /// Creates a topic with Kafka's own `kafka-topics` tool.
 pub fn create_topic(bootstrap: &str, topic: &str, partitions: u32, configs: &[&str]) {
     let p = partitions.to_string();

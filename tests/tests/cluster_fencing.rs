@@ -20,7 +20,7 @@ use kmirror_actors::kafka::admin::Admin;
 use kmirror_actors::kafka::batch::{encode_batch, Codec, OutgoingBatch, Record, SourceOffsets};
 use kmirror_actors::kafka::fetch::{FetchOptions, TopicPartition};
 use kmirror_actors::kafka::KafkaError;
-use kmirror_tests::{bed, kafka_tool_ok, unique, OwnCluster};
+use kmirror_tests::{bed, describe_producers, kafka_tool_ok, unique, OwnCluster};
 use protocol_common::*;
 
 fn batch(tag: &str, n: usize) -> OutgoingBatch {
@@ -282,19 +282,4 @@ async fn a_kept_alive_fence_outlives_the_leaders_producer_expiry() {
     for s in [a0, a1, b0, b1] {
         s.close().await;
     }
-}
-
-fn describe_producers(bootstrap: &str, topic: &str, p: i32) -> String {
-    kafka_tool_ok(
-        "kafka-transactions",
-        &[
-            "--bootstrap-server",
-            bootstrap,
-            "describe-producers",
-            "--topic",
-            topic,
-            "--partition",
-            &p.to_string(),
-        ],
-    )
 }

@@ -26,7 +26,7 @@ use kmirror_actors::kafka::fence::{
 use kmirror_actors::kafka::fetch::{IsolationLevel, TopicPartition};
 use kmirror_actors::kafka::produce::{IdempotentProducer, PartitionProducer, ProduceAck};
 use kmirror_actors::kafka::KafkaError;
-use kmirror_tests::{bed, kafka_tool_ok, unique, OwnCluster};
+use kmirror_tests::{bed, describe_producers, kafka_tool_ok, unique, OwnCluster};
 use protocol_common::*;
 
 const TXN_TIMEOUT: Duration = Duration::from_secs(60);
@@ -119,23 +119,6 @@ fn console_keys(bootstrap: &str, topic: &str, p: i32, isolation: &str, max: usiz
         ],
     );
     out.lines().map(str::to_owned).collect()
-}
-
-/// Kafka's `kafka-transactions describe-producers`: the producer state a
-/// partition leader holds (id, epoch, last sequence, last timestamp).
-fn describe_producers(bootstrap: &str, topic: &str, p: i32) -> String {
-    kafka_tool_ok(
-        "kafka-transactions",
-        &[
-            "--bootstrap-server",
-            bootstrap,
-            "describe-producers",
-            "--topic",
-            topic,
-            "--partition",
-            &p.to_string(),
-        ],
-    )
 }
 
 /// (a) Idempotent, non-transactional batches under a transactionally

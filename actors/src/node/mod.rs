@@ -406,30 +406,33 @@ impl Node {
         Ok(())
     }
 
+    /// What `pick` takes from a running mirror's entry.
+    async fn of_running<T>(
+        &self,
+        mirror: &str,
+        pick: impl FnOnce(&Running) -> T,
+    ) -> Result<T, NodeError> {
+        self.inner
+            .mirrors
+            .lock()
+            .await
+            .running
+            .get(mirror)
+            .map(pick)
+            .ok_or_else(|| NodeError::unknown_mirror(mirror))
+    }
+
     async fn running(
         &self,
         mirror: &str,
     ) -> Result<(Addr<MirrorActor>, Arc<dyn SourceCluster>), NodeError> {
-        self.inner
-            .mirrors
-            .lock()
+        self.of_running(mirror, |r| (r.actor.clone(), r.source.clone()))
             .await
-            .running
-            .get(mirror)
-            .map(|r| (r.actor.clone(), r.source.clone()))
-            .ok_or_else(|| NodeError::unknown_mirror(mirror))
     }
 
     /// The status board of a running mirror's partitions.
     async fn board(&self, mirror: &str) -> Result<StatusBoard, NodeError> {
-        self.inner
-            .mirrors
-            .lock()
-            .await
-            .running
-            .get(mirror)
-            .map(|r| r.board.clone())
-            .ok_or_else(|| NodeError::unknown_mirror(mirror))
+        self.of_running(mirror, |r| r.board.clone()).await
     }
 
     /// Every running MirrorActor, copied out so no call to one holds the

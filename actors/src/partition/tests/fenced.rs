@@ -37,27 +37,7 @@ async fn a_takeovers_marker_becomes_a_hole_and_offsets_stay_exact() {
         state(&second).await.state == PartitionState::Mirroring
     })
     .await;
-    let got = offsets(&rig);
-    println!("destination after the takeover: {got:?}");
-    assert_eq!(
-        got.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
-        vec![0, 1, 2, 4, 5],
-        "the marker keeps offset 3"
-    );
-    eventually("lengths checkpointed", async || {
-        rig.image().await.translate(&rig.key, 4) == Translation::Exact(5)
-    })
-    .await;
-    let image = rig.image().await;
-    let map = image.offset_map(&rig.key);
-    let holes: Vec<OffsetMapHole> = map.holes().copied().collect();
-    assert_eq!(
-        holes,
-        vec![OffsetMapHole {
-            destination_start: 3,
-            length: 1
-        }]
-    );
+    let image = assert_one_marker_at_3(&rig, "the takeover").await;
     for (source, destination) in [(0, 0), (2, 2), (3, 4), (4, 5)] {
         assert_eq!(
             image.translate(&rig.key, source),
@@ -65,6 +45,7 @@ async fn a_takeovers_marker_becomes_a_hole_and_offsets_stay_exact() {
             "source offset {source}"
         );
     }
+    let map = image.offset_map(&rig.key);
     assert!(map.check().is_ok(), "{:?}", map.check());
 }
 
@@ -208,33 +189,42 @@ async fn an_old_stamp_is_fenced_again_and_the_marker_becomes_a_hole() {
     eventually("3 records and a marker", async || end().await == 4).await;
     rig.append(2, 3);
     eventually("5 records", async || rig.dest.records(&rig.tp).len() == 5).await;
-    let got = offsets(&rig);
-    println!("destination after a re-fence: {got:?}");
+    let image = assert_one_marker_at_3(&rig, "a re-fence").await;
+    assert_eq!(image.translate(&rig.key, 2), Translation::Exact(2));
+    assert_eq!(image.translate(&rig.key, 3), Translation::Exact(4));
+    let map = image.offset_map(&rig.key);
+    assert!(map.check().is_ok(), "{:?}", map.check());
+    assert_eq!(end().await, 6, "no second marker yet");
+    let progress = state(&actor).await.progress;
+    assert_eq!(progress.refences, 1);
+    assert!(!progress.offsets_identical);
+}
+
+/// Five records copied around one marker at destination offset 3 (a
+/// takeover's or a re-fence's): offsets 0, 1, 2, 4, 5, the offset map's
+/// only hole {3, 1}, and source 4 translated to destination 5. Returns the
+/// image it read.
+async fn assert_one_marker_at_3(rig: &Rig, after: &str) -> Arc<MirrorStateImage> {
+    let got = offsets(rig);
+    println!("destination after {after}: {got:?}");
     assert_eq!(
         got.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
         vec![0, 1, 2, 4, 5],
-        "the re-fence marker keeps offset 3"
+        "the marker of {after} keeps offset 3"
     );
     eventually("lengths checkpointed", async || {
         rig.image().await.translate(&rig.key, 4) == Translation::Exact(5)
     })
     .await;
     let image = rig.image().await;
-    let map = image.offset_map(&rig.key);
-    let holes: Vec<OffsetMapHole> = map.holes().copied().collect();
+    let holes: Vec<OffsetMapHole> = image.offset_map(&rig.key).holes().copied().collect();
     assert_eq!(
         holes,
         vec![OffsetMapHole {
             destination_start: 3,
             length: 1
         }],
-        "one marker within the check interval"
+        "one marker after {after}"
     );
-    assert_eq!(image.translate(&rig.key, 2), Translation::Exact(2));
-    assert_eq!(image.translate(&rig.key, 3), Translation::Exact(4));
-    assert!(map.check().is_ok(), "{:?}", map.check());
-    assert_eq!(end().await, 6, "no second marker yet");
-    let progress = state(&actor).await.progress;
-    assert_eq!(progress.refences, 1);
-    assert!(!progress.offsets_identical);
+    image
 }
