@@ -159,12 +159,13 @@ async fn copy(
     // The checkpoint being written: at most one, in the background.
     let mut checkpointing: Option<BoxFuture<'_, Result<(), PumpExit>>> = None;
     // A clustered node's fence, kept alive: the leader forgets our
-    // producer `producer.id.expiration.ms` after the timestamp of the
-    // last batch or marker, the coordinator our transactional id
+    // producer `producer.id.expiration.ms` after the timestamp of the last
+    // batch or marker, the coordinator our transactional id
     // `transactional.id.expiration.ms` after its last transaction, so the
-    // partition is fenced again before either (`refence`). Its stamp before this pump is not known: the sink was
-    // just acquired or renewed, and is taken as stamped now.
-    // The sink's InitProducerId was the id's last transactional request.
+    // partition is fenced again before either (`refence`). The stamp before
+    // this pump is not known: the sink was just acquired or renewed (its
+    // InitProducerId the id's last transactional request), so both clocks
+    // start now.
     let keep_alive = sink.keep_alive();
     let mut last_stamp = crate::coordinator::now_ms();
     let mut last_transaction = last_stamp;
