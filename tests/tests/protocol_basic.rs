@@ -7,7 +7,9 @@ mod protocol_common;
 use kmirror_actors::kafka::admin::{Admin, OffsetSpec};
 use kmirror_actors::kafka::batch::{classify, prepare};
 
-use kmirror_actors::kafka::fetch::{FetchOptions, FetchSession, IsolationLevel, TopicPartition};
+use kmirror_actors::kafka::fetch::{
+    FetchOptions, FetchResults, FetchSession, IsolationLevel, TopicPartition,
+};
 use kmirror_actors::kafka::produce::IdempotentProducer;
 
 use kmirror_tests::{bed, kafka_tool_ok, unique};
@@ -480,6 +482,144 @@ async fn incremental_fetch_session() {
     let r = s.fetch().await.unwrap();
     assert!(r.iter().all(|(tp, _)| tp.partition != 2));
     assert_eq!(s.session_id(), id);
+}
+
+/// An incremental request names only what changed since the broker's
+/// session last heard of it (KIP-227), and the session looks at those
+/// partitions alone; a change it failed to note would leave a partition
+/// unfetched or fetched from the wrong place. Rounds of records on random
+/// partitions, seeks back, removals and re-adds over two topics (one pinned
+/// by id, one resolved by name) are followed against a model of every
+/// position: each answer starts where the model says, nothing stalls, and
+/// it all happens in one broker session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incremental_session_follows_every_change() {
+    let bed = bed();
+    let pinned = unique("proto-session-pinned");
+    let named = unique("proto-session-named");
+    let c = client(&bed.source).await;
+    create(&Admin::new(c.clone()), &pinned, 24, &[]).await;
+    create(&Admin::new(c.clone()), &named, 8, &[]).await;
+    c.refresh_metadata(Some(&[pinned.clone(), named.clone()]))
+        .await
+        .unwrap();
+    let pinned_id = c.metadata().topic(&pinned).unwrap().topic_id;
+    let (leader, epoch) = c.leader(&pinned, 0).await.unwrap();
+    let opts = FetchOptions {
+        max_wait: std::time::Duration::from_millis(50),
+        ..Default::default()
+    };
+    let mut s = FetchSession::new(c.clone(), leader, opts);
+    let tps: Vec<(TopicPartition, uuid::Uuid)> = (0..24)
+        .map(|p| (TopicPartition::new(&pinned, p), pinned_id))
+        .chain((0..8).map(|p| (TopicPartition::new(&named, p), uuid::Uuid::nil())))
+        .collect();
+    for (tp, id) in &tps {
+        s.add(tp.clone(), 0, epoch, *id);
+    }
+    let producer = IdempotentProducer::new(c.clone()).await.unwrap();
+    let mut producers = std::collections::HashMap::new();
+    // The model: where each partition's next answer must start, how many
+    // records it holds, and which partitions sit outside the session.
+    let mut pos = vec![0i64; tps.len()];
+    let mut end = vec![0i64; tps.len()];
+    let mut out_of_session = std::collections::BTreeSet::new();
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = |n: usize| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng % n as u64) as usize
+    };
+    let check = |got: FetchResults, pos: &mut [i64]| {
+        for (tp, r) in got {
+            let i = tps
+                .iter()
+                .position(|(t, _)| *t == tp)
+                .expect("a partition of ours");
+            let f = r.unwrap_or_else(|e| panic!("{tp}: {e:?}"));
+            assert_eq!(
+                f.fetch_offset, pos[i],
+                "{tp} answered from the model's position"
+            );
+            let mut at = pos[i];
+            for b in f.batches() {
+                let b = b.unwrap();
+                assert_eq!(b.base_offset(), at, "{tp}: batches follow on");
+                at = b.next_offset();
+            }
+            pos[i] = f.next_offset;
+        }
+    };
+    check(s.fetch().await.unwrap(), &mut pos);
+    let session = s.session_id();
+    assert_ne!(session, 0, "the broker created a session");
+    for _round in 0..40 {
+        for _ in 0..3 {
+            let i = next(tps.len());
+            let (tp, _) = &tps[i];
+            let pp = match producers.entry(i) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(producer.partition(&tp.topic, tp.partition).unwrap())
+                }
+            };
+            pp.send(one_record_batch(end[i]))
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+            end[i] += 1;
+        }
+        let i = next(tps.len());
+        let tp = &tps[i].0;
+        match next(4) {
+            0 if !out_of_session.contains(&i) => {
+                assert_eq!(s.remove(tp), Some(pos[i]));
+                out_of_session.insert(i);
+            }
+            1 if out_of_session.remove(&i) => {
+                s.add(tp.clone(), pos[i], epoch, tps[i].1);
+            }
+            2 if !out_of_session.contains(&i) && pos[i] > 0 => {
+                pos[i] = next(pos[i] as usize) as i64;
+                assert!(s.seek(tp, pos[i]));
+            }
+            _ => {}
+        }
+        check(s.fetch().await.unwrap(), &mut pos);
+    }
+    for i in std::mem::take(&mut out_of_session) {
+        s.add(tps[i].0.clone(), pos[i], epoch, tps[i].1);
+    }
+    for _ in 0..40 {
+        if pos == end {
+            break;
+        }
+        check(s.fetch().await.unwrap(), &mut pos);
+    }
+    assert_eq!(pos, end, "every partition fetched to its end");
+    assert_eq!(s.session_id(), session, "one broker session throughout");
+}
+
+/// A batch of one record whose value is `n`.
+fn one_record_batch(n: i64) -> kmirror_actors::kafka::batch::OutgoingBatch {
+    let rec = kmirror_actors::kafka::batch::Record {
+        offset_delta: 0,
+        timestamp: 1_700_000_000_000,
+        key: None,
+        value: Some(bytes::Bytes::from(n.to_string())),
+        headers: vec![],
+    };
+    kmirror_actors::kafka::batch::OutgoingBatch {
+        bytes: kmirror_actors::kafka::batch::encode_batch(
+            &[rec],
+            kmirror_actors::kafka::batch::Codec::None,
+        )
+        .unwrap(),
+        record_count: 1,
+        source_offsets: kmirror_actors::kafka::batch::SourceOffsets::Range { first: n, last: n },
+    }
 }
 
 /// The fetch is pipelined: a broker's partitions are split over
