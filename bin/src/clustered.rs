@@ -127,13 +127,10 @@ impl Clustered {
                                 // since the group gave us the shard): the
                                 // group may have given it on already.
                                 lease.before_taking(&tid, FENCE_TXN_TIMEOUT).await?;
-                                let fence = acquire(&client, &tid, FENCE_TXN_TIMEOUT).await?;
-                                fence_partitions(
-                                    &client,
-                                    &fence,
-                                    &[TopicPartition::new(&topic, shard)],
-                                )
-                                .await?;
+                                let shard_tp = [TopicPartition::new(&topic, shard)];
+                                let fence =
+                                    acquire(&client, &tid, FENCE_TXN_TIMEOUT, &shard_tp).await?;
+                                fence_partitions(&client, &fence, &shard_tp).await?;
                                 Ok(IdempotentProducer::under_fence(client, &fence).leased(&lease))
                             })
                         }),

@@ -7,9 +7,12 @@ use std::time::{Duration, Instant};
 
 use kmirror_actors::cluster::kafka::KafkaCluster;
 use kmirror_actors::cluster::SourceCluster;
-use kmirror_actors::kafka::fetch::FetchOptions;
+use kmirror_actors::kafka::fence::{acquire, fence_partitions};
+use kmirror_actors::kafka::fetch::{FetchOptions, TopicPartition};
+use kmirror_actors::kafka::produce::IdempotentProducer;
 use kmirror_actors::kafka::{ClientConfig, KafkaClient};
 use kmirror_actors::node::{Node, NodeSettings, SourceConnector};
+use kmirror_actors::state_log::{KafkaLog, StateLogOptions};
 use kmirror_store::SledLog;
 
 use crate::proxy::FaultProxy;
@@ -326,4 +329,29 @@ pub fn describe_group(bootstrap: &str, group: &str, topic: &str) -> BTreeMap<i32
             }
         })
         .collect()
+}
+
+/// Shard 0's state log opened the way a clustered daemon opens it
+/// (`bin/src/clustered.rs`): acquire the shard's transactional id `tid`,
+/// one abort marker on the partition, then load — so a previous owner's
+/// log producer is fenced first.
+pub async fn open_fenced_log(options: StateLogOptions, tid: String) -> KafkaLog {
+    let topic = options.topic.clone();
+    tokio::task::spawn_blocking(move || {
+        KafkaLog::open_with(
+            &options,
+            0,
+            Box::new(move |client: KafkaClient| {
+                Box::pin(async move {
+                    let tp = [TopicPartition::new(&topic, 0)];
+                    let fence = acquire(&client, &tid, Duration::from_secs(60), &tp).await?;
+                    fence_partitions(&client, &fence, &tp).await?;
+                    Ok(IdempotentProducer::under_fence(client, &fence))
+                })
+            }),
+        )
+    })
+    .await
+    .unwrap()
+    .expect("open the shard's log")
 }

@@ -169,6 +169,21 @@ async fn a_takeover_fences_the_old_owners_sink_and_reopening_it_is_refused() {
     assert_eq!(keys, ["a0-0", "a0-1", "a1-0", "a1-1", "b0-0", "b0-1"]);
 }
 
+/// A new topic of two partitions at `bootstrap`, and a transactional id
+/// prefix of its own.
+async fn two_partitions(
+    bootstrap: &str,
+    name: &str,
+) -> (String, TopicPartition, TopicPartition, String) {
+    let topic = unique(name);
+    create(&Admin::new(client(bootstrap).await), &topic, 2, &[]).await;
+    let (p0, p1) = (
+        TopicPartition::new(&topic, 0),
+        TopicPartition::new(&topic, 1),
+    );
+    (topic, p0, p1, unique("kmirror-test"))
+}
+
 /// A single-broker cluster of this test's own whose leaders forget a
 /// producer `expiration_ms` after its last timestamp, checked every
 /// `check_ms`.
@@ -193,14 +208,7 @@ async fn a_kept_alive_fence_outlives_the_leaders_producer_expiry() {
     const OLD: i64 = 1_700_000_000_000;
     let cluster = expiry_cluster(EXPIRATION_MS, CHECK_MS);
     let bs = cluster.bootstrap.clone();
-    let topic = unique("refence");
-    let admin = Admin::new(client(&bs).await);
-    create(&admin, &topic, 2, &[]).await;
-    let (p0, p1) = (
-        TopicPartition::new(&topic, 0),
-        TopicPartition::new(&topic, 1),
-    );
-    let prefix = unique("kmirror-test");
+    let (topic, p0, p1, prefix) = two_partitions(&bs, "refence").await;
     let (a, b) = (node(&bs, &prefix).await, node(&bs, &prefix).await);
 
     a.fence(vec![p0.clone(), p1.clone()]).await.unwrap();
@@ -282,4 +290,293 @@ async fn a_kept_alive_fence_outlives_the_leaders_producer_expiry() {
     for s in [a0, a1, b0, b1] {
         s.close().await;
     }
+}
+
+/// What some 32 000 takeovers of `tid` would have done: bare
+/// InitProducerId calls (no marker, no data) until the coordinator holds
+/// the id at `target`. Returns the calls made.
+async fn bump_to(bootstrap: &str, tid: &str, target: i16) -> usize {
+    use kafka_protocol::messages::{InitProducerIdRequest, ProducerId, TransactionalId};
+    use kafka_protocol::protocol::StrBytes;
+    use kmirror_actors::kafka::fence::find_transaction_coordinator;
+    let c = client(bootstrap).await;
+    let node = find_transaction_coordinator(&c, tid).await.unwrap();
+    let req = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(StrBytes::from_string(tid.to_owned()))))
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    let mut calls = 0;
+    loop {
+        let r = c.send_to(node, &req).await.unwrap();
+        calls += 1;
+        assert_eq!(
+            r.error_code, 0,
+            "InitProducerId {tid}: error {}",
+            r.error_code
+        );
+        if r.producer_epoch == target {
+            return calls;
+        }
+        assert!(r.producer_epoch < target, "went past {target}: {r:?}");
+    }
+}
+
+/// Epoch exhaustion, both ways a producer id rotates under a zombie, on
+/// two partitions. Kafka 4.1's coordinator counts an epoch of
+/// `Short.MaxValue - 1` (32 766) as exhausted and answers the next
+/// InitProducerId with a new producer id at epoch 0, whose markers fence
+/// nothing of the old one.
+///
+/// p0, an owner's renewal reaching 32 766: B takes p0 at 32 765 and its
+/// sink renews to 32 766. Were B to write there, C's takeover would rotate
+/// the id and B's next batch would land; B's sink rotates first instead,
+/// so C's takeover fences it as usual.
+///
+/// p1, an owner that took 32 766 and stopped before rotating: A (epoch 1)
+/// still writes; the coordinator stands at 32 766. B's takeover marks p1
+/// at 32 766 under the old id before it rotates, so A is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exhausted_epoch_never_leaves_a_zombie_unfenced() {
+    const EXHAUSTED: i16 = i16::MAX - 1;
+    let bed = bed();
+    let bs = bed.destination.clone();
+    let (topic, p0, p1, prefix) = two_partitions(&bs, "exhaust").await;
+    let (a, b, c) = (
+        node(&bs, &prefix).await,
+        node(&bs, &prefix).await,
+        node(&bs, &prefix).await,
+    );
+    a.fence(vec![p0.clone(), p1.clone()]).await.unwrap();
+    let mut a1 = a.open_sink(p1.clone()).await.unwrap();
+    send(&mut *a1, "a1", 1).await.unwrap();
+    let old_id = a1.producer().0;
+
+    let started = std::time::Instant::now();
+    let (t0, t1) = (
+        KafkaCluster::transactional_id(&prefix, &p0),
+        KafkaCluster::transactional_id(&prefix, &p1),
+    );
+    let (n0, n1) = tokio::join!(
+        bump_to(&bs, &t0, EXHAUSTED - 2),
+        bump_to(&bs, &t1, EXHAUSTED)
+    );
+    println!(
+        "{n0} + {n1} InitProducerId calls (two ids at once) took {:?}",
+        started.elapsed()
+    );
+
+    // p0: B's sink renews onto the exhausted epoch.
+    b.fence(vec![p0.clone()]).await.unwrap();
+    let mut b0 = b.open_sink(p0.clone()).await.unwrap();
+    let b_id = b0.producer();
+    send(&mut *b0, "b0", 1).await.unwrap();
+    c.fence(vec![p0.clone()]).await.unwrap();
+    let c_id = c.fence_producer_id(&p0).unwrap();
+    let r0 = send(&mut *b0, "b0-zombie", 1).await;
+    println!("p0: B wrote as {b_id:?}, C took p0 as producer {c_id}; B's next batch: {r0:?}");
+
+    // p1: the coordinator stands at the exhausted epoch.
+    b.fence(vec![p1.clone()]).await.unwrap();
+    let b1_id = b.fence_producer_id(&p1).unwrap();
+    let r1 = send(&mut *a1, "a1-zombie", 1).await;
+    println!(
+        "p1: A wrote as producer {old_id}, B took p1 as producer {b1_id}; A's next batch: {r1:?}"
+    );
+    println!(
+        "p0:\n{}p1:\n{}",
+        describe_producers(&bs, &topic, 0),
+        describe_producers(&bs, &topic, 1)
+    );
+    assert!(
+        b_id.1 < EXHAUSTED,
+        "p0: B's data went out under the exhausted epoch {b_id:?}"
+    );
+    assert!(
+        matches!(r0, Err(KafkaError::Fenced { .. })),
+        "p0: B's batch after C's takeover landed"
+    );
+    assert_ne!(b1_id, old_id, "p1: the coordinator rotated the producer id");
+    assert!(
+        matches!(r1, Err(KafkaError::Fenced { .. })),
+        "p1: A's batch after B's takeover landed"
+    );
+    for s in [a1, b0] {
+        s.close().await;
+    }
+}
+
+/// A paused partition has no pump, and so no pump's keep-alive: its owner
+/// keeps its fence alive all the same. On a destination whose leaders
+/// forget a producer 8 s after its last timestamp, node B copies a topic
+/// (its sink acquired the partition's id after A had opened a sink on it:
+/// A is the zombie), pauses it, and waits past the expiry: A's batch is
+/// refused, where without the keep-alive the leader had forgotten B and
+/// took A's stale epoch. Resumed, B records the markers as a hole and
+/// copies on: the destination holds the source's records, in order.
+#[actix::test]
+async fn a_paused_partitions_fence_outlives_the_leaders_producer_expiry() {
+    use std::sync::Arc;
+
+    use kmirror_actors::kafka::fence::acquire;
+    use kmirror_actors::kafka::produce::IdempotentProducer;
+    use kmirror_actors::node::{Node, NodeSettings, PartitionDescription, TopicChange};
+    use kmirror_actors::state_log::StateLogOptions;
+    use kmirror_tests::create_topic;
+    use kmirror_tests::mirror::{connector, open_fenced_log, produce_to};
+
+    const MIRROR: &str = "idle-fence";
+    const EXPIRATION_MS: u64 = 8000;
+    const CHECK_MS: u64 = 500;
+    let cluster = expiry_cluster(EXPIRATION_MS, CHECK_MS);
+    let bs = cluster.bootstrap.clone();
+    let source = bed().source.clone();
+    let topic = unique("idlefence");
+    create_topic(&source, &topic, 1, &[]);
+    let values = |from: usize, to: usize| -> String {
+        (from..to)
+            .map(|i| format!("n:{i}\tk{i}\tv-{i}\n"))
+            .collect()
+    };
+    produce_to(&source, &topic, &values(0, 20), "none");
+    let tp = TopicPartition::new(&topic, 0);
+    let prefix = unique("kmirror-idle-data");
+    let state_topic = unique("idle-state");
+
+    // A, a node that held the partition before: it acquired the
+    // partition's id (epoch 0) and has written nothing yet.
+    let a_client = client(&bs).await;
+    let a_tid = KafkaCluster::transactional_id(&prefix, &tp);
+    let a_fence = acquire(&a_client, &a_tid, Duration::from_secs(60), &[])
+        .await
+        .unwrap();
+
+    // B owns the shard and copies.
+    let options = StateLogOptions {
+        topic: state_topic.clone(),
+        partitions: 1,
+        replication_factor: 1,
+        ..StateLogOptions::new(&bs)
+    };
+    let log = open_fenced_log(options, format!("{prefix}-state-0")).await;
+    let b_destination = Arc::new(node(&bs, &prefix).await);
+    let b = Node::start(
+        Arc::new(log),
+        b_destination.clone(),
+        connector(),
+        NodeSettings {
+            refresh_interval: Duration::from_millis(500),
+            state_topic: unique("unused"),
+            state_topic_partitions: 1,
+            shard: Some(0),
+            member: "B".into(),
+        },
+    )
+    .await
+    .expect("node start");
+    let props = [("bootstrap.servers", source.as_str())]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    b.create_mirror(MIRROR, props).await.unwrap();
+    b.start_topics(MIRROR, std::slice::from_ref(&topic), &[], None)
+        .await
+        .unwrap();
+    let described = |b: &Node| {
+        let b = b.clone();
+        async move { b.describe(Some(MIRROR)).await.unwrap().into_iter().next() }
+    };
+    let wait = |what: &'static str, done: fn(&PartitionDescription) -> bool| {
+        let b = b.clone();
+        async move {
+            let start = std::time::Instant::now();
+            loop {
+                if let Some(p) = described(&b).await {
+                    if done(&p) {
+                        return p;
+                    }
+                    assert!(start.elapsed() < Duration::from_secs(60), "{what}: {p:#?}");
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    wait("B copies", |p| {
+        p.state == "MIRRORING" && p.source_offset >= 20
+    })
+    .await;
+    println!(
+        "B copies as producer {:?}; A holds {a_fence:?}",
+        b_destination.fence_producer_id(&tp)
+    );
+    b.change_topics(
+        MIRROR,
+        TopicChange::Pause,
+        std::slice::from_ref(&topic),
+        None,
+    )
+    .await
+    .unwrap();
+    let paused = wait("B pauses", |p| p.state == "PAUSED").await;
+    let paused_at = b_destination.settled_bounds(&tp).await.unwrap().end;
+    println!(
+        "paused at destination end {paused_at}, refences {}",
+        paused.refences
+    );
+
+    // Past the expiry of B's last batch, and a few checks.
+    tokio::time::sleep(Duration::from_millis(EXPIRATION_MS + 4 * CHECK_MS)).await;
+    let idle = described(&b).await.unwrap();
+    println!(
+        "after {} ms paused: destination end {}, refences {}\n{}",
+        EXPIRATION_MS + 4 * CHECK_MS,
+        b_destination.settled_bounds(&tp).await.unwrap().end,
+        idle.refences,
+        describe_producers(&bs, &topic, 0)
+    );
+    let a_producer = IdempotentProducer::under_fence(a_client, &a_fence);
+    let a_partition = a_producer.partition(&topic, 0).unwrap();
+    let zombie = match a_partition.send(batch("a-zombie", 1)).await {
+        Ok(ack) => ack.await.map(|a| a.base_offset),
+        Err(e) => Err(e),
+    };
+    println!("A's batch to the paused partition: {zombie:?}");
+    a_partition.close().await;
+    assert!(
+        matches!(zombie, Err(KafkaError::Fenced { .. })),
+        "A's stale epoch landed on the paused partition: {zombie:?}"
+    );
+    assert!(idle.refences > paused.refences, "re-fenced while paused");
+
+    // Resumed: the markers become a hole and the copy goes on.
+    produce_to(&source, &topic, &values(20, 30), "none");
+    b.change_topics(
+        MIRROR,
+        TopicChange::Resume,
+        std::slice::from_ref(&topic),
+        None,
+    )
+    .await
+    .unwrap();
+    wait("B copies on", |p| {
+        p.state == "MIRRORING" && p.source_offset >= 30
+    })
+    .await;
+    let copied = kafka_tool_ok(
+        "kafka-console-consumer",
+        &[
+            "--bootstrap-server",
+            &bs,
+            "--topic",
+            &topic,
+            "--from-beginning",
+            "--max-messages",
+            "30",
+            "--timeout-ms",
+            "15000",
+        ],
+    );
+    let want: Vec<String> = (0..30).map(|i| format!("v-{i}")).collect();
+    assert_eq!(copied.lines().collect::<Vec<_>>(), want);
+    b.shutdown().await;
 }

@@ -30,7 +30,7 @@ use kmirror_actors::node::{Node, NodeSettings, PartitionDescription};
 use kmirror_actors::state_log::{KafkaLog, StateLogOptions};
 use kmirror_events::Record as StateRecord;
 use kmirror_store::EventLog;
-use kmirror_tests::mirror::{connector, consume_sorted};
+use kmirror_tests::mirror::{connector, consume_sorted, open_fenced_log};
 use kmirror_tests::proxy::{FaultProxy, HeldAnswer, PRODUCE};
 use kmirror_tests::{bed, create_topic, unique};
 
@@ -71,27 +71,8 @@ impl Shard {
     /// shard's transactional id, an abort marker on the partition, then
     /// load — so the previous owner's log producer is fenced first.
     async fn open_log(&self) -> Arc<dyn EventLog> {
-        let options = self.log_options();
         let tid = format!("{}-state-0", self.data_prefix);
-        let topic = self.state_topic.clone();
-        let log = tokio::task::spawn_blocking(move || {
-            KafkaLog::open_with(
-                &options,
-                0,
-                Box::new(move |client: KafkaClient| {
-                    Box::pin(async move {
-                        let fence = acquire(&client, &tid, Duration::from_secs(60)).await?;
-                        fence_partitions(&client, &fence, &[TopicPartition::new(&topic, 0)])
-                            .await?;
-                        Ok(IdempotentProducer::under_fence(client, &fence))
-                    })
-                }),
-            )
-        })
-        .await
-        .unwrap()
-        .expect("open the shard's log");
-        Arc::new(log)
+        Arc::new(open_fenced_log(self.log_options(), tid).await)
     }
 
     /// Starts an owner of the shard whose destination client `config` is.
@@ -613,7 +594,7 @@ async fn a_run_recorded_but_not_produced_before_a_takeover_never_lands() {
     let src = KafkaClient::connect(ClientConfig::plaintext(&bed().source))
         .await
         .unwrap();
-    let txn = acquire(&src, &unique("source-txn"), Duration::from_secs(60))
+    let txn = acquire(&src, &unique("source-txn"), Duration::from_secs(60), &[])
         .await
         .unwrap();
     fence_partitions(&src, &txn, &[TopicPartition::new(&shard.topic, 0)])

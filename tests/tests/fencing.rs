@@ -134,7 +134,7 @@ async fn data_under_a_transactional_producer_id_is_plain_idempotent_data() {
     let tid = unique("tid-a");
 
     let coordinator = find_transaction_coordinator(&c, &tid).await.unwrap();
-    let fence = acquire(&c, &tid, TXN_TIMEOUT).await.unwrap();
+    let fence = acquire(&c, &tid, TXN_TIMEOUT, &[]).await.unwrap();
     println!(
         "a: coordinator node {coordinator}, acquired {tid}: producer id {} epoch {}",
         fence.producer_id, fence.producer_epoch
@@ -182,7 +182,7 @@ async fn a_new_owner_fences_the_old_one_on_every_partition() {
     create(&admin, &topic, 2, &[]).await;
     let tid = unique("tid-b");
 
-    let a = acquire(&c, &tid, TXN_TIMEOUT).await.unwrap();
+    let a = acquire(&c, &tid, TXN_TIMEOUT, &[]).await.unwrap();
     let pa = IdempotentProducer::under_fence(c.clone(), &a);
     let a0 = pa.partition(&topic, 0).unwrap();
     for i in 0..2 {
@@ -190,7 +190,7 @@ async fn a_new_owner_fences_the_old_one_on_every_partition() {
     }
     let before = (end(&admin, &topic, 0).await, end(&admin, &topic, 1).await);
 
-    let b = acquire(&c, &tid, TXN_TIMEOUT).await.unwrap();
+    let b = acquire(&c, &tid, TXN_TIMEOUT, &[]).await.unwrap();
     println!(
         "b: A = producer {} epoch {}; B = producer {} epoch {}",
         a.producer_id, a.producer_epoch, b.producer_id, b.producer_epoch
@@ -278,11 +278,11 @@ async fn without_the_marker_a_stale_batch_lands() {
     create(&admin, &topic, 1, &[]).await;
     let tid = unique("tid-c");
 
-    let a = acquire(&c, &tid, TXN_TIMEOUT).await.unwrap();
+    let a = acquire(&c, &tid, TXN_TIMEOUT, &[]).await.unwrap();
     let pa = IdempotentProducer::under_fence(c.clone(), &a);
     let a0 = pa.partition(&topic, 0).unwrap();
     send(&a0, "A0", 2).await.unwrap();
-    let b = acquire(&c, &tid, TXN_TIMEOUT).await.unwrap();
+    let b = acquire(&c, &tid, TXN_TIMEOUT, &[]).await.unwrap();
     let stale = send(&a0, "A-stale", 2)
         .await
         .expect("no marker: A is not fenced yet");
@@ -364,11 +364,11 @@ async fn works_with_transactions_v2_finalized() {
     let topic = unique("fence-d");
     create(&admin, &topic, 1, &[]).await;
     let tid = unique("tid-d");
-    let f = acquire(&c, &tid, TXN_TIMEOUT).await.unwrap();
+    let f = acquire(&c, &tid, TXN_TIMEOUT, &[]).await.unwrap();
     fence_partitions(&c, &f, &[TopicPartition::new(&topic, 0)])
         .await
         .unwrap();
-    let again = acquire(&c, &tid, TXN_TIMEOUT).await.unwrap();
+    let again = acquire(&c, &tid, TXN_TIMEOUT, &[]).await.unwrap();
     println!(
         "d: EndTxn v{END_TXN_MAX_VERSION}: acquired epoch {}, next acquire gives {} (no extra bump)",
         f.producer_epoch, again.producer_epoch
@@ -377,7 +377,7 @@ async fn works_with_transactions_v2_finalized() {
 
     // By hand, EndTxn v5 (transactions v2).
     let tid5 = unique("tid-d5");
-    let f5 = acquire(&c, &tid5, TXN_TIMEOUT).await.unwrap();
+    let f5 = acquire(&c, &tid5, TXN_TIMEOUT, &[]).await.unwrap();
     let node = find_transaction_coordinator(&c, &tid5).await.unwrap();
     let conn = c.connection(node).await.unwrap();
     let add = AddPartitionsToTxnRequest::default()
@@ -450,15 +450,15 @@ async fn producer_state_expiry_lets_a_zombie_back_unless_refenced() {
 
     // X owns p3 under a transactional id of its own and keeps writing it.
     let tid_x = unique("tid-x");
-    let x1 = acquire(&c, &tid_x, TXN_TIMEOUT).await.unwrap();
+    let x1 = acquire(&c, &tid_x, TXN_TIMEOUT, &[]).await.unwrap();
     fence_partitions(&c, &x1, &[TopicPartition::new(&topic, 3)])
         .await
         .unwrap();
     let px1 = IdempotentProducer::under_fence(c.clone(), &x1);
     let x1p3 = px1.partition(&topic, 3).unwrap();
 
-    let a: ProducerFence = acquire(&c, &tid, TXN_TIMEOUT).await.unwrap();
-    let b = acquire(&c, &tid, TXN_TIMEOUT).await.unwrap();
+    let a: ProducerFence = acquire(&c, &tid, TXN_TIMEOUT, &[]).await.unwrap();
+    let b = acquire(&c, &tid, TXN_TIMEOUT, &[]).await.unwrap();
     fence_partitions(&c, &b, &tps).await.unwrap();
     let fenced_at = Instant::now();
     // p2: B writes one batch stamped 2023-11-14, as a mirrored record may be.
@@ -531,7 +531,7 @@ async fn producer_state_expiry_lets_a_zombie_back_unless_refenced() {
     );
 
     // X's transactional id saw no transaction since its fence.
-    let x2 = acquire(&c, &tid_x, TXN_TIMEOUT).await.unwrap();
+    let x2 = acquire(&c, &tid_x, TXN_TIMEOUT, &[]).await.unwrap();
     fence_partitions(&c, &x2, &[TopicPartition::new(&topic, 3)])
         .await
         .unwrap();
@@ -552,7 +552,7 @@ async fn producer_state_expiry_lets_a_zombie_back_unless_refenced() {
     );
 
     // B's id, kept busy by its re-fences, did not expire.
-    let b2 = acquire(&c, &tid, TXN_TIMEOUT).await.unwrap();
+    let b2 = acquire(&c, &tid, TXN_TIMEOUT, &[]).await.unwrap();
     println!(
         "e: {tid} (re-fenced every {} ms): next acquire gives producer {} epoch {}",
         EXPIRATION_MS / 2,

@@ -199,6 +199,16 @@ pub trait PartitionSink: Send {
     }
 }
 
+/// A partition's fence held without a sink: what keeps a PAUSED or FAILED
+/// partition closed to an old owner (see [`PartitionSink::refence`]).
+pub trait HeldFence: Send + Sync {
+    /// When it must be fenced again.
+    fn keep_alive(&self) -> KeepAlive;
+    /// One abort marker at the held epoch. A newer owner is
+    /// [`KafkaError::Fenced`].
+    fn refence(&self) -> BoxFuture<'_, Result<(), KafkaError>>;
+}
+
 /// What kmirror reads from either cluster: identity, topics, log bounds,
 /// groups and ACLs. Source and destination answer these the same way, and a
 /// failback reads the old destination as a source, so each backend writes
@@ -405,6 +415,16 @@ pub trait DestinationCluster: ClusterView {
     /// Drops what this node held of `partitions` (it let their shard go).
     fn forget(&self, partitions: Vec<TopicPartition>) {
         let _ = partitions;
+    }
+    /// The fence this node holds on `tp`, to keep alive while no sink
+    /// writes there (a PAUSED or FAILED partition): `None` where there is
+    /// no fence, or this node holds none of `tp`.
+    fn held_fence(
+        &self,
+        tp: TopicPartition,
+    ) -> BoxFuture<'_, Result<Option<Box<dyn HeldFence>>, KafkaError>> {
+        let _ = tp;
+        Box::pin(async { Ok(None) })
     }
     /// The producer id this node's fence of `tp` writes under (its markers
     /// and batches carry it), if the destination is fenced and this node

@@ -37,11 +37,11 @@
 //! [`IdempotentProducer::under_fence`]: super::produce::IdempotentProducer::under_fence
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::describe_transactions_response::TransactionState;
 use kafka_protocol::messages::{
     AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest, FindCoordinatorRequest,
     InitProducerIdRequest, ProducerId, TopicName, TransactionalId,
@@ -145,6 +145,56 @@ impl KeepAlive {
     }
 }
 
+/// What a partition's leader and its id's coordinator last saw of its
+/// owner, in wall-clock milliseconds, for [`KeepAlive::due_ms`]: the
+/// timestamp of the last batch or marker, the last transactional request,
+/// the last re-fence. Handed from a pump that ends to the keep-alive of a
+/// partition held without one (PAUSED, FAILED).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FenceClock {
+    pub stamp_ms: i64,
+    pub transaction_ms: i64,
+    pub refence_ms: i64,
+}
+
+impl FenceClock {
+    const NEVER: i64 = i64::MIN / 2;
+
+    /// A fence just acquired or renewed (its InitProducerId the id's last
+    /// transactional request) whose leader's stamp is not known older.
+    pub fn started(now_ms: i64) -> Self {
+        FenceClock {
+            stamp_ms: now_ms,
+            transaction_ms: now_ms,
+            refence_ms: Self::NEVER,
+        }
+    }
+
+    /// Nothing known (the partition was taken over and no pump ran here):
+    /// due at once.
+    pub fn unknown() -> Self {
+        FenceClock {
+            stamp_ms: Self::NEVER,
+            transaction_ms: Self::NEVER,
+            refence_ms: Self::NEVER,
+        }
+    }
+
+    /// A marker written at `now_ms`: it is both the stamp and a transaction.
+    pub fn refenced(now_ms: i64) -> Self {
+        FenceClock {
+            stamp_ms: now_ms,
+            transaction_ms: now_ms,
+            refence_ms: now_ms,
+        }
+    }
+
+    /// When [`KeepAlive`] says the partition is due for a marker.
+    pub fn due_ms(&self, keep: &KeepAlive) -> i64 {
+        keep.due_ms(self.stamp_ms, self.transaction_ms, self.refence_ms)
+    }
+}
+
 /// The node id of the transaction coordinator of `transactional_id`,
 /// retried while the coordinator loads or moves, within the client's
 /// `delivery.timeout.ms`.
@@ -198,18 +248,47 @@ async fn find_once(client: &KafkaClient, transactional_id: &str) -> Result<i32> 
     Ok(node)
 }
 
+/// The first producer epoch Kafka's transaction coordinator counts as
+/// exhausted (`TransactionMetadata.isEpochExhausted`, Kafka 4.1:
+/// `Short.MaxValue - 1`): the next InitProducerId on an id there answers a
+/// new producer id at epoch 0 instead of a bump, and markers of the new id
+/// fence nothing of the old one. So no data is ever written under it:
+/// [`acquire`] and [`renew`] rotate past it before they return.
+pub const EXHAUSTED_EPOCH: i16 = i16::MAX - 1;
+
 /// Takes ownership of `transactional_id`: InitProducerId on its
 /// coordinator, which bumps the epoch and aborts an open transaction of
 /// the previous owner (answering CONCURRENT_TRANSACTIONS until that abort
 /// is done, which is retried). `txn_timeout` bounds how long a transaction
 /// of ours may stay open before the coordinator aborts it; only
 /// [`fence_partitions`] opens one, for a moment.
+///
+/// `partitions` are the ones the unit writes: should the id stand at (or
+/// reach) [`EXHAUSTED_EPOCH`], they are fenced at that epoch under the old
+/// producer id — every earlier owner's epoch is below it — before the
+/// coordinator rotates the id, so no owner of the old id is left able to
+/// write once the new one is in use.
 pub async fn acquire(
     client: &KafkaClient,
     transactional_id: &str,
     txn_timeout: Duration,
+    partitions: &[TopicPartition],
 ) -> Result<ProducerFence> {
-    init_producer_id(client, transactional_id, txn_timeout, None).await
+    // An owner that got the exhausted epoch and stopped before rotating
+    // left the id there, and our InitProducerId would rotate it at once.
+    if let Some(last) = exhausted(client, transactional_id).await? {
+        match fence_partitions(client, &last, partitions).await {
+            // Someone rotated it meanwhile, after the same fence.
+            Ok(()) | Err(KafkaError::Fenced { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let fence = init_producer_id(client, transactional_id, txn_timeout, None).await?;
+    if fence.producer_epoch < EXHAUSTED_EPOCH {
+        return Ok(fence);
+    }
+    fence_partitions(client, &fence, partitions).await?;
+    rotate(client, &fence, txn_timeout).await
 }
 
 /// A new epoch for an owner that still holds `fence`: InitProducerId naming
@@ -219,14 +298,74 @@ pub async fn acquire(
 /// What a writer reopened after a failure needs (its sequences restart at
 /// 0, which only a new epoch allows) without [`acquire`]'s power to take
 /// the unit from whoever owns it now.
+///
+/// A renewal onto [`EXHAUSTED_EPOCH`] rotates the producer id at once,
+/// with no marker: the leaders hold our own epoch, which already fences
+/// every earlier owner, and our previous writer is closed.
 pub async fn renew(
     client: &KafkaClient,
     fence: &ProducerFence,
     txn_timeout: Duration,
 ) -> Result<ProducerFence> {
-    init_producer_id(client, &fence.transactional_id, txn_timeout, Some(fence))
+    let renewed = init_producer_id(client, &fence.transactional_id, txn_timeout, Some(fence))
         .await
-        .map_err(|e| lost_ownership(e, fence))
+        .map_err(|e| lost_ownership(e, fence))?;
+    if renewed.producer_epoch < EXHAUSTED_EPOCH {
+        return Ok(renewed);
+    }
+    rotate(client, &renewed, txn_timeout).await
+}
+
+/// The coordinator's answer to an InitProducerId naming an exhausted
+/// epoch it still holds: a new producer id at epoch 0 (refused as
+/// PRODUCER_FENCED if someone else moved the id on meanwhile).
+async fn rotate(
+    client: &KafkaClient,
+    exhausted: &ProducerFence,
+    txn_timeout: Duration,
+) -> Result<ProducerFence> {
+    let rotated = init_producer_id(
+        client,
+        &exhausted.transactional_id,
+        txn_timeout,
+        Some(exhausted),
+    )
+    .await
+    .map_err(|e| lost_ownership(e, exhausted))?;
+    tracing::info!(
+        transactional_id = %exhausted.transactional_id,
+        old_producer_id = exhausted.producer_id,
+        producer_id = rotated.producer_id,
+        epoch = rotated.producer_epoch,
+        "producer epoch exhausted: the transactional id moved to a new producer id"
+    );
+    Ok(rotated)
+}
+
+/// The id's producer id and epoch if its coordinator holds it at
+/// [`EXHAUSTED_EPOCH`] or above with no transaction under way (one under
+/// way is aborted by the coordinator's own fence, at a higher epoch still).
+async fn exhausted(client: &KafkaClient, tid: &str) -> Result<Option<ProducerFence>> {
+    on_coordinator(client, tid, "DescribeTransactions", |node| async move {
+        let s = match describe_on(client, node, tid).await {
+            Err(e) if e.response_error() == Some(ResponseError::TransactionalIdNotFound) => {
+                return Ok(None)
+            }
+            r => r?,
+        };
+        let idle = matches!(
+            s.transaction_state.as_str(),
+            "Empty" | "CompleteAbort" | "CompleteCommit"
+        );
+        Ok(
+            (idle && s.producer_epoch >= EXHAUSTED_EPOCH).then(|| ProducerFence {
+                transactional_id: tid.into(),
+                producer_id: s.producer_id.0,
+                producer_epoch: s.producer_epoch,
+            }),
+        )
+    })
+    .await
 }
 
 async fn init_producer_id(
@@ -348,15 +487,9 @@ pub async fn fence_partitions(
 /// Polls DescribeTransactions until the abort's markers are all written.
 async fn wait_complete_abort(client: &KafkaClient, fence: &ProducerFence) -> Result<()> {
     let tid = &*fence.transactional_id;
-    let req = DescribeTransactionsRequest::default().with_transactional_ids(vec![txn_id(tid)]);
     on_coordinator(client, tid, "DescribeTransactions", |node| {
-        let req = req.clone();
         async move {
-            let resp = client.send_to(node, &req).await?;
-            let s = resp.transaction_states.into_iter().next().ok_or_else(|| {
-                KafkaError::Protocol("DescribeTransactions without a state".into())
-            })?;
-            KafkaError::check(s.error_code, || format!("DescribeTransactions {tid}"), None)?;
+            let s = describe_on(client, node, tid).await?;
             if s.producer_id.0 != fence.producer_id || s.producer_epoch != fence.producer_epoch {
                 return Err(KafkaError::Fenced {
                     resource: tid.to_owned(),
@@ -381,6 +514,19 @@ async fn wait_complete_abort(client: &KafkaClient, fence: &ProducerFence) -> Res
         }
     })
     .await
+}
+
+/// What the coordinator `node` holds of `tid` (one DescribeTransactions).
+async fn describe_on(client: &KafkaClient, node: i32, tid: &str) -> Result<TransactionState> {
+    let req = DescribeTransactionsRequest::default().with_transactional_ids(vec![txn_id(tid)]);
+    let resp = client.send_to(node, &req).await?;
+    let s = resp
+        .transaction_states
+        .into_iter()
+        .next()
+        .ok_or_else(|| KafkaError::Protocol("DescribeTransactions without a state".into()))?;
+    KafkaError::check(s.error_code, || format!("DescribeTransactions {tid}"), None)?;
+    Ok(s)
 }
 
 /// Whether an error of a coordinator RPC is worth another try, after
@@ -471,170 +617,11 @@ fn txn_id(s: &str) -> TransactionalId {
     TransactionalId(StrBytes::from_string(s.to_owned()))
 }
 
-/// A licence to write that runs out unless the group renews it: valid until
-/// a session timeout after the *sending* of the last heartbeat or sync the
-/// group coordinator accepted (it cannot have expelled the member before
-/// then), on the monotonic clock; ended for good when the member learns it
-/// is out of the group.
-///
-/// The broker's epoch fence has one gap a lease closes: a leader forgets a
-/// producer `producer.id.expiration.ms` after the timestamp of its last
-/// batch, and mirrored batches keep the source's timestamps, so a partition
-/// of old records can forget its new owner's epoch within minutes and take
-/// a stale one again. A process stopped (SIGSTOP, a long pause) past its
-/// session finds, when it runs again, its lease run out before it sends
-/// anything: the check runs after the pause, so it does not race it.
-///
-/// A producer holds a [`LeaseTicket`] taken when it was made. While the
-/// lease has merely run out (a rebalance can hold the heartbeats for a
-/// while), a send waits for the member to renew it or to learn it is out;
-/// once the member was out, the ticket is void even if the member has
-/// joined again since — what it was granted may belong to another node.
-#[derive(Clone, Debug)]
-pub struct Lease {
-    inner: Arc<LeaseInner>,
-}
-
-#[derive(Debug)]
-struct LeaseInner {
-    origin: std::time::Instant,
-    /// Milliseconds after `origin` until which writing is allowed.
-    until_ms: AtomicU64,
-    /// One more every time the member was out of the group.
-    term: AtomicU64,
-    changed: tokio::sync::Notify,
-}
-
-impl Default for Lease {
-    fn default() -> Self {
-        Lease {
-            inner: Arc::new(LeaseInner {
-                origin: std::time::Instant::now(),
-                until_ms: AtomicU64::new(0),
-                term: AtomicU64::new(0),
-                changed: tokio::sync::Notify::new(),
-            }),
-        }
-    }
-}
-
-impl Lease {
-    /// Allows writing until `until` (never shortens the lease).
-    pub fn extend_to(&self, until: std::time::Instant) {
-        let ms = until
-            .saturating_duration_since(self.inner.origin)
-            .as_millis() as u64;
-        self.inner.until_ms.fetch_max(ms, Ordering::SeqCst);
-        self.inner.changed.notify_waiters();
-    }
-
-    /// The member is out of the group: every ticket taken so far is void.
-    pub fn revoke(&self) {
-        self.inner.term.fetch_add(1, Ordering::SeqCst);
-        self.inner.until_ms.store(0, Ordering::SeqCst);
-        self.inner.changed.notify_waiters();
-    }
-
-    /// Ok once the lease runs (waiting at most `limit` for a renewal), else
-    /// [`KafkaError::Fenced`] naming `resource`: what a node checks before it
-    /// takes anything from another, since a pause between the group's
-    /// assignment and the fence may have let the group give it on.
-    pub async fn before_taking(&self, resource: &str, limit: Duration) -> Result<()> {
-        if self.ticket().may_send(limit).await {
-            return Ok(());
-        }
-        Err(KafkaError::Fenced {
-            resource: resource.to_string(),
-            reason: "this node's group lease ran out before it took it over: the group may have given it to another node".into(),
-        })
-    }
-
-    /// A ticket for a producer made now.
-    pub fn ticket(&self) -> LeaseTicket {
-        LeaseTicket {
-            lease: self.clone(),
-            term: self.inner.term.load(Ordering::SeqCst),
-        }
-    }
-
-    fn running(&self) -> bool {
-        let now = self.inner.origin.elapsed().as_millis() as u64;
-        now < self.inner.until_ms.load(Ordering::SeqCst)
-    }
-}
-
-/// A producer's hold on a [`Lease`].
-#[derive(Clone, Debug)]
-pub struct LeaseTicket {
-    lease: Lease,
-    term: u64,
-}
-
-impl LeaseTicket {
-    /// Whether a request may leave now: at once if the lease runs; after
-    /// waiting (at most `limit`) for the member to renew it if it ran out;
-    /// never if the member was out since the ticket was taken.
-    pub async fn may_send(&self, limit: std::time::Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            let changed = self.lease.inner.changed.notified();
-            if self.lease.inner.term.load(Ordering::SeqCst) != self.term {
-                return false;
-            }
-            if self.lease.running() {
-                return true;
-            }
-            // Renewals notify; the poll covers a renewal racing the wait.
-            let poll = std::time::Duration::from_millis(100);
-            if tokio::time::timeout_at(deadline.min(tokio::time::Instant::now() + poll), changed)
-                .await
-                .is_err()
-                && tokio::time::Instant::now() >= deadline
-            {
-                return false;
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     use super::*;
-
-    #[tokio::test]
-    async fn a_lease_waits_for_its_renewal_and_a_ticket_dies_with_its_term() {
-        let lease = Lease::default();
-        let ticket = lease.ticket();
-        // Never granted: nothing leaves, within the limit.
-        assert!(!ticket.may_send(Duration::from_millis(50)).await);
-        lease.extend_to(Instant::now() + Duration::from_secs(10));
-        assert!(ticket.may_send(Duration::ZERO).await);
-
-        // Run out (a rebalance holding heartbeats): a send waits for the
-        // renewal instead of failing.
-        let lease = Lease::default();
-        lease.extend_to(Instant::now() + Duration::from_millis(20));
-        let ticket = lease.ticket();
-        tokio::time::sleep(Duration::from_millis(40)).await;
-        let renew = {
-            let lease = lease.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                lease.extend_to(Instant::now() + Duration::from_secs(10));
-            })
-        };
-        assert!(ticket.may_send(Duration::from_secs(5)).await);
-        renew.await.unwrap();
-
-        // Out of the group: the ticket is void, even once the member has
-        // joined again and the lease runs; a new producer's ticket is good.
-        lease.revoke();
-        lease.extend_to(Instant::now() + Duration::from_secs(10));
-        assert!(!ticket.may_send(Duration::from_secs(5)).await);
-        assert!(lease.ticket().may_send(Duration::ZERO).await);
-    }
 
     #[test]
     fn keep_alive_fences_well_before_expiry_and_at_most_once_a_check() {

@@ -39,7 +39,7 @@ use tokio::time::Instant;
 use super::admin::Admin;
 use super::client::KafkaClient;
 use super::error::{KafkaError, ResponseError, Result};
-use super::fence::Lease;
+use super::lease::Lease;
 
 /// The group's protocol type, as `kafka-consumer-groups.sh` shows it.
 pub const PROTOCOL_TYPE: &str = "kmirror";

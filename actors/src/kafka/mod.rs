@@ -51,6 +51,7 @@ pub mod conn;
 pub mod error;
 pub mod fence;
 pub mod fetch;
+pub mod lease;
 pub mod membership;
 pub mod produce;
 mod sasl;

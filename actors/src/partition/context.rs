@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use crate::cluster::{DestinationCluster, SourceCluster};
 use crate::coordinator::{CoordinatorActor, Execute};
 use crate::failback::SourceHistory;
+use crate::kafka::fence::FenceClock;
 use crate::kafka::fetch::TopicPartition;
 use crate::kafka::KafkaError;
 
@@ -37,6 +38,8 @@ pub struct Progress {
     /// Markers written to keep this node's fence alive (see
     /// [`crate::kafka::fence::KeepAlive`]), since the actor started.
     pub refences: u64,
+    /// Where the last pump left its fence's keep-alive clocks.
+    pub fence_clock: Option<FenceClock>,
 }
 
 impl Progress {

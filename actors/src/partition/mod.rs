@@ -15,27 +15,29 @@ pub mod board;
 mod context;
 pub mod cursor;
 pub mod failover;
+mod idle_fence;
 mod position;
 pub mod pump;
 pub mod risk;
+mod spec;
 
 pub use board::{PartitionStatus, StatusBoard};
 pub use context::{Progress, PumpExit};
+pub use spec::PartitionSpec;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
 use kmirror_events::{
-    next_state, Command, FailoverReport, LastMirrorEpochsValue, MirrorPartitionKey,
-    MirrorPartitionStateValue, PartitionState, RetryDecision, RetryPolicy,
+    next_state, Command, FailoverReport, LastMirrorEpochsValue, MirrorPartitionStateValue,
+    PartitionState, RetryDecision,
 };
 use tokio::sync::watch;
 
 use self::context::PumpContext;
-use crate::cluster::{DestinationCluster, SourceCluster};
-use crate::coordinator::{CoordinatorActor, CoordinatorError, Execute, ReadPartition};
-use crate::failback::SourceHistory;
+use self::idle_fence::IdleFence;
+use crate::coordinator::{CoordinatorError, Execute, ReadPartition};
 use crate::kafka::fetch::TopicPartition;
 use crate::metadata_sync::FinalSync;
 use crate::publisher::WaitPublished;
@@ -107,39 +109,6 @@ struct RunningPump {
     may_copy: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
-/// Everything a PartitionActor is started with.
-pub struct PartitionSpec {
-    pub key: MirrorPartitionKey,
-    pub topic: String,
-    pub source: Arc<dyn SourceCluster>,
-    pub destination: Arc<dyn DestinationCluster>,
-    pub coordinator: Addr<CoordinatorActor>,
-    pub retry: RetryPolicy,
-    /// The topic's desired state when the actor starts.
-    pub desired: PartitionState,
-    /// `mirror.support.unclean.leader.election` (a mirror property here:
-    /// stock Kafka refuses unknown topic configs).
-    pub support_unclean_leader_election: bool,
-    /// Where STOPPING asks for the last group-offset pass over this
-    /// partition (None: no metadata sync runs, as in some tests).
-    pub final_sync: Option<Recipient<FinalSync>>,
-    /// Where STOPPING waits for its LastMirrorEpochs to reach the state
-    /// topic, which a failback reads (None: nothing is published).
-    pub published: Option<Recipient<WaitPublished>>,
-    /// The source's history, for the mirror-loop rule at alignment.
-    pub history: Option<Arc<SourceHistory>>,
-    /// How often the at-risk figures are sampled, and the retention margin
-    /// below which the partition warns.
-    pub risk: kmirror_events::RiskSettings,
-    /// The mirror's batched source reads for those samples (one per mirror).
-    pub risk_reads: risk::RiskReads,
-    /// Where the actor publishes its status for describe (one per mirror).
-    pub board: StatusBoard,
-    /// The partition's recorded state when the actor is made, if any: shown
-    /// until the actor has read its own at start.
-    pub stored: Option<MirrorPartitionStateValue>,
-}
-
 pub struct PartitionActor {
     spec: PartitionSpec,
     tp: TopicPartition,
@@ -147,6 +116,7 @@ pub struct PartitionActor {
     desired: PartitionState,
     progress: Arc<Mutex<Progress>>,
     pump: Option<RunningPump>,
+    idle_fence: Option<IdleFence>,
     generation: u64,
     retry_timer: Option<SpawnHandle>,
     /// The deadline of `retry_timer` when it is a FAILED partition's retry
@@ -198,6 +168,7 @@ impl PartitionActor {
             desired,
             progress,
             pump: None,
+            idle_fence: None,
             generation: 0,
             retry_timer: None,
             retry_at_ms: None,
@@ -311,6 +282,26 @@ impl PartitionActor {
             }
             S::EpochFencing | S::UleRecovery => self.start_pump(ctx),
         }
+        self.keep_fence_idle();
+    }
+
+    /// A PAUSED or FAILED partition is still a mirror partition, to be
+    /// copied on from its map, so with no pump its fence is kept alive
+    /// here; any other state, or a pump, ends that (after a marker under
+    /// way).
+    fn keep_fence_idle(&mut self) {
+        let idle = matches!(
+            self.state.state,
+            PartitionState::Paused | PartitionState::Failed
+        ) && self.pump.is_none()
+            && !self.shutting_down;
+        if !idle {
+            // Detached: it ends after the marker under way, if any.
+            drop(self.idle_fence.take().map(IdleFence::end));
+        } else if self.idle_fence.is_none() {
+            let (d, tp, p) = (&self.spec.destination, &self.tp, &self.progress);
+            self.idle_fence = Some(IdleFence::start(d.clone(), tp.clone(), p.clone()));
+        }
     }
 
     fn start_pump(&mut self, ctx: &mut Context<Self>) {
@@ -355,7 +346,13 @@ impl PartitionActor {
             })),
             history: self.spec.history.clone(),
         };
+        // The keep-alive's marker under way ends first: the sink's renewal
+        // would otherwise meet its open transaction.
+        let idle = self.idle_fence.take().map(IdleFence::end);
         tokio::spawn(async move {
+            if let Some(idle) = idle {
+                let _ = idle.await;
+            }
             let exit = pump::run(cx).await;
             addr.do_send(PumpEnded { generation, exit });
         });
@@ -586,6 +583,7 @@ impl Handler<PumpEnded> for PartitionActor {
             return;
         }
         self.pump = None;
+        self.keep_fence_idle();
         if self.shutting_down {
             for w in self.shutdown_waiters.drain(..) {
                 let _ = w.send(());
@@ -769,7 +767,12 @@ impl Handler<Shutdown> for PartitionActor {
         self.publish();
         if self.pump.is_none() {
             ctx.stop();
-            return Box::pin(async {});
+            let idle = self.idle_fence.take().map(IdleFence::end);
+            return Box::pin(async move {
+                if let Some(idle) = idle {
+                    let _ = idle.await;
+                }
+            });
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.shutdown_waiters.push(tx);

@@ -22,6 +22,7 @@ use crate::cluster::{DestinationCluster, SourceCluster};
 use crate::coordinator::{CoordinatorActor, ReadPartition};
 use crate::failback;
 use crate::kafka::batch::RecordBatch;
+use crate::kafka::fence::EXHAUSTED_EPOCH;
 use crate::kafka::fetch::TopicPartition;
 
 /// Where an aligned copy resumes.
@@ -374,11 +375,15 @@ async fn fence_markers(
 }
 
 /// Where the run of control batches of `producer` that ends the log at
-/// `end` begins, if the log ends with one.
+/// `end` begins, if the log ends with one. A marker at an exhausted epoch
+/// belongs to the run whatever its producer id: the fence that made the
+/// coordinator rotate the partition's id to `producer` left it
+/// (`fence::acquire`).
 fn trailing_markers(batches: &[RecordBatch], producer: i64, end: i64) -> Option<i64> {
     let mut at = end;
     for b in batches.iter().rev() {
-        if b.next_offset() != at || !b.is_control() || b.producer_id() != producer {
+        let ours = b.producer_id() == producer || b.producer_epoch() >= EXHAUSTED_EPOCH;
+        if b.next_offset() != at || !b.is_control() || !ours {
             break;
         }
         at = b.base_offset();
@@ -538,5 +543,49 @@ pub(super) async fn check_source_topic(cx: &PumpContext) -> Result<(), PumpExit>
             cx.tp.topic, t.topic_id, cx.key.topic_id
         ))),
         Some(_) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::kafka::batch::{BatchBuilder, Record};
+
+    fn batch(base_offset: i64, producer: (i64, i16), control: bool) -> RecordBatch {
+        let record = Record {
+            offset_delta: 0,
+            timestamp: 0,
+            key: Some(Bytes::from_static(&[0, 0, 0, 0])),
+            value: None,
+            headers: vec![],
+        };
+        BatchBuilder {
+            base_offset,
+            transactional: control,
+            control,
+            producer: (producer.0, producer.1, if control { -1 } else { 0 }),
+            ..BatchBuilder::new(vec![record])
+        }
+        .build()
+        .unwrap()
+    }
+
+    #[test]
+    fn the_marker_before_a_rotation_belongs_to_the_fence_markers() {
+        // Data of producer 7, the takeover's marker at 7's exhausted epoch,
+        // then the marker of 9, the id the coordinator rotated to.
+        let log = [
+            batch(0, (7, 3), false),
+            batch(1, (7, EXHAUSTED_EPOCH), true),
+            batch(2, (9, 0), true),
+        ];
+        assert_eq!(trailing_markers(&log, 9, 3), Some(1));
+        // Only the marker at the exhausted epoch: a clean handover's.
+        assert_eq!(trailing_markers(&log[..2], 9, 2), Some(1));
+        // Another producer's marker below an ordinary epoch is not ours.
+        let foreign = [batch(0, (7, 3), false), batch(1, (5, 2), true)];
+        assert_eq!(trailing_markers(&foreign, 9, 2), None);
     }
 }

@@ -21,6 +21,7 @@ use crate::kafka::batch::{
     classify, merge, mergeable, prepare, OutgoingBatch, RecordBatch, SourceOffsets,
     MERGE_TARGET_BYTES,
 };
+use crate::kafka::fence::FenceClock;
 use crate::kafka::fetch::FetchError;
 use crate::kafka::produce::MAX_IN_FLIGHT;
 use crate::kafka::{KafkaError, ResponseError};
@@ -101,6 +102,9 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
             },
         })
         .await;
+    // The stamp before this pump is not known: the sink was just acquired
+    // or renewed, so both keep-alive clocks start now.
+    let mut clock = FenceClock::started(crate::coordinator::now_ms());
     let copied = match recorded {
         Ok(()) => {
             copy(
@@ -108,6 +112,7 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
                 &mut cursor,
                 &mut epochs,
                 &mut *sink,
+                &mut clock,
                 destination_leader_epoch,
                 max_message_bytes,
             )
@@ -115,6 +120,8 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
         }
         Err(e) => Err(e),
     };
+    // For the keep-alive that holds the partition once no pump runs.
+    cx.progress.lock().unwrap().fence_clock = Some(clock);
     // Whatever this producer still has queued must land (or fail) before
     // anyone aligns again: a batch it retried after the next pump read the
     // destination's end would land twice, under two producer ids.
@@ -132,6 +139,7 @@ async fn copy(
     cursor: &mut Cursor,
     epochs: &mut SourceEpochs,
     sink: &mut dyn PartitionSink,
+    clock: &mut FenceClock,
     destination_leader_epoch: i32,
     max_message_bytes: usize,
 ) -> Result<(), PumpExit> {
@@ -162,14 +170,8 @@ async fn copy(
     // producer `producer.id.expiration.ms` after the timestamp of the last
     // batch or marker, the coordinator our transactional id
     // `transactional.id.expiration.ms` after its last transaction, so the
-    // partition is fenced again before either (`refence`). The stamp before
-    // this pump is not known: the sink was just acquired or renewed (its
-    // InitProducerId the id's last transactional request), so both clocks
-    // start now.
+    // partition is fenced again before either (`refence`).
     let keep_alive = sink.keep_alive();
-    let mut last_stamp = crate::coordinator::now_ms();
-    let mut last_transaction = last_stamp;
-    let mut last_refence = i64::MIN / 2;
     loop {
         if *stop.borrow() {
             break;
@@ -177,7 +179,7 @@ async fn copy(
         let idle_checkpoint =
             tokio::time::Instant::from_std(last_checkpoint + IDLE_CHECKPOINT_DELAY);
         let refence_due = keep_alive.map(|k| {
-            let due = k.due_ms(last_stamp, last_transaction, last_refence);
+            let due = clock.due_ms(&k);
             let wait = due - crate::coordinator::now_ms();
             tokio::time::Instant::now() + Duration::from_millis(wait.max(0) as u64)
         });
@@ -208,13 +210,12 @@ async fn copy(
                 }
             }, if refence_due.is_some() && inflight.is_empty() && checkpointing.is_none() => {
                 refence(cx, cursor, sink).await?;
-                last_stamp = crate::coordinator::now_ms();
-                (last_transaction, last_refence) = (last_stamp, last_stamp);
+                *clock = FenceClock::refenced(crate::coordinator::now_ms());
                 continue;
             }
             Some((pending, ack)) = inflight.next(), if !inflight.is_empty() => {
                 // The leader keeps the last batch's timestamp, old or not.
-                last_stamp = pending.max_timestamp;
+                clock.stamp_ms = pending.max_timestamp;
                 on_ack(cx, cursor, pending, ack)?;
                 if inflight.is_empty() {
                     // Everything planned is acknowledged: batches dropped

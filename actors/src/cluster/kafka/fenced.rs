@@ -7,9 +7,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::{Fenced, KafkaCluster};
+use crate::cluster::{BoxFuture, HeldFence};
 use crate::kafka::admin::ConfigResource;
-use crate::kafka::fence::{self, KeepAlive, Lease, ProducerFence};
+use crate::kafka::fence::{self, KeepAlive, ProducerFence};
 use crate::kafka::fetch::TopicPartition;
+use crate::kafka::lease::Lease;
 use crate::kafka::produce::IdempotentProducer;
 use crate::kafka::{KafkaClient, KafkaError};
 
@@ -53,6 +55,16 @@ impl SinkFence {
             })??;
         tracing::info!(partition = %self.tp, producer_id = self.fence.producer_id, epoch = self.fence.producer_epoch, "destination partition fenced again before its producer expires");
         Ok(())
+    }
+}
+
+impl HeldFence for SinkFence {
+    fn keep_alive(&self) -> KeepAlive {
+        self.keep_alive
+    }
+
+    fn refence(&self) -> BoxFuture<'_, Result<(), KafkaError>> {
+        Box::pin(SinkFence::refence(self))
     }
 }
 
@@ -104,7 +116,13 @@ impl KafkaCluster {
             Some(held) => fence::renew(&self.client, &held, FENCE_TXN_TIMEOUT).await?,
             None => {
                 let tid = Self::transactional_id(&f.prefix, tp);
-                fence::acquire(&self.client, &tid, FENCE_TXN_TIMEOUT).await?
+                fence::acquire(
+                    &self.client,
+                    &tid,
+                    FENCE_TXN_TIMEOUT,
+                    std::slice::from_ref(tp),
+                )
+                .await?
             }
         };
         f.held
@@ -112,6 +130,24 @@ impl KafkaCluster {
             .expect("fence map poisoned")
             .insert(tp.clone(), fence.clone());
         Ok(fence)
+    }
+
+    /// The fence this node holds on `tp`, with what keeps it alive.
+    pub(super) async fn held(&self, tp: TopicPartition) -> Result<Option<SinkFence>, KafkaError> {
+        let Some(f) = &self.fenced else {
+            return Ok(None);
+        };
+        let held = f.held.lock().expect("fence map poisoned").get(&tp).cloned();
+        let Some(fence) = held else {
+            return Ok(None);
+        };
+        let keep_alive = self.keep_alive(f, &tp).await?;
+        Ok(Some(SinkFence {
+            client: self.client.clone(),
+            fence,
+            tp,
+            keep_alive,
+        }))
     }
 
     /// A fenced sink's producer (under the lease, if any) and what keeps
@@ -224,7 +260,13 @@ impl KafkaCluster {
             .map(|tp| async move {
                 let tid = Self::transactional_id(&f.prefix, &tp);
                 let taken = async {
-                    let fence = fence::acquire(&self.client, &tid, FENCE_TXN_TIMEOUT).await?;
+                    let fence = fence::acquire(
+                        &self.client,
+                        &tid,
+                        FENCE_TXN_TIMEOUT,
+                        std::slice::from_ref(&tp),
+                    )
+                    .await?;
                     if mark {
                         fence::fence_partitions(&self.client, &fence, std::slice::from_ref(&tp))
                             .await?;

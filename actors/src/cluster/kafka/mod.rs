@@ -17,14 +17,15 @@ use tokio::sync::mpsc;
 
 use super::{
     Ack, AclBinding, BatchHeader, BatchHeaders, BoxFuture, ClusterView, CommittedRead,
-    DestinationCluster, GroupAnswers, GroupListing, GroupOffsets, LogBounds, PartitionFetch,
-    PartitionSink, SourceCluster, TopicInfo,
+    DestinationCluster, GroupAnswers, GroupListing, GroupOffsets, HeldFence, LogBounds,
+    PartitionFetch, PartitionSink, SourceCluster, TopicInfo,
 };
 use crate::kafka::admin::{AclFilter, Admin, AlterConfigOp, ConfigResource, NewTopic, OffsetSpec};
 use crate::kafka::batch::{OutgoingBatch, RecordBatch};
 use crate::kafka::budget::MemoryBudget;
-use crate::kafka::fence::{KeepAlive, Lease, ProducerFence};
+use crate::kafka::fence::{KeepAlive, ProducerFence};
 use crate::kafka::fetch::{FetchError, FetchOptions, FetchSession, IsolationLevel, TopicPartition};
+use crate::kafka::lease::Lease;
 use crate::kafka::produce::{IdempotentProducer, PartitionProducer};
 use crate::kafka::{KafkaClient, KafkaError};
 
@@ -779,6 +780,16 @@ impl DestinationCluster for KafkaCluster {
                 held.remove(tp);
             }
         }
+    }
+
+    fn held_fence(
+        &self,
+        tp: TopicPartition,
+    ) -> BoxFuture<'_, Result<Option<Box<dyn HeldFence>>, KafkaError>> {
+        Box::pin(async move {
+            let held = self.held(tp).await?;
+            Ok(held.map(|f| Box::new(f) as Box<dyn HeldFence>))
+        })
     }
 
     fn fence_producer_id(&self, tp: &TopicPartition) -> Option<i64> {

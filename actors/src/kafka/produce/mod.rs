@@ -39,8 +39,9 @@ use tokio::sync::{mpsc, oneshot};
 use super::batch::{stamp_producer, OutgoingBatch, SourceOffsets};
 use super::client::KafkaClient;
 use super::error::{KafkaError, ResponseError, Result};
-use super::fence::{Lease, LeaseTicket, ProducerFence};
+use super::fence::ProducerFence;
 use super::fetch::TopicPartition;
+use super::lease::{Lease, LeaseTicket};
 
 /// The broker's deduplication window; also our in-flight limit per partition.
 pub const MAX_IN_FLIGHT: usize = 5;

@@ -17,6 +17,7 @@ use kmirror_store::{EventLog, MemLog};
 
 use super::*;
 use crate::cluster::memory::{record, Fixture, MemoryDestination, MemorySource};
+use crate::cluster::DestinationCluster;
 use crate::coordinator::{CoordinatorActor, ReadImage};
 use crate::kafka::batch::Codec;
 use crate::kafka::fetch::{FetchError, TopicPartition};
