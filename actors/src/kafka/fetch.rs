@@ -196,8 +196,10 @@ pub type FetchResults = Vec<(
 /// Topic ids by name and names by id for one session's topics.
 #[derive(Debug)]
 struct TopicIds {
-    /// The metadata nil-pinned topics were resolved against.
-    metadata: Arc<ClusterMetadata>,
+    /// The metadata some topic's id was read from, if any was: only then
+    /// does newer metadata call for resolving again (metadata is replaced
+    /// at every refresh, many times a minute at 10 000 partitions).
+    metadata: Option<Arc<ClusterMetadata>>,
     ids: HashMap<Arc<str>, Uuid>,
     names: HashMap<Uuid, Arc<str>>,
 }
@@ -211,17 +213,14 @@ impl TopicIds {
         sent: &HashMap<TopicPartition, (i64, i32, i32)>,
     ) -> Self {
         let mut ids: HashMap<Arc<str>, Uuid> = HashMap::new();
-        let from_metadata = |topic: &str| {
+        let mut read = false;
+        let mut from_metadata = |topic: &str| {
+            read = true;
             metadata
                 .topic(topic)
                 .map(|t| t.topic_id)
                 .unwrap_or_default()
         };
-        for tp in sent.keys() {
-            if !ids.contains_key(&tp.topic) {
-                ids.insert(tp.topic.clone(), from_metadata(&tp.topic));
-            }
-        }
         for (tp, st) in partitions {
             let id = if st.topic_id.is_nil() {
                 from_metadata(&tp.topic)
@@ -230,12 +229,22 @@ impl TopicIds {
             };
             ids.insert(tp.topic.clone(), id);
         }
+        for tp in sent.keys() {
+            if !ids.contains_key(&tp.topic) {
+                ids.insert(tp.topic.clone(), from_metadata(&tp.topic));
+            }
+        }
         let names = ids.iter().map(|(n, id)| (*id, n.clone())).collect();
         TopicIds {
-            metadata,
+            metadata: read.then_some(metadata),
             ids,
             names,
         }
+    }
+
+    /// Whether `now` may hold ids this map read differently.
+    fn stale(&self, now: &Arc<ClusterMetadata>) -> bool {
+        self.metadata.as_ref().is_some_and(|m| !Arc::ptr_eq(m, now))
     }
 
     fn id_of(&self, topic: &Arc<str>) -> Uuid {
@@ -464,11 +473,7 @@ impl FetchSession {
             return Ok(Vec::new());
         }
         let md = self.client.metadata();
-        if self
-            .ids
-            .as_ref()
-            .is_none_or(|ids| !Arc::ptr_eq(&ids.metadata, &md))
-        {
+        if self.ids.as_ref().is_none_or(|ids| ids.stale(&md)) {
             self.ids = Some(TopicIds::resolve(md, &self.partitions, &self.sent));
         }
         let conn = self.client.lane_connection(self.node_id, self.lane).await?;
