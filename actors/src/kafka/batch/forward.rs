@@ -524,6 +524,20 @@ mod tests {
         .unwrap()
     }
 
+    /// The records of `batches` as one merged batch holds them: in order,
+    /// at dense offset deltas.
+    fn renumbered(batches: &[RecordBatch]) -> Vec<Record> {
+        batches
+            .iter()
+            .flat_map(|b| decode_records(b).unwrap().records)
+            .enumerate()
+            .map(|(i, r)| Record {
+                offset_delta: i as i32,
+                ..r
+            })
+            .collect()
+    }
+
     /// lz4 batches of `n` records of 1000-byte values, random letters
     /// (lz4 finds almost nothing to take out) or one repeated letter.
     fn lz4_batch(offset: i64, n: i32, random: bool) -> RecordBatch {
@@ -564,15 +578,7 @@ mod tests {
             let merged = RecordBatch::new(out[0].bytes.clone().freeze()).unwrap();
             assert_eq!(merged.codec().unwrap(), Codec::Lz4, "the codec is kept");
             let decoded = decode_records(&merged).unwrap();
-            let expected: Vec<Record> = batches
-                .iter()
-                .flat_map(|b| decode_records(b).unwrap().records)
-                .enumerate()
-                .map(|(i, r)| Record {
-                    offset_delta: i as i32,
-                    ..r
-                })
-                .collect();
+            let expected = renumbered(&batches);
             assert_eq!(decoded.records, expected, "records byte for byte");
             if random {
                 // Stored: the records plus framing, not compressed again.
@@ -604,15 +610,7 @@ mod tests {
             assert_eq!(merged.record_count(), 12);
             assert_eq!(merged.last_offset_delta(), 11, "dense offsets");
             assert_eq!(merged.max_timestamp(), 74);
-            let expected: Vec<Record> = batches
-                .iter()
-                .flat_map(|b| decode_records(b).unwrap().records)
-                .enumerate()
-                .map(|(i, r)| Record {
-                    offset_delta: i as i32,
-                    ..r
-                })
-                .collect();
+            let expected = renumbered(&batches);
             assert_eq!(decode_records(&merged).unwrap().records, expected);
             let mut offsets: Vec<i64> = (100..107).collect();
             offsets.extend(110..115);
