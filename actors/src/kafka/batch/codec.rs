@@ -46,6 +46,9 @@ pub struct DecodedBatch {
     pub codec: Codec,
     /// Records in order.
     pub records: Vec<Record>,
+    /// Size of the records decompressed: with the payload's size, how much
+    /// the source's compression saved.
+    pub plain_len: usize,
 }
 
 fn invalid(m: &str) -> KafkaError {
@@ -58,7 +61,10 @@ fn decompress(codec: Codec, mut payload: Bytes) -> Result<Bytes> {
         Codec::None => return Ok(payload),
         Codec::Gzip => cmpr::Gzip::decompress(&mut payload, f),
         Codec::Snappy => cmpr::Snappy::decompress(&mut payload, f),
-        Codec::Lz4 => cmpr::Lz4::decompress(&mut payload, f),
+        Codec::Lz4 => match super::lz4::decode(&payload) {
+            Some(plain) => return Ok(Bytes::from(plain)),
+            None => cmpr::Lz4::decompress(&mut payload, f),
+        },
         Codec::Zstd => cmpr::Zstd::decompress(&mut payload, f),
     };
     r.map_err(|e| KafkaError::InvalidBatch(format!("{codec:?} decompression failed: {e:#}")))
@@ -126,6 +132,7 @@ pub fn decode_records(batch: &RecordBatch) -> Result<DecodedBatch> {
     // length are reserved, whatever the header claims (a claimed 2^31
     // records aborted the process on allocation; found by the fuzzer).
     let mut records = Vec::with_capacity(count.min(data.len()));
+    let plain_len = data.len();
     let mut r = Reader { buf: data, pos: 0 };
     let log_append = batch.timestamp_type() == TimestampType::LogAppendTime;
     for _ in 0..count {
@@ -185,6 +192,7 @@ pub fn decode_records(batch: &RecordBatch) -> Result<DecodedBatch> {
         base_offset: batch.base_offset(),
         codec,
         records,
+        plain_len,
     })
 }
 
@@ -242,33 +250,36 @@ pub fn record_size_estimate(r: &Record) -> usize {
     body + varint_len(body as i64)
 }
 
-/// lz4 at its fast level. kafka-protocol's own lz4 compressor runs at level
-/// 4, which the lz4 frame library treats as LZ4HC: about ten times the CPU,
-/// and merged batches are re-compressed on the hot path. The frame is the
-/// one Kafka's own producer writes (`KafkaLZ4BlockOutputStream`: independent
-/// 64 KiB blocks, no content checksum — the batch CRC covers the bytes, and
-/// the xxHash was a third of the remaining compression cost in a profile).
+/// lz4 at its fast level, or stored blocks where compressing would not pay
+/// (`compress` false). kafka-protocol's own lz4 compressor runs at level 4,
+/// which the lz4 frame library treats as LZ4HC: about ten times the CPU, and
+/// merged batches are re-compressed on the hot path. The frame is the one
+/// Kafka's own producer writes (`KafkaLZ4BlockOutputStream`: independent
+/// 64 KiB blocks, no checksums — the batch CRC covers the bytes; see
+/// [`super::lz4`]).
 fn lz4_fast(
     out: &mut BytesMut,
+    compress: bool,
     write: impl FnOnce(&mut BytesMut) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut plain = BytesMut::new();
+    // `out` was sized for the records: so is the plain buffer, which then
+    // never grows (a growing buffer copied every merged batch once more).
+    let mut plain = BytesMut::with_capacity(out.capacity());
     write(&mut plain)?;
-    let mut encoder = lz4::EncoderBuilder::new()
-        .level(0)
-        .block_mode(lz4::BlockMode::Independent)
-        .checksum(lz4::ContentChecksum::NoChecksum)
-        .build(out.writer())?;
-    encoder.write_all(&plain)?;
-    let (_, result) = encoder.finish();
-    Ok(result?)
+    Ok(super::lz4::encode(&plain, compress, out)?)
 }
 
 /// Encodes records into one new v2 batch with offsets 0..n-1 (CreateTime,
 /// not transactional, producer fields -1 until [`stamp_producer`]).
 pub fn encode_batch(records: &[Record], codec: Codec) -> Result<BytesMut> {
-    encode(records, codec, |i, _| i as i32)
+    encode(records, codec, true, |i, _| i as i32)
+}
+
+/// [`encode_batch`], but lz4 blocks are stored, not compressed, unless
+/// `compress`: for records whose source batches lz4 could not shrink
+/// (see [`super::lz4::worth_compressing`]). Other codecs compress anyway.
+pub fn encode_batch_effort(records: &[Record], codec: Codec, compress: bool) -> Result<BytesMut> {
+    encode(records, codec, compress, |i, _| i as i32)
 }
 
 /// One batch of `records`, each at the offset delta `delta` gives it, with
@@ -276,6 +287,7 @@ pub fn encode_batch(records: &[Record], codec: Codec) -> Result<BytesMut> {
 fn encode(
     records: &[Record],
     codec: Codec,
+    compress: bool,
     delta: impl Fn(usize, &Record) -> i32,
 ) -> Result<BytesMut> {
     let Some(last) = records.last() else {
@@ -311,7 +323,7 @@ fn encode(
         Codec::None => write(&mut out),
         Codec::Gzip => cmpr::Gzip::compress(&mut out, write),
         Codec::Snappy => cmpr::Snappy::compress(&mut out, write),
-        Codec::Lz4 => lz4_fast(&mut out, write),
+        Codec::Lz4 => lz4_fast(&mut out, compress, write),
         Codec::Zstd => cmpr::Zstd::compress(&mut out, write),
     };
     res.map_err(|e| KafkaError::InvalidBatch(format!("{codec:?} compression failed: {e:#}")))?;
@@ -402,7 +414,7 @@ impl BatchBuilder {
 
     /// The batch, with its CRC.
     pub fn build(&self) -> Result<RecordBatch> {
-        let mut b = encode(&self.records, self.codec, |_, r| r.offset_delta)?;
+        let mut b = encode(&self.records, self.codec, true, |_, r| r.offset_delta)?;
         put(&mut b, BASE_OFFSET, self.base_offset.to_be_bytes());
         let epoch = self.partition_leader_epoch;
         put(&mut b, PARTITION_LEADER_EPOCH, epoch.to_be_bytes());

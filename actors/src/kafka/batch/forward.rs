@@ -10,7 +10,8 @@
 use bytes::BytesMut;
 
 use super::classify::{BatchAction, ReencodeReason};
-use super::codec::{decode_records, encode_batch, record_size_estimate, Record};
+use super::codec::{decode_records, encode_batch_effort, record_size_estimate, Record};
+use super::lz4::worth_compressing;
 use super::view::{
     put, Codec, RecordBatch, TimestampType, ATTRIBUTES, BASE_OFFSET, DELETE_HORIZON_BIT,
     HEADER_SIZE, LAST_OFFSET_DELTA, PARTITION_LEADER_EPOCH, TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT,
@@ -72,11 +73,13 @@ impl OutgoingBatch {
 
 /// Encodes records into as many batches as needed so that each is at most
 /// `max_bytes` on the wire. A single record that cannot fit is
-/// [`KafkaError::RecordTooLarge`].
+/// [`KafkaError::RecordTooLarge`]. lz4 blocks are stored unless `compress`
+/// (see [`encode_batch_effort`]).
 pub fn encode_batches(
     records: &[Record],
     source_offsets: &[i64],
     codec: Codec,
+    compress: bool,
     max_bytes: usize,
 ) -> Result<Vec<OutgoingBatch>> {
     assert_eq!(records.len(), source_offsets.len());
@@ -95,7 +98,7 @@ pub fn encode_batches(
             end += 1;
         }
         loop {
-            let bytes = encode_batch(&records[start..end], codec)?;
+            let bytes = encode_batch_effort(&records[start..end], codec, compress)?;
             if bytes.len() <= max_bytes {
                 let offs = &source_offsets[start..end];
                 let consecutive = offs.windows(2).all(|w| w[1] == w[0] + 1);
@@ -183,7 +186,14 @@ pub fn prepare(
                 .iter()
                 .map(|r| decoded.base_offset + r.offset_delta as i64)
                 .collect();
-            encode_batches(&decoded.records, &offsets, decoded.codec, max_message_bytes)
+            let compress = worth_compressing(batch.payload().len(), decoded.plain_len);
+            encode_batches(
+                &decoded.records,
+                &offsets,
+                decoded.codec,
+                compress,
+                max_message_bytes,
+            )
         }
     }
 }
@@ -263,6 +273,8 @@ pub fn merge(batches: &[RecordBatch], max_bytes: usize) -> Result<Vec<OutgoingBa
             let codec = first.codec()?;
             let mut records = Vec::new();
             let mut offsets = Vec::new();
+            // What the sources' compression saved, over all of them.
+            let (mut compressed, mut plain) = (0, 0);
             for b in batches {
                 if b.codec()? != codec {
                     return Err(KafkaError::InvalidBatch(
@@ -270,6 +282,8 @@ pub fn merge(batches: &[RecordBatch], max_bytes: usize) -> Result<Vec<OutgoingBa
                     ));
                 }
                 let decoded = decode_records(b)?;
+                compressed += b.payload().len();
+                plain += decoded.plain_len;
                 offsets.extend(
                     decoded
                         .records
@@ -278,7 +292,13 @@ pub fn merge(batches: &[RecordBatch], max_bytes: usize) -> Result<Vec<OutgoingBa
                 );
                 records.extend(decoded.records);
             }
-            encode_batches(&records, &offsets, codec, max_bytes.min(MERGE_TARGET_BYTES))
+            encode_batches(
+                &records,
+                &offsets,
+                codec,
+                worth_compressing(compressed, plain),
+                max_bytes.min(MERGE_TARGET_BYTES),
+            )
         }
     }
 }
@@ -289,7 +309,7 @@ mod tests {
 
     use super::super::classify::{classify, DropReason};
     use super::super::codec::tests::{rec, ALL};
-    use super::super::codec::BatchBuilder;
+    use super::super::codec::{encode_batch, BatchBuilder};
     use super::super::view::stamp_producer;
     use super::*;
 
@@ -504,6 +524,72 @@ mod tests {
         .unwrap()
     }
 
+    /// The records of `batches` as one merged batch holds them: in order,
+    /// at dense offset deltas.
+    fn renumbered(batches: &[RecordBatch]) -> Vec<Record> {
+        batches
+            .iter()
+            .flat_map(|b| decode_records(b).unwrap().records)
+            .enumerate()
+            .map(|(i, r)| Record {
+                offset_delta: i as i32,
+                ..r
+            })
+            .collect()
+    }
+
+    /// lz4 batches of `n` records of 1000-byte values, random letters
+    /// (lz4 finds almost nothing to take out) or one repeated letter.
+    fn lz4_batch(offset: i64, n: i32, random: bool) -> RecordBatch {
+        let mut x = offset as u32 ^ 0x9E37_79B9;
+        let records: Vec<Record> = (0..n)
+            .map(|i| {
+                let value: Vec<u8> = (0..1000)
+                    .map(|_| {
+                        x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                        if random {
+                            b'A' + (x >> 24) as u8 % 26
+                        } else {
+                            b'x'
+                        }
+                    })
+                    .collect();
+                Record {
+                    value: Some(Bytes::from(value)),
+                    ..rec(i, 5)
+                }
+            })
+            .collect();
+        BatchBuilder {
+            codec: Codec::Lz4,
+            base_offset: offset,
+            ..BatchBuilder::new(records)
+        }
+        .build()
+        .unwrap()
+    }
+
+    #[test]
+    fn merged_lz4_is_compressed_only_where_the_source_compression_paid() {
+        for random in [true, false] {
+            let batches = [lz4_batch(0, 40, random), lz4_batch(40, 40, random)];
+            let out = merge(&batches, 1 << 20).unwrap();
+            assert_eq!(out.len(), 1);
+            let merged = RecordBatch::new(out[0].bytes.clone().freeze()).unwrap();
+            assert_eq!(merged.codec().unwrap(), Codec::Lz4, "the codec is kept");
+            let decoded = decode_records(&merged).unwrap();
+            let expected = renumbered(&batches);
+            assert_eq!(decoded.records, expected, "records byte for byte");
+            if random {
+                // Stored: the records plus framing, not compressed again.
+                assert!(merged.payload().len() >= decoded.plain_len);
+                assert!(merged.payload().len() < decoded.plain_len + 64);
+            } else {
+                assert!(merged.payload().len() * 10 < decoded.plain_len);
+            }
+        }
+    }
+
     #[test]
     fn small_batches_merge_into_one_with_every_record_and_offset() {
         for codec in ALL {
@@ -524,15 +610,7 @@ mod tests {
             assert_eq!(merged.record_count(), 12);
             assert_eq!(merged.last_offset_delta(), 11, "dense offsets");
             assert_eq!(merged.max_timestamp(), 74);
-            let expected: Vec<Record> = batches
-                .iter()
-                .flat_map(|b| decode_records(b).unwrap().records)
-                .enumerate()
-                .map(|(i, r)| Record {
-                    offset_delta: i as i32,
-                    ..r
-                })
-                .collect();
+            let expected = renumbered(&batches);
             assert_eq!(decode_records(&merged).unwrap().records, expected);
             let mut offsets: Vec<i64> = (100..107).collect();
             offsets.extend(110..115);

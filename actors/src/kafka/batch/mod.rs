@@ -7,14 +7,17 @@
 //! - `view`: the header, read and rewritten in place; the batch iterator.
 //! - `classify`: pass through, re-encode or drop, from the header alone.
 //! - `codec`: kmirror's own record codec, and a batch builder for tests.
+//! - `lz4`: the lz4 frame of Kafka's producer, read and written with lz4's
+//!   block functions (the merge path's decompress and compress).
 //! - `forward`: what is sent — pass-through copies, re-encoded and merged
 //!   batches — and the merge policy.
 //!
-//! Dependencies run one way: `forward` → `classify` → `codec` → `view`.
+//! Dependencies run one way: `forward` → `classify` → `codec` → `lz4`, `view`.
 
 mod classify;
 mod codec;
 mod forward;
+mod lz4;
 mod view;
 
 pub use classify::{classify, AbortedTransactions, BatchAction, DropReason, ReencodeReason};
