@@ -142,7 +142,13 @@ pub fn produce_with(bootstrap: &str, topic: &str, input: &str, producer_props: &
         "null.marker=NULL",
     ];
     for p in producer_props {
-        args.extend(["--producer-property", p]);
+        // The console producer sets `compression.type` from its own
+        // `--compression-codec` (default none) after the producer
+        // properties, so a `compression.type` given as one is ignored.
+        match p.strip_prefix("compression.type=") {
+            Some(codec) => args.extend(["--compression-codec", codec]),
+            None => args.extend(["--producer-property", p]),
+        }
     }
     let out = kafka_tool_stdin("kafka-console-producer", &args, input.as_bytes());
     assert!(

@@ -98,6 +98,26 @@ pub fn fetch_batches(bootstrap: &str, topic: &str, partition: i32) -> Result<Vec
     Ok(out)
 }
 
+/// The codecs of a partition's data batches as stored, in order, each run
+/// of one codec once ("none", "gzip", "snappy", "lz4", "zstd"): a test of
+/// a codec first checks that its data really has it.
+pub fn codecs(bootstrap: &str, topic: &str, partition: i32) -> Vec<String> {
+    const NAMES: [&str; 5] = ["none", "gzip", "snappy", "lz4", "zstd"];
+    let mut out: Vec<String> = raw_batches(bootstrap, topic, partition, 0)
+        .expect("read the stored batches")
+        .iter()
+        .filter(|b| !b.is_control)
+        .map(|b| {
+            let codec = usize::from(b.bytes[22] & 0x07);
+            NAMES
+                .get(codec)
+                .map_or_else(|| format!("codec {codec}"), |n| n.to_string())
+        })
+        .collect();
+    out.dedup();
+    out
+}
+
 /// One stored batch: its header fields read by hand (the v2 layout) and
 /// its bytes as the broker keeps them.
 pub struct RawBatch {

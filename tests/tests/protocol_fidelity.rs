@@ -104,8 +104,10 @@ async fn run_case_with(
             &bed.source,
             "--topic",
             &topic,
-            "--producer-property",
-            &format!("compression.type={codec}"),
+            // Not `compression.type`: the console producer overrides that
+            // property with its own option's value (default none).
+            "--compression-codec",
+            codec,
             "--producer-property",
             "linger.ms=200",
             "--property",
@@ -121,6 +123,11 @@ async fn run_case_with(
         out.status.success(),
         "console producer: {}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        kmirror_tests::wire::codecs(&bed.source, &topic, 0),
+        vec![codec.to_string()],
+        "the source holds {codec} batches"
     );
     let producer = IdempotentProducer::new(dst.clone()).await.unwrap();
     let stats = forward_partition(&src, &producer, &topic, 0, n as i64, max_message_bytes).await;
@@ -257,8 +264,8 @@ async fn fidelity_compacted_source() {
             &bed.source,
             "--topic",
             &topic,
-            "--producer-property",
-            "compression.type=gzip",
+            "--compression-codec",
+            "gzip",
             "--producer-property",
             "linger.ms=200",
             "--property",
