@@ -75,7 +75,16 @@ pub struct IdempotentProducer {
     /// Set: nothing is sent without it (see [`Lease`]).
     lease: Option<LeaseTicket>,
     active: Arc<Mutex<HashSet<TopicPartition>>>,
-    /// By (broker, lane): see [`PRODUCE_LANES`].
+    lanes: ProduceLanes,
+}
+
+/// A client's dispatchers, one per (broker, lane), and the round robin
+/// over lanes, for all its producers ([`IdempotentProducer::sharing`]): with
+/// a producer (id) per partition, dispatchers of their own cost each one a
+/// task and a channel (5 KB idle) and a Produce request per batch, all on
+/// lane 0. Producer ids are in the batches, not the request.
+#[derive(Debug, Clone, Default)]
+pub struct ProduceLanes {
     dispatchers: Arc<Mutex<Dispatchers>>,
     /// Partitions placed so far, for the round robin over lanes.
     placed: Arc<AtomicU64>,
@@ -131,7 +140,7 @@ struct Submission {
 impl IdempotentProducer {
     /// The dispatcher task of `lane` to broker `node`, started on first use.
     fn dispatcher(&self, node: i32, lane: u8) -> mpsc::Sender<Submission> {
-        let mut map = self.dispatchers.lock().unwrap();
+        let mut map = self.lanes.dispatchers.lock().unwrap();
         if let Some(tx) = map.get(&(node, lane)) {
             if !tx.is_closed() {
                 return tx.clone();
@@ -143,7 +152,7 @@ impl IdempotentProducer {
             node,
             lane,
             rx,
-            self.stats.clone(),
+            self.lanes.stats.clone(),
         ));
         map.insert((node, lane), tx.clone());
         tx
@@ -209,9 +218,7 @@ impl IdempotentProducer {
             fence,
             lease: None,
             active: Arc::new(Mutex::new(HashSet::new())),
-            dispatchers: Arc::new(Mutex::new(HashMap::new())),
-            placed: Arc::new(AtomicU64::new(0)),
-            stats: Arc::new(Counters::default()),
+            lanes: ProduceLanes::default(),
         }
     }
 
@@ -224,18 +231,24 @@ impl IdempotentProducer {
         self
     }
 
+    /// Writes through `lanes` (of the same client), not dispatchers of its own.
+    pub fn sharing(self, lanes: &ProduceLanes) -> Self {
+        let lanes = lanes.clone();
+        IdempotentProducer { lanes, ..self }
+    }
+
     /// `(producer id, epoch)`.
     pub fn id(&self) -> (i64, i16) {
         (self.producer_id, self.producer_epoch)
     }
 
-    /// What was put on the wire so far. `batches / requests` shows how
-    /// well partitions were coalesced into shared Produce requests.
+    /// What all sharing its lanes put on the wire (`batches / requests`: coalescing).
     pub fn stats(&self) -> ProducerStats {
+        let stats = &self.lanes.stats;
         ProducerStats {
-            requests: self.stats.requests.load(Ordering::Relaxed),
-            batches: self.stats.batches.load(Ordering::Relaxed),
-            bytes: self.stats.bytes.load(Ordering::Relaxed),
+            requests: stats.requests.load(Ordering::Relaxed),
+            batches: stats.batches.load(Ordering::Relaxed),
+            bytes: stats.bytes.load(Ordering::Relaxed),
         }
     }
 
@@ -255,7 +268,8 @@ impl IdempotentProducer {
             });
         }
         let (tx, rx) = mpsc::channel(1);
-        let lane = (self.placed.fetch_add(1, Ordering::Relaxed) % u64::from(PRODUCE_LANES)) as u8;
+        let placed = self.lanes.placed.fetch_add(1, Ordering::Relaxed);
+        let lane = (placed % u64::from(PRODUCE_LANES)) as u8;
         let driver = Driver {
             lane,
             client: self.client.clone(),
@@ -374,6 +388,8 @@ enum Outcome {
 }
 
 impl Driver {
+    /// Rare steps (the leader lookup, a lease wait, a refresh before a
+    /// retry) are boxed: the task lives as long as its partition is open.
     async fn run(mut self) {
         self.pump().await;
         self.producer.active.lock().unwrap().remove(&self.tp);
@@ -480,10 +496,8 @@ impl Driver {
         tracing::debug!(partition = %self.tp, error = %e, attempt = self.attempts, "produce retry");
         if e.needs_metadata_refresh() || matches!(e, KafkaError::Unknown(_)) {
             self.node = None;
-            let _ = self
-                .client
-                .refresh_metadata(Some(&[self.tp.topic.to_string()]))
-                .await;
+            let topics = [self.tp.topic.to_string()];
+            let _ = Box::pin(self.client.refresh_metadata(Some(&topics))).await;
         }
         let d = self.client.retry_backoff(self.attempts);
         self.attempts = self.attempts.saturating_add(1);
@@ -499,10 +513,8 @@ impl Driver {
 
     async fn request_future(&mut self, index: usize) -> Result<InFlight> {
         if self.node.is_none() {
-            let (leader, _epoch) = self
-                .client
-                .leader(&self.tp.topic, self.tp.partition)
-                .await?;
+            let (leader, _epoch) =
+                Box::pin(self.client.leader(&self.tp.topic, self.tp.partition)).await?;
             let topic_id = self
                 .client
                 .metadata()
@@ -513,7 +525,7 @@ impl Driver {
         }
         let (node, topic_id) = self.node.expect("set above");
         if let Some(lease) = &self.producer.lease {
-            if !lease.may_send(self.client.config().delivery_timeout).await {
+            if !Box::pin(lease.may_send(self.client.config().delivery_timeout)).await {
                 return Err(KafkaError::Fenced {
                     resource: self.tp.to_string(),
                     reason: "this node's group lease ran out (no heartbeat accepted for a session timeout): another node may own the partition now".into(),
