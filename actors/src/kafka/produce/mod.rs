@@ -78,11 +78,8 @@ pub struct IdempotentProducer {
     lanes: ProduceLanes,
 }
 
-/// A client's dispatchers, one per (broker, lane), and the round robin
-/// over lanes, for all its producers ([`IdempotentProducer::sharing`]): with
-/// a producer (id) per partition, dispatchers of their own cost each one a
-/// task and a channel (5 KB idle) and a Produce request per batch, all on
-/// lane 0. Producer ids are in the batches, not the request.
+/// A client's dispatchers by (broker, lane) and lane round robin, for all its producers
+/// ([`IdempotentProducer::sharing`]; their own were a task and channel each, 5 KB idle).
 #[derive(Debug, Clone, Default)]
 pub struct ProduceLanes {
     dispatchers: Arc<Mutex<Dispatchers>>,
@@ -102,7 +99,6 @@ type Dispatchers = HashMap<(i32, u8), mpsc::Sender<Submission>>;
 /// still travel one connection, in order.
 pub const PRODUCE_LANES: u8 = 2;
 
-/// Counters of what the producer put on the wire.
 #[derive(Debug, Default)]
 struct Counters {
     requests: AtomicU64,
@@ -110,7 +106,7 @@ struct Counters {
     bytes: AtomicU64,
 }
 
-/// A snapshot of [`IdempotentProducer::stats`].
+/// A snapshot of [`IdempotentProducer::stats`], what was put on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProducerStats {
     /// Produce requests sent (retries included).
@@ -120,6 +116,10 @@ pub struct ProducerStats {
     /// Batch bytes sent.
     pub bytes: u64,
 }
+
+/// A lane's queue (a request carries what is queued; a lane serves hundreds
+/// of partitions). Slots are allocated 32 at a time, as they fill.
+const DISPATCH_QUEUE: usize = 4096;
 
 /// Largest Produce request the dispatcher builds by coalescing partitions
 /// (the broker's `socket.request.max.bytes` defaults to 100 MiB).
@@ -146,7 +146,7 @@ impl IdempotentProducer {
                 return tx.clone();
             }
         }
-        let (tx, rx) = mpsc::channel(4 * MAX_IN_FLIGHT);
+        let (tx, rx) = mpsc::channel(DISPATCH_QUEUE);
         tokio::spawn(dispatch_loop(
             self.client.clone(),
             node,
