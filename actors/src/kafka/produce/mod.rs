@@ -83,7 +83,6 @@ pub struct IdempotentProducer {
 #[derive(Debug, Clone, Default)]
 pub struct ProduceLanes {
     dispatchers: Arc<Mutex<Dispatchers>>,
-    /// Partitions placed so far, for the round robin over lanes.
     placed: Arc<AtomicU64>,
     stats: Arc<Counters>,
 }
@@ -117,8 +116,7 @@ pub struct ProducerStats {
     pub bytes: u64,
 }
 
-/// A lane's queue (a request carries what is queued; a lane serves hundreds
-/// of partitions). Slots are allocated 32 at a time, as they fill.
+/// A lane's queue (a request carries what is queued); slots are made 32 at a time.
 const DISPATCH_QUEUE: usize = 4096;
 
 /// Largest Produce request the dispatcher builds by coalescing partitions
@@ -388,8 +386,7 @@ enum Outcome {
 }
 
 impl Driver {
-    /// Rare steps (the leader lookup, a lease wait, a refresh before a
-    /// retry) are boxed: the task lives as long as its partition is open.
+    /// Rare steps (leader lookup, lease wait, refresh) are boxed: the task lives long.
     async fn run(mut self) {
         self.pump().await;
         self.producer.active.lock().unwrap().remove(&self.tp);
@@ -667,14 +664,16 @@ async fn dispatch_loop(
     mut rx: mpsc::Receiver<Submission>,
     stats: Arc<Counters>,
 ) {
-    let mut carry: Option<Submission> = None;
+    // A partition's later batches (a driver submits its five in a row) wait
+    // for the next request, in order, holding back no other partition's.
+    let mut carry: VecDeque<Submission> = VecDeque::new();
     // At most MAX_IN_FLIGHT requests outstanding on the connection (the
     // broker handles one request per connection at a time anyway); while
     // they are, new submissions queue up and go out together in the next
     // request. Idle, a batch goes out at once: no linger.
     let permits = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
     loop {
-        let first = match carry.take() {
+        let first = match carry.pop_front() {
             Some(s) => s,
             None => match rx.recv().await {
                 Some(s) => s,
@@ -686,22 +685,23 @@ async fn dispatch_loop(
         };
         let mut size = first.records.len();
         let mut subs = vec![first];
+        let mut later = VecDeque::new();
         while size < MAX_REQUEST_BYTES {
-            match rx.try_recv() {
-                Ok(s) => {
-                    if subs
-                        .iter()
-                        .any(|x| x.partition == s.partition && x.topic == s.topic)
-                    {
-                        carry = Some(s);
-                        break;
-                    }
-                    size += s.records.len();
-                    subs.push(s);
-                }
-                Err(_) => break,
+            let Some(s) = carry.pop_front().or_else(|| rx.try_recv().ok()) else {
+                break;
+            };
+            let repeated = subs
+                .iter()
+                .any(|x| x.partition == s.partition && x.topic == s.topic);
+            if repeated {
+                later.push_back(s);
+                continue;
             }
+            size += s.records.len();
+            subs.push(s);
         }
+        later.append(&mut carry);
+        carry = later;
         let conn = match client.lane_connection(node, lane).await {
             Ok(c) => c,
             Err(e) => {
