@@ -67,6 +67,12 @@ struct Pending {
 }
 
 /// Runs the partition until stopped or failed.
+///
+/// A spawned task's future is as large as its largest await point for its
+/// whole life, and every idle partition holds one: the steps a pump rarely
+/// takes (alignment, reopening the fetch, a re-fence) and `forward` (once
+/// per fetch, against a fetch's worth of data) are boxed, so the idle loop
+/// does not carry their state.
 pub async fn run(mut cx: PumpContext) -> PumpExit {
     match run_inner(&mut cx).await {
         Ok(()) => PumpExit::Stopped,
@@ -79,7 +85,7 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
         mut cursor,
         destination_leader_epoch,
         mut epochs,
-    } = position::align(cx).await?;
+    } = Box::pin(position::align(cx)).await?;
     let max_message_bytes = cx
         .destination
         .max_message_bytes(&cx.tp.topic)
@@ -143,7 +149,7 @@ async fn copy(
     destination_leader_epoch: i32,
     max_message_bytes: usize,
 ) -> Result<(), PumpExit> {
-    let mut fetch = open(cx, cursor, last_epoch(epochs, cursor)).await?;
+    let mut fetch = Box::pin(open(cx, cursor, last_epoch(epochs, cursor))).await?;
 
     let mut on_healthy = cx.on_healthy.take();
     if let Some(aligned) = cx.on_aligned.take() {
@@ -209,7 +215,7 @@ async fn copy(
                     None => std::future::pending().await,
                 }
             }, if refence_due.is_some() && inflight.is_empty() && checkpointing.is_none() => {
-                refence(cx, cursor, sink).await?;
+                Box::pin(refence(cx, cursor, sink)).await?;
                 *clock = FenceClock::refenced(crate::coordinator::now_ms());
                 continue;
             }
@@ -229,12 +235,13 @@ async fn copy(
                 let fetched = match fetched {
                     Ok(f) => f,
                     Err(e) => {
-                        fetch = reopen(cx, cursor, epochs, e).await?;
+                        fetch = Box::pin(reopen(cx, cursor, epochs, e)).await?;
                         continue;
                     }
                 };
-                forward(cx, cursor, epochs, sink, &mut inflight, fetched, max_message_bytes)
-                    .await?;
+                let forwarded =
+                    forward(cx, cursor, epochs, sink, &mut inflight, fetched, max_message_bytes);
+                Box::pin(forwarded).await?;
                 // A fetch that left nothing to forward proves the path healthy too.
                 healthy |= inflight.is_empty();
             }

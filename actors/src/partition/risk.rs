@@ -266,8 +266,14 @@ impl Risk {
             match still {
                 Some(p) => p,
                 None => {
-                    let p = position::stopped_position(key, tp, source, destination, coordinator)
-                        .await?;
+                    let p = Box::pin(position::stopped_position(
+                        key,
+                        tp,
+                        source,
+                        destination,
+                        coordinator,
+                    ))
+                    .await?;
                     self.shared.lock().unwrap().still = Some(p.clone());
                     p
                 }
@@ -277,9 +283,21 @@ impl Risk {
         failover::check_topic(key, tp, &now.topics)?;
         // The partitions tick together: their scans, each reading up to
         // `max_bytes` of batches outside the memory budget, take turns.
+        // Boxed, as the position read above: every partition waits for
+        // the batched read and for its turn at once, and a sample's task
+        // should not carry a scan's state while it does.
         let scan = {
             let _turn = self.reads.scans.acquire().await;
-            failover::scan_from(tp, source, destination, &position, max_bytes, now.bounds?).await?
+            let bounds = now.bounds?;
+            Box::pin(failover::scan_from(
+                tp,
+                source,
+                destination,
+                &position,
+                max_bytes,
+                bounds,
+            ))
+            .await?
         };
         let retention = now.retention?;
         let at = Instant::now();

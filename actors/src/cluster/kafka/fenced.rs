@@ -159,7 +159,8 @@ impl KafkaCluster {
     ) -> Result<(IdempotentProducer, SinkFence), KafkaError> {
         let fence = self.sink_fence(f, tp).await?;
         let keep_alive = self.keep_alive(f, tp).await?;
-        let producer = IdempotentProducer::under_fence(self.client.clone(), &fence);
+        let producer =
+            IdempotentProducer::under_fence(self.client.clone(), &fence).sharing(&self.lanes);
         let producer = match &f.lease {
             Some(lease) => producer.leased(lease),
             None => producer,

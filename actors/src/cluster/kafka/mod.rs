@@ -26,7 +26,7 @@ use crate::kafka::budget::MemoryBudget;
 use crate::kafka::fence::{KeepAlive, ProducerFence};
 use crate::kafka::fetch::{FetchError, FetchOptions, FetchSession, IsolationLevel, TopicPartition};
 use crate::kafka::lease::Lease;
-use crate::kafka::produce::{IdempotentProducer, PartitionProducer};
+use crate::kafka::produce::{IdempotentProducer, PartitionProducer, ProduceLanes};
 use crate::kafka::{KafkaClient, KafkaError};
 
 mod fenced;
@@ -264,6 +264,9 @@ pub struct KafkaCluster {
     fenced: Option<Fenced>,
     /// `topics` shared by callers that ask together (see [`TopicsFlight`]).
     topics: TopicsFlight,
+    /// The produce dispatchers every sink's producer shares (see
+    /// [`ProduceLanes`]).
+    lanes: ProduceLanes,
 }
 
 /// A metadata refresh's answer, shared by the callers it serves.
@@ -327,6 +330,7 @@ impl KafkaCluster {
             budget: None,
             fenced: None,
             topics: TopicsFlight::default(),
+            lanes: ProduceLanes::default(),
         }
     }
 
@@ -755,7 +759,12 @@ impl DestinationCluster for KafkaCluster {
                     let (producer, fence) = self.fenced_producer(f, &tp).await?;
                     (producer, Some(fence))
                 }
-                None => (IdempotentProducer::new(self.client.clone()).await?, None),
+                None => (
+                    IdempotentProducer::new(self.client.clone())
+                        .await?
+                        .sharing(&self.lanes),
+                    None,
+                ),
             };
             let p = producer.partition(&tp.topic, tp.partition)?;
             Ok(Box::new(KafkaSink {

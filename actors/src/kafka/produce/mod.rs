@@ -76,9 +76,14 @@ pub struct IdempotentProducer {
     /// Set: nothing is sent without it (see [`Lease`]).
     lease: Option<LeaseTicket>,
     active: Arc<Mutex<HashSet<TopicPartition>>>,
-    /// By (broker, lane): see [`PRODUCE_LANES`].
+    lanes: ProduceLanes,
+}
+
+/// A client's dispatchers by (broker, lane) and lane round robin, for all its producers
+/// ([`IdempotentProducer::sharing`]; their own were a task and channel each, 5 KB idle).
+#[derive(Debug, Clone, Default)]
+pub struct ProduceLanes {
     dispatchers: Arc<Mutex<Dispatchers>>,
-    /// Partitions placed so far, for the round robin over lanes.
     placed: Arc<AtomicU64>,
     stats: Arc<Counters>,
 }
@@ -94,7 +99,6 @@ type Dispatchers = HashMap<(i32, u8), mpsc::Sender<Submission>>;
 /// still travel one connection, in order.
 pub const PRODUCE_LANES: u8 = 2;
 
-/// Counters of what the producer put on the wire.
 #[derive(Debug, Default)]
 struct Counters {
     requests: AtomicU64,
@@ -102,7 +106,7 @@ struct Counters {
     bytes: AtomicU64,
 }
 
-/// A snapshot of [`IdempotentProducer::stats`].
+/// A snapshot of [`IdempotentProducer::stats`], what was put on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProducerStats {
     /// Produce requests sent (retries included).
@@ -112,6 +116,9 @@ pub struct ProducerStats {
     /// Batch bytes sent.
     pub bytes: u64,
 }
+
+/// A lane's queue (a request carries what is queued); slots are made 32 at a time.
+const DISPATCH_QUEUE: usize = 4096;
 
 /// Largest Produce request the dispatcher builds by coalescing partitions
 /// (the broker's `socket.request.max.bytes` defaults to 100 MiB).
@@ -132,19 +139,19 @@ struct Submission {
 impl IdempotentProducer {
     /// The dispatcher task of `lane` to broker `node`, started on first use.
     fn dispatcher(&self, node: i32, lane: u8) -> mpsc::Sender<Submission> {
-        let mut map = self.dispatchers.lock().unwrap();
+        let mut map = self.lanes.dispatchers.lock().unwrap();
         if let Some(tx) = map.get(&(node, lane)) {
             if !tx.is_closed() {
                 return tx.clone();
             }
         }
-        let (tx, rx) = mpsc::channel(4 * MAX_IN_FLIGHT);
+        let (tx, rx) = mpsc::channel(DISPATCH_QUEUE);
         tokio::spawn(dispatch_loop(
             self.client.clone(),
             node,
             lane,
             rx,
-            self.stats.clone(),
+            self.lanes.stats.clone(),
         ));
         map.insert((node, lane), tx.clone());
         tx
@@ -210,9 +217,7 @@ impl IdempotentProducer {
             fence,
             lease: None,
             active: Arc::new(Mutex::new(HashSet::new())),
-            dispatchers: Arc::new(Mutex::new(HashMap::new())),
-            placed: Arc::new(AtomicU64::new(0)),
-            stats: Arc::new(Counters::default()),
+            lanes: ProduceLanes::default(),
         }
     }
 
@@ -225,18 +230,24 @@ impl IdempotentProducer {
         self
     }
 
+    /// Writes through `lanes` (of the same client), not dispatchers of its own.
+    pub fn sharing(self, lanes: &ProduceLanes) -> Self {
+        let lanes = lanes.clone();
+        IdempotentProducer { lanes, ..self }
+    }
+
     /// `(producer id, epoch)`.
     pub fn id(&self) -> (i64, i16) {
         (self.producer_id, self.producer_epoch)
     }
 
-    /// What was put on the wire so far. `batches / requests` shows how
-    /// well partitions were coalesced into shared Produce requests.
+    /// What all sharing its lanes put on the wire (`batches / requests`: coalescing).
     pub fn stats(&self) -> ProducerStats {
+        let stats = &self.lanes.stats;
         ProducerStats {
-            requests: self.stats.requests.load(Ordering::Relaxed),
-            batches: self.stats.batches.load(Ordering::Relaxed),
-            bytes: self.stats.bytes.load(Ordering::Relaxed),
+            requests: stats.requests.load(Ordering::Relaxed),
+            batches: stats.batches.load(Ordering::Relaxed),
+            bytes: stats.bytes.load(Ordering::Relaxed),
         }
     }
 
@@ -256,7 +267,8 @@ impl IdempotentProducer {
             });
         }
         let (tx, rx) = mpsc::channel(1);
-        let lane = (self.placed.fetch_add(1, Ordering::Relaxed) % u64::from(PRODUCE_LANES)) as u8;
+        let placed = self.lanes.placed.fetch_add(1, Ordering::Relaxed);
+        let lane = (placed % u64::from(PRODUCE_LANES)) as u8;
         let driver = Driver {
             lane,
             client: self.client.clone(),
@@ -375,6 +387,7 @@ enum Outcome {
 }
 
 impl Driver {
+    /// Rare steps (leader lookup, lease wait, refresh) are boxed: the task lives long.
     async fn run(mut self) {
         self.pump().await;
         self.producer.active.lock().unwrap().remove(&self.tp);
@@ -481,10 +494,8 @@ impl Driver {
         tracing::debug!(partition = %self.tp, error = %e, attempt = self.attempts, "produce retry");
         if e.needs_metadata_refresh() || matches!(e, KafkaError::Unknown(_)) {
             self.node = None;
-            let _ = self
-                .client
-                .refresh_metadata(Some(&[self.tp.topic.to_string()]))
-                .await;
+            let topics = [self.tp.topic.to_string()];
+            let _ = Box::pin(self.client.refresh_metadata(Some(&topics))).await;
         }
         let d = self.client.retry_backoff(self.attempts);
         self.attempts = self.attempts.saturating_add(1);
@@ -500,10 +511,8 @@ impl Driver {
 
     async fn request_future(&mut self, index: usize) -> Result<InFlight> {
         if self.node.is_none() {
-            let (leader, _epoch) = self
-                .client
-                .leader(&self.tp.topic, self.tp.partition)
-                .await?;
+            let (leader, _epoch) =
+                Box::pin(self.client.leader(&self.tp.topic, self.tp.partition)).await?;
             let topic_id = self
                 .client
                 .metadata()
@@ -514,7 +523,7 @@ impl Driver {
         }
         let (node, topic_id) = self.node.expect("set above");
         if let Some(lease) = &self.producer.lease {
-            if !lease.may_send(self.client.config().delivery_timeout).await {
+            if !Box::pin(lease.may_send(self.client.config().delivery_timeout)).await {
                 return Err(KafkaError::Fenced {
                     resource: self.tp.to_string(),
                     reason: "this node's group lease ran out (no heartbeat accepted for a session timeout): another node may own the partition now".into(),
@@ -656,14 +665,16 @@ async fn dispatch_loop(
     mut rx: mpsc::Receiver<Submission>,
     stats: Arc<Counters>,
 ) {
-    let mut carry: Option<Submission> = None;
+    // A partition's later batches (a driver submits its five in a row) wait
+    // for the next request, in order, holding back no other partition's.
+    let mut carry: VecDeque<Submission> = VecDeque::new();
     // At most MAX_IN_FLIGHT requests outstanding on the connection (the
     // broker handles one request per connection at a time anyway); while
     // they are, new submissions queue up and go out together in the next
     // request. Idle, a batch goes out at once: no linger.
     let permits = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
     loop {
-        let first = match carry.take() {
+        let first = match carry.pop_front() {
             Some(s) => s,
             None => match rx.recv().await {
                 Some(s) => s,
@@ -675,22 +686,23 @@ async fn dispatch_loop(
         };
         let mut size = first.records.len();
         let mut subs = vec![first];
+        let mut later = VecDeque::new();
         while size < MAX_REQUEST_BYTES {
-            match rx.try_recv() {
-                Ok(s) => {
-                    if subs
-                        .iter()
-                        .any(|x| x.partition == s.partition && x.topic == s.topic)
-                    {
-                        carry = Some(s);
-                        break;
-                    }
-                    size += s.records.len();
-                    subs.push(s);
-                }
-                Err(_) => break,
+            let Some(s) = carry.pop_front().or_else(|| rx.try_recv().ok()) else {
+                break;
+            };
+            let repeated = subs
+                .iter()
+                .any(|x| x.partition == s.partition && x.topic == s.topic);
+            if repeated {
+                later.push_back(s);
+                continue;
             }
+            size += s.records.len();
+            subs.push(s);
         }
+        later.append(&mut carry);
+        carry = later;
         let conn = match client.lane_connection(node, lane).await {
             Ok(c) => c,
             Err(e) => {

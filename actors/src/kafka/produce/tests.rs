@@ -34,7 +34,17 @@ struct Fake {
     /// retriable error (the answer is "lost").
     lost: HashSet<usize>,
     produces: AtomicUsize,
-    log: Mutex<Log>,
+    /// InitProducerId calls: each gets a producer id of its own, from 1000.
+    inits: AtomicUsize,
+    /// The partition's producer state, per producer id.
+    logs: Mutex<HashMap<i64, Log>>,
+}
+
+impl Fake {
+    /// The log end as producer `id`'s batches made it.
+    fn end(&self, id: i64) -> i64 {
+        self.logs.lock().unwrap().get(&id).map_or(0, |l| l.end)
+    }
 }
 
 async fn write<M: Encodable>(s: &mut TcpStream, corr: i32, m: &M, v: i16) {
@@ -91,7 +101,9 @@ async fn serve(fake: Arc<Fake>, mut s: TcpStream) {
             }
             22 => {
                 let r = InitProducerIdResponse::default()
-                    .with_producer_id(1000.into())
+                    .with_producer_id(
+                        (1000 + fake.inits.fetch_add(1, Ordering::SeqCst) as i64).into(),
+                    )
                     .with_producer_epoch(0);
                 write(&mut s, corr, &r, v).await;
             }
@@ -103,9 +115,10 @@ async fn serve(fake: Arc<Fake>, mut s: TcpStream) {
                     for p in &t.partition_data {
                         let b = RecordBatch::new(p.records.clone().unwrap()).unwrap();
                         assert!(b.verify_crc());
-                        assert_eq!(b.producer_id(), 1000);
+                        assert!(b.producer_id() >= 1000);
                         let mut resp = PartitionProduceResponse::default().with_index(p.index);
-                        let mut log = fake.log.lock().unwrap();
+                        let mut logs = fake.logs.lock().unwrap();
+                        let log = logs.entry(b.producer_id()).or_default();
                         let seq = b.base_sequence();
                         if let Some(&code) = fake.script.get(&n) {
                             resp.error_code = code;
@@ -157,7 +170,8 @@ async fn start_with(script: &[(usize, i16)], lost: &[usize]) -> (Arc<Fake>, Kafk
         script: script.iter().copied().collect(),
         lost: lost.iter().copied().collect(),
         produces: AtomicUsize::new(0),
-        log: Mutex::new(Log::default()),
+        inits: AtomicUsize::new(0),
+        logs: Mutex::new(HashMap::new()),
     });
     let f = fake.clone();
     tokio::spawn(async move {
@@ -214,7 +228,7 @@ async fn retriable_error_resends_in_order_without_duplicates() {
     let acks = send_five(&pp, 0).await;
     let offsets: Vec<i64> = acks.into_iter().map(|a| a.unwrap().base_offset).collect();
     assert_eq!(offsets, vec![0, 10, 20, 30, 40]);
-    assert_eq!(fake.log.lock().unwrap().end, 50, "each batch appended once");
+    assert_eq!(fake.end(1000), 50, "each batch appended once");
     assert!(fake.produces.load(Ordering::SeqCst) > 5, "retried");
     // Two producers for one partition would interleave sequences.
     assert!(p.partition("t", 0).is_err());
@@ -233,7 +247,7 @@ async fn lost_answer_is_deduplicated() {
     let acks = send_five(&pp, 0).await;
     let offsets: Vec<i64> = acks.into_iter().map(|a| a.unwrap().base_offset).collect();
     assert_eq!(offsets, vec![0, 10, 20, 30, 40]);
-    assert_eq!(fake.log.lock().unwrap().end, 50, "no batch appended twice");
+    assert_eq!(fake.end(1000), 50, "no batch appended twice");
     assert!(fake.produces.load(Ordering::SeqCst) > 5, "retried");
 }
 
@@ -270,4 +284,33 @@ fn a_partition_producer_channel_slot_is_one_pointer() {
         32 * unboxed
     );
     assert_eq!(boxed, std::mem::size_of::<usize>());
+}
+
+/// A daemon opens a producer (a producer id of its own) per partition;
+/// sharing the client's lanes, they write through one dispatcher per
+/// broker lane — not a task and a channel each, every one on lane 0 — and
+/// their partitions are spread over the lanes.
+#[tokio::test]
+async fn producers_sharing_lanes_share_one_dispatcher_per_broker_lane() {
+    let (_fake, client) = start(&[]).await;
+    let lanes = ProduceLanes::default();
+    for _ in 0..4 {
+        let p = IdempotentProducer::new(client.clone())
+            .await
+            .unwrap()
+            .sharing(&lanes);
+        let pp = p.partition("t", 0).unwrap();
+        let ack = pp.send(batch(0)).await.unwrap().await;
+        assert!(ack.is_ok(), "{ack:?}");
+        pp.close().await;
+    }
+    let mut used: Vec<(i32, u8)> = lanes.dispatchers.lock().unwrap().keys().copied().collect();
+    used.sort();
+    assert_eq!(used, vec![(1, 0), (1, 1)]);
+    let stats = IdempotentProducer::new(client)
+        .await
+        .unwrap()
+        .sharing(&lanes)
+        .stats();
+    assert_eq!(stats.batches, 4, "the lanes count every producer's batches");
 }
