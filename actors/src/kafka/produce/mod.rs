@@ -685,16 +685,17 @@ async fn dispatch_loop(
             return;
         };
         let mut size = first.records.len();
+        // The partitions in this request: thousands of submissions can be
+        // queued, so a look-up, not a scan of the request.
+        let mut included: HashSet<(Arc<str>, i32)> = HashSet::new();
+        included.insert((first.topic.clone(), first.partition));
         let mut subs = vec![first];
         let mut later = VecDeque::new();
         while size < MAX_REQUEST_BYTES {
             let Some(s) = carry.pop_front().or_else(|| rx.try_recv().ok()) else {
                 break;
             };
-            let repeated = subs
-                .iter()
-                .any(|x| x.partition == s.partition && x.topic == s.topic);
-            if repeated {
+            if !included.insert((s.topic.clone(), s.partition)) {
                 later.push_back(s);
                 continue;
             }
