@@ -10,11 +10,13 @@ use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
+use kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use kafka_protocol::messages::produce_response::TopicProduceResponse;
 use kafka_protocol::messages::{
-    ApiVersionsResponse, InitProducerIdResponse, MetadataResponse, ProduceResponse, RequestHeader,
+    ApiVersionsResponse, InitProducerIdResponse, MetadataResponse, ProduceRequest, ProduceResponse,
+    RequestHeader, TopicName,
 };
-use kafka_protocol::protocol::{decode_request_header_from_buffer, Decodable, Encodable};
+use kafka_protocol::protocol::{decode_request_header_from_buffer, Decodable, Encodable, StrBytes};
 use std::sync::atomic::AtomicUsize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
