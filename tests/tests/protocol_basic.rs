@@ -448,23 +448,7 @@ async fn incremental_fetch_session() {
     assert_ne!(s.session_id(), 0, "the broker created a session");
     let p = IdempotentProducer::new(c.clone()).await.unwrap();
     let pp = p.partition(&topic, 1).unwrap();
-    let rec = kmirror_actors::kafka::batch::Record {
-        offset_delta: 0,
-        timestamp: 1_700_000_000_000,
-        key: None,
-        value: Some(bytes::Bytes::from_static(b"x")),
-        headers: vec![],
-    };
-    let out = kmirror_actors::kafka::batch::OutgoingBatch {
-        bytes: kmirror_actors::kafka::batch::encode_batch(
-            &[rec],
-            kmirror_actors::kafka::batch::Codec::None,
-        )
-        .unwrap(),
-        record_count: 1,
-        source_offsets: kmirror_actors::kafka::batch::SourceOffsets::Range { first: 0, last: 0 },
-    };
-    pp.send(out).await.unwrap().await.unwrap();
+    pp.send(one_record_batch(0)).await.unwrap().await.unwrap();
     let mut got = Vec::new();
     for _ in 0..20 {
         got = s.fetch().await.unwrap();
