@@ -24,6 +24,10 @@ pub struct Progress {
     pub destination_offset: i64,
     /// Source high watermark at the last fetch.
     pub source_high_watermark: i64,
+    /// Source log start offset as of the same answer (None: no fetch or
+    /// alignment of this process has said). With the high watermark it is
+    /// all a caught-up copy's risk figures need ([`super::risk`]).
+    pub source_log_start: Option<i64>,
     /// Newest timestamp fetched from the source, and newest acknowledged.
     pub newest_source_timestamp: i64,
     pub newest_mirrored_timestamp: i64,

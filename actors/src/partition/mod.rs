@@ -715,6 +715,11 @@ impl PartitionActor {
     /// One at-risk sample, in the background (see [`risk`]).
     fn sample_risk(&self) {
         let progress = self.progress.lock().unwrap().clone();
+        let copying = self.pump.is_some() && self.state.state == PartitionState::Mirroring;
+        if copying && self.risk.caught_up(&progress) {
+            return;
+        }
+        let ran = self.ran(&progress);
         let spec = &self.spec;
         actix::spawn(self.risk.clone().tick(
             spec.key.clone(),
@@ -723,8 +728,8 @@ impl PartitionActor {
             spec.destination.clone(),
             spec.coordinator.clone(),
             self.state.state,
-            progress.clone(),
-            self.ran(&progress),
+            progress,
+            ran,
         ));
     }
 }

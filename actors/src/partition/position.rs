@@ -128,6 +128,7 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
         p.source_offset = cursor.next_source;
         p.destination_offset = cursor.acked_destination;
         p.source_high_watermark = src.end;
+        p.source_log_start = Some(src.log_start);
         p.destination_leader_epoch = dest.leader_epoch;
         p.offsets_identical = cursor.identical();
     }

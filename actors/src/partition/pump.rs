@@ -520,6 +520,9 @@ async fn forward(
         // Lag first: a batch that cannot be forwarded still counts as waiting.
         let mut p = cx.progress.lock().unwrap();
         p.source_high_watermark = fetched.high_watermark;
+        if fetched.log_start_offset >= 0 {
+            p.source_log_start = Some(fetched.log_start_offset);
+        }
         if let Some(ts) = newest {
             p.newest_source_timestamp = p.newest_source_timestamp.max(ts);
         }

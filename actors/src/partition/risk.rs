@@ -8,7 +8,9 @@
 //! The partitions of a mirror tick together (on multiples of the interval)
 //! and read the source's metadata, log bounds and retention configs through
 //! one [`RiskReads`], batched: at 10 000 partitions, one sample each cost a
-//! metadata request and two ListOffsets per partition per interval.
+//! metadata request and two ListOffsets per partition per interval. A copy
+//! that is fetching and caught up reads nothing between the minutely reads
+//! ([`Risk::caught_up`]): its own fetches say all a sample would.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,7 +20,7 @@ use std::time::{Duration, Instant};
 use actix::Addr;
 use kmirror_events::{
     retention_margin, FailoverReport, MirrorPartitionKey, PartitionState, RetentionInputs,
-    RiskSettings,
+    RiskSettings, Unmirrored,
 };
 
 use super::context::Progress;
@@ -39,6 +41,9 @@ const SAMPLE_TIMEOUT: Duration = Duration::from_secs(10);
 const RATE_WINDOW: Duration = Duration::from_secs(10);
 /// How long the source topic's retention configs are reused.
 const CONFIG_TTL: Duration = Duration::from_secs(60);
+/// How long a caught-up copy's figures are taken from its own fetches
+/// ([`Risk::caught_up`]) before the source is read again.
+const FULL_SAMPLE_AGE: Duration = Duration::from_secs(60);
 /// How long the first read of a batch waits for the others to join it:
 /// partitions that tick together arrive within a few milliseconds.
 const BATCH_WINDOW: Duration = Duration::from_millis(50);
@@ -120,6 +125,9 @@ struct Shared {
     /// Where a copy that has not run in this process stands (read once
     /// from the map and the destination: it does not move without a pump).
     still: Option<Progress>,
+    /// When the source was last read for `sample` (not taken from the
+    /// copy's own fetches).
+    read_at: Option<Instant>,
     /// The warning has been logged and not cleared since.
     warned: bool,
     /// (when, high watermark) of the samples of the last [`RATE_WINDOW`],
@@ -300,38 +308,80 @@ impl Risk {
             .await?
         };
         let retention = now.retention?;
-        let at = Instant::now();
         let mut shared = self.shared.lock().unwrap();
+        shared.read_at = Some(Instant::now());
+        shared.keep(scan, retention);
+        Ok(())
+    }
+
+    /// A copy that is fetching and has caught up knows what a sample would
+    /// read: its fetches bring the high watermark and the log start, and
+    /// nothing is unmirrored to scan. Most of 10 000 idle partitions are
+    /// such; each read of the source for all of them cost a metadata
+    /// request and two ListOffsets for every partition per interval. Still
+    /// read every [`FULL_SAMPLE_AGE`] (the retention configs, the topic's
+    /// identity). Whether the sample was taken so.
+    pub fn caught_up(&self, progress: &Progress) -> bool {
+        let Some(log_start) = progress.source_log_start else {
+            return false;
+        };
+        if progress.lag() > 0 || self.busy.load(Ordering::SeqCst) {
+            return false;
+        }
+        let mut shared = self.shared.lock().unwrap();
+        let read_lately = shared
+            .read_at
+            .is_some_and(|at| at.elapsed() < FULL_SAMPLE_AGE);
+        let retention = match &shared.sample {
+            Some(s) if read_lately => s.retention,
+            _ => return false,
+        };
+        let hw = progress.source_high_watermark;
+        let scan = Scan {
+            unmirrored: Unmirrored {
+                source_high_watermark: hw,
+                records: 0,
+                bytes: 0,
+                bytes_at_least: false,
+                behind_ms: 0,
+            },
+            log_start,
+            oldest_unmirrored_timestamp: None,
+            scanned_records: 0,
+        };
+        shared.keep(scan, retention);
+        true
+    }
+}
+
+impl Shared {
+    /// Keeps a sample, and measures the produce rate with it.
+    fn keep(&mut self, scan: Scan, retention: Retention) {
+        let at = Instant::now();
         // The rate over the last RATE_WINDOW, not between two samples: a
         // producer's bursts would make the alarm flicker.
         let hw = scan.unmirrored.source_high_watermark;
-        if shared.rate_points.back().is_some_and(|(_, h)| *h > hw) {
-            shared.rate_points.clear(); // the source was truncated: start over
+        if self.rate_points.back().is_some_and(|(_, h)| *h > hw) {
+            self.rate_points.clear(); // the source was truncated: start over
         }
-        while shared.rate_points.len() > 1
-            && at.duration_since(shared.rate_points[1].0) >= RATE_WINDOW
+        while self.rate_points.len() > 1 && at.duration_since(self.rate_points[1].0) >= RATE_WINDOW
         {
-            shared.rate_points.pop_front();
+            self.rate_points.pop_front();
         }
-        let per_record = bytes_per_record(&scan).or_else(|| {
-            shared
-                .sample
-                .as_ref()
-                .and_then(|p| bytes_per_record(&p.scan))
-        });
-        let produce_bytes_per_second = match (shared.rate_points.front(), per_record) {
+        let per_record = bytes_per_record(&scan)
+            .or_else(|| self.sample.as_ref().and_then(|p| bytes_per_record(&p.scan)));
+        let produce_bytes_per_second = match (self.rate_points.front(), per_record) {
             (Some(&(since, from)), Some(per)) if at > since => {
                 Some((hw - from) as f64 * per / at.duration_since(since).as_secs_f64())
             }
             _ => None,
         };
-        shared.rate_points.push_back((at, hw));
-        shared.sample = Some(Sample {
+        self.rate_points.push_back((at, hw));
+        self.sample = Some(Sample {
             scan,
             retention,
             produce_bytes_per_second,
         });
-        Ok(())
     }
 }
 
@@ -550,8 +600,6 @@ fn view_of(
 
 #[cfg(test)]
 mod tests {
-    use kmirror_events::Unmirrored;
-
     use super::*;
 
     fn sample(hw: i64, bytes: i64, behind_ms: i64) -> Sample {
@@ -623,6 +671,50 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), Some(v.to_string())))
             .collect()
+    }
+
+    fn copy_at(high_watermark: i64, position: i64, log_start: Option<i64>) -> Progress {
+        Progress {
+            source_offset: position,
+            source_high_watermark: high_watermark,
+            source_log_start: log_start,
+            ..Progress::default()
+        }
+    }
+
+    #[test]
+    fn a_caught_up_copy_takes_its_figures_from_its_fetches_between_reads() {
+        let source = crate::cluster::memory::MemorySource::new("s");
+        let risk = Risk::new(RiskSettings::default(), RiskReads::new(Arc::new(source)));
+        let at = copy_at(50, 50, Some(5));
+        // No read of the source yet: one is owed.
+        assert!(!risk.caught_up(&at));
+
+        {
+            let mut shared = risk.shared.lock().unwrap();
+            shared.read_at = Some(Instant::now());
+            shared.sample = Some(sample(40, 5_000, 4_000));
+        }
+        assert!(risk.caught_up(&at));
+        let v = risk.view(PartitionState::Mirroring, &at, true);
+        assert_eq!(
+            (v.at_risk_records, v.at_risk_bytes, v.at_risk_seconds),
+            (0, 0, 0.0)
+        );
+        // The log start is the fetch's, the retention the last read's.
+        assert_eq!(
+            (v.retention_margin_records, v.retention_margin_ms),
+            (45, -1)
+        );
+        let kept = risk.shared.lock().unwrap().sample.clone().unwrap();
+        assert_eq!(kept.retention, (Some(60_000), None));
+
+        // Behind, or no fetch has told the log start: the source is read.
+        assert!(!risk.caught_up(&copy_at(60, 50, Some(5))));
+        assert!(!risk.caught_up(&copy_at(50, 50, None)));
+        // Read too long ago: read again.
+        risk.shared.lock().unwrap().read_at = Instant::now().checked_sub(FULL_SAMPLE_AGE);
+        assert!(!risk.caught_up(&at));
     }
 
     #[test]

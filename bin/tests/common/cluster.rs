@@ -25,6 +25,17 @@ pub fn start_node(dir: &Path, destination: &str, cluster: &str, state_topic: &st
     Daemon::start_config(dir, port, &text)
 }
 
+/// The last `lines` lines of a node's log below DEBUG, oldest first: what a
+/// failed timing assertion prints, so a flake in CI can be read afterwards.
+pub fn log_tail(dir: &Path, lines: usize) -> String {
+    let log = std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default();
+    let kept: Vec<&str> = log
+        .lines()
+        .filter(|l| !l.contains("\"level\":\"DEBUG\"") && !l.contains("\"level\":\"TRACE\""))
+        .collect();
+    kept[kept.len().saturating_sub(lines)..].join("\n")
+}
+
 /// The JSON a GET answers with 200, or None.
 pub fn json(daemon: &Daemon, path: &str) -> Option<Value> {
     match daemon.try_http("GET", path, None) {
