@@ -25,11 +25,14 @@
 //! at a time, each would wait for every flush queued before it. An
 //! operation under a StateValidationOffset lock is appended alone, so the
 //! log checks its lock as before. Reads are answered from the
-//! durable image once what was decided before them is in it. The blocking
+//! durable image once what was decided before them is in it. Operations
+//! nobody waits on (a pump's background checkpoint, [`Execute::lazy`]) may
+//! wait [`LAZY_WINDOW`] for company when nothing else is queued. The blocking
 //! store calls run on tokio's blocking pool, never on the arbiter thread.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use kmirror_events::{
@@ -101,6 +104,9 @@ pub struct Execute {
     /// Operations a client validated first carry the StateValidationOffset
     /// lock; internal bookkeeping (progress, failures) appends without one.
     pub state_validation: Option<StateValidation>,
+    /// Nothing waits on it (a pump's background checkpoint): its append may
+    /// wait [`LAZY_WINDOW`] for others to share the flush.
+    pub lazy: bool,
 }
 
 impl Execute {
@@ -108,6 +114,16 @@ impl Execute {
         Execute {
             command,
             state_validation: None,
+            lazy: false,
+        }
+    }
+
+    /// An operation nobody waits on but its sender's next one: appended
+    /// within [`LAZY_WINDOW`], sharing the flush with whatever else comes.
+    pub fn lazy(command: Command) -> Self {
+        Execute {
+            lazy: true,
+            ..Execute::new(command)
         }
     }
 }
@@ -165,6 +181,8 @@ pub struct CoordinatorActor {
     queue: VecDeque<Group>,
     /// An append is on the blocking pool.
     writing: bool,
+    /// A wake-up for a lazy group's window is set.
+    lazy_timer: bool,
     /// Told of every durable append.
     subscriber: Option<Recipient<Appended>>,
     /// Records appended between snapshots.
@@ -191,6 +209,12 @@ pub struct CoordinatorActor {
 /// batch (and of one `Appended`) when thousands of partitions report at once.
 pub const GROUP_COMMIT_MAX_RECORDS: usize = 4096;
 
+/// How long a group of only lazy operations waits for others before its
+/// append. Idle partitions fed a record now and then (10 000 of them at a
+/// trickle of 100 records/s) each checkpoint once per record: one flush
+/// each was the largest share of the idle daemon's CPU.
+pub const LAZY_WINDOW: Duration = Duration::from_millis(50);
+
 /// Operations whose records go into the log as one atomic append (one
 /// flush), and the readers that asked after them.
 struct Group {
@@ -201,6 +225,10 @@ struct Group {
     waiters: Vec<Waiter>,
     /// Whether another operation may still join it.
     open: bool,
+    /// Only lazy operations are in it (see [`Execute::lazy`]), since
+    /// `opened`.
+    lazy: bool,
+    opened: Instant,
 }
 
 /// Who is answered once a group is durable (or failed).
@@ -227,6 +255,7 @@ impl CoordinatorActor {
             image,
             queue: VecDeque::new(),
             writing: false,
+            lazy_timer: false,
             subscriber: None,
             snapshot_every: SNAPSHOT_EVERY_RECORDS,
             snapshot_at: 0,
@@ -289,7 +318,13 @@ impl CoordinatorActor {
 
     /// Adds a decided operation (or, with no records and no reply, a read)
     /// to the newest open group, or opens one.
-    fn enqueue(&mut self, lock: Option<StateValidation>, records: Vec<Record>, waiter: Waiter) {
+    fn enqueue(
+        &mut self,
+        lock: Option<StateValidation>,
+        records: Vec<Record>,
+        waiter: Waiter,
+        lazy: bool,
+    ) {
         let joinable = lock.is_none()
             && self.queue.back().is_some_and(|g| {
                 g.open && g.records.len() + records.len() <= GROUP_COMMIT_MAX_RECORDS
@@ -300,9 +335,12 @@ impl CoordinatorActor {
                 lock,
                 records: Vec::new(),
                 waiters: Vec::new(),
+                lazy: true,
+                opened: Instant::now(),
             });
         }
         let group = self.queue.back_mut().expect("a group was just ensured");
+        group.lazy &= lazy;
         let waiter = match waiter {
             Waiter::Execute { reply, .. } => Waiter::Execute {
                 start: group.records.len(),
@@ -319,6 +357,16 @@ impl CoordinatorActor {
     /// store call (one flush) for every operation in it.
     fn write_next(&mut self, ctx: &mut Context<Self>) {
         if self.writing {
+            return;
+        }
+        if let Some(wait) = self.lazy_wait() {
+            if !self.lazy_timer {
+                self.lazy_timer = true;
+                ctx.run_later(wait, |act, ctx| {
+                    act.lazy_timer = false;
+                    act.write_next(ctx);
+                });
+            }
             return;
         }
         let Some(group) = self.queue.pop_front() else {
@@ -364,6 +412,18 @@ impl CoordinatorActor {
             }
             act.write_next(ctx);
         }));
+    }
+
+    /// How much longer the queue may wait: while only lazy operations are
+    /// queued and the oldest has waited less than [`LAZY_WINDOW`].
+    fn lazy_wait(&self) -> Option<Duration> {
+        let oldest = self.queue.front()?;
+        if !self.queue.iter().all(|g| g.lazy) {
+            return None;
+        }
+        LAZY_WINDOW
+            .checked_sub(oldest.opened.elapsed())
+            .filter(|w| !w.is_zero())
     }
 
     /// Folds a durable group into the image and answers its waiters.
@@ -480,13 +540,14 @@ impl CoordinatorActor {
                 records: Vec::new(),
                 waiters: Vec::new(),
                 open: true,
+                lazy: false,
+                opened: Instant::now(),
             });
         }
-        self.queue
-            .back_mut()
-            .expect("a group is queued")
-            .waiters
-            .push(Waiter::Read(tx));
+        // A reader is waiting: no lazy window for what it waits on.
+        let group = self.queue.back_mut().expect("a group is queued");
+        group.lazy = false;
+        group.waiters.push(Waiter::Read(tx));
         self.write_next(ctx);
         Box::pin(rx.into_actor(self).map(move |image, act, _| match image {
             Ok(image) => answer(&image),
@@ -538,7 +599,7 @@ impl Handler<Execute> for CoordinatorActor {
             len: 0,
             reply,
         };
-        self.enqueue(msg.state_validation, records, waiter);
+        self.enqueue(msg.state_validation, records, waiter, msg.lazy);
         self.write_next(ctx);
         Box::pin(async move {
             rx.await.unwrap_or_else(|_| {
@@ -631,18 +692,7 @@ mod tests {
                     ..Default::default()
                 },
             },
-            Command::StartTopics {
-                mirror: "m".into(),
-                topics: vec![TopicRef {
-                    topic_id: id,
-                    name: "t".into(),
-                    partition_count: 1,
-                    destination_topic_id: None,
-                }],
-                include: vec![],
-                exclude: vec![],
-                seeds: vec![],
-            },
+            start_t(id, 1),
         ] {
             coordinator
                 .send(Execute::new(command))
@@ -654,16 +704,7 @@ mod tests {
         let key = MirrorPartitionKey::new("m", id, 0);
         for length in 1..=500 {
             coordinator
-                .send(Execute::new(Command::SetOffsetRuns {
-                    key: key.clone(),
-                    upsert: vec![OffsetMapRun {
-                        source_start: 0,
-                        destination_start: 0,
-                        length,
-                    }],
-                    remove: vec![],
-                    holes: vec![],
-                }))
+                .send(Execute::new(run_of(key.clone(), length)))
                 .await
                 .unwrap()
                 .unwrap();
@@ -775,6 +816,36 @@ mod tests {
         }
     }
 
+    /// Starts topic `t` (`id`, `partitions`) in mirror `m`.
+    fn start_t(id: TopicId, partitions: i32) -> Command {
+        Command::StartTopics {
+            mirror: "m".into(),
+            topics: vec![TopicRef {
+                topic_id: id,
+                name: "t".into(),
+                partition_count: partitions,
+                destination_topic_id: None,
+            }],
+            include: vec![],
+            exclude: vec![],
+            seeds: vec![],
+        }
+    }
+
+    /// A checkpoint of `key`: one identical run of `length`.
+    fn run_of(key: MirrorPartitionKey, length: i64) -> Command {
+        Command::SetOffsetRuns {
+            key,
+            upsert: vec![OffsetMapRun {
+                source_start: 0,
+                destination_start: 0,
+                length,
+            }],
+            remove: vec![],
+            holes: vec![],
+        }
+    }
+
     fn create(name: &str) -> Execute {
         Execute::new(Command::CreateMirror {
             name: name.into(),
@@ -881,5 +952,43 @@ mod tests {
         coordinator.send(create("writing")).await.unwrap().unwrap();
         let image = coordinator.send(ReadImage).await.unwrap();
         assert_eq!(log.load_image().unwrap(), *image);
+    }
+
+    #[actix::test]
+    async fn lazy_checkpoints_share_one_flush_and_wait_the_window_alone() {
+        let log = Arc::new(GateLog::new());
+        let coordinator = CoordinatorActor::load(log.clone()).unwrap().start();
+        coordinator.send(create("m")).await.unwrap().unwrap();
+        let id = TopicId([4; 16]);
+        coordinator
+            .send(Execute::new(start_t(id, 10)))
+            .await
+            .unwrap()
+            .unwrap();
+        let checkpoint = |partition: i32, length: i64| {
+            Execute::lazy(run_of(MirrorPartitionKey::new("m", id, partition), length))
+        };
+        let before = log.appends();
+
+        // Ten partitions' checkpoints, none appending at once: one flush.
+        let replies: Vec<_> = (0..10)
+            .map(|p| tokio::spawn(coordinator.send(checkpoint(p, 1))))
+            .collect();
+        for r in replies {
+            r.await.unwrap().unwrap().unwrap();
+        }
+        assert_eq!(log.appends(), before + 1, "one append for all ten");
+
+        // Alone, a lazy checkpoint waits out the window.
+        let asked = Instant::now();
+        coordinator.send(checkpoint(0, 2)).await.unwrap().unwrap();
+        assert!(asked.elapsed() >= LAZY_WINDOW - Duration::from_millis(5));
+
+        // A reader does not wait for it: the read flushes what it follows.
+        let lazy = tokio::spawn(coordinator.send(checkpoint(1, 2)));
+        let image = coordinator.send(ReadImage).await.unwrap();
+        let map = image.offset_map(&MirrorPartitionKey::new("m", id, 1));
+        assert_eq!(map.last_run().map(|r| r.length), Some(2));
+        lazy.await.unwrap().unwrap().unwrap();
     }
 }

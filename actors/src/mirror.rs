@@ -301,6 +301,7 @@ async fn discover(
                     offset: image.end_offset(),
                     topics: ids,
                 }),
+                lazy: false,
             })
             .await??;
     }
@@ -321,6 +322,7 @@ async fn discover(
                     offset: image.end_offset(),
                     topics: excluded,
                 }),
+                lazy: false,
             })
             .await??;
     }

@@ -358,6 +358,7 @@ impl Node {
             .send(Execute {
                 command,
                 state_validation,
+                lazy: false,
             })
             .await
             .map_err(unavailable)?

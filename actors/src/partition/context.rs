@@ -145,7 +145,11 @@ pub struct PumpContext {
 
 impl PumpContext {
     pub(super) async fn execute(&self, command: Command) -> Result<(), PumpExit> {
-        match self.coordinator.send(Execute::new(command)).await {
+        self.send(Execute::new(command)).await
+    }
+
+    async fn send(&self, execute: Execute) -> Result<(), PumpExit> {
+        match self.coordinator.send(execute).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(PumpExit::retryable(format!("event log: {e}"))),
             Err(e) => Err(PumpExit::retryable(format!("coordinator unavailable: {e}"))),
@@ -153,15 +157,30 @@ impl PumpContext {
     }
 
     pub(super) async fn record_runs(&self, runs: Vec<OffsetMapRun>) -> Result<(), PumpExit> {
+        self.send_runs(runs, Execute::new).await
+    }
+
+    /// A background checkpoint: nothing waits on it but the pump's next
+    /// one, so its append may share a flush with others
+    /// ([`Execute::lazy`]).
+    pub(super) async fn checkpoint(&self, runs: Vec<OffsetMapRun>) -> Result<(), PumpExit> {
+        self.send_runs(runs, Execute::lazy).await
+    }
+
+    async fn send_runs(
+        &self,
+        runs: Vec<OffsetMapRun>,
+        execute: fn(Command) -> Execute,
+    ) -> Result<(), PumpExit> {
         if runs.is_empty() {
             return Ok(());
         }
-        self.execute(Command::SetOffsetRuns {
+        self.send(execute(Command::SetOffsetRuns {
             key: self.key.clone(),
             upsert: runs,
             remove: Vec::new(),
             holes: Vec::new(),
-        })
+        }))
         .await
     }
 }

@@ -336,7 +336,7 @@ fn start_checkpoint<'a>(
     cursor: &mut Cursor,
 ) -> Option<BoxFuture<'a, Result<(), PumpExit>>> {
     let runs = cursor.checkpoint();
-    (!runs.is_empty()).then(|| Box::pin(cx.record_runs(runs)) as BoxFuture<'a, _>)
+    (!runs.is_empty()).then(|| Box::pin(cx.checkpoint(runs)) as BoxFuture<'a, _>)
 }
 
 type PendingAck = std::pin::Pin<
