@@ -320,7 +320,7 @@ impl Risk {
     /// such; each read of the source for all of them cost a metadata
     /// request and two ListOffsets for every partition per interval. Still
     /// read every [`FULL_SAMPLE_AGE`] (the retention configs, the topic's
-    /// identity). Whether the sample was taken so.
+    /// identity). True if it took the sample so; false: read the source.
     pub fn caught_up(&self, progress: &Progress) -> bool {
         let Some(log_start) = progress.source_log_start else {
             return false;
