@@ -606,6 +606,63 @@ fn one_record_batch(n: i64) -> kmirror_actors::kafka::batch::OutgoingBatch {
     }
 }
 
+/// Creates `topic` with 4 partitions on the source and loads `records`
+/// records of 500 B with Kafka's own producer; returns each partition's end.
+async fn load_four_partitions(
+    bed: &kmirror_tests::Bed,
+    admin: &Admin,
+    topic: &str,
+    records: i64,
+) -> Vec<i64> {
+    create(admin, topic, 4, &[]).await;
+    kafka_tool_ok(
+        "kafka-producer-perf-test",
+        &[
+            "--topic",
+            topic,
+            "--num-records",
+            &records.to_string(),
+            "--record-size",
+            "500",
+            "--throughput",
+            "-1",
+            "--producer-props",
+            &format!("bootstrap.servers={}", bed.source),
+            "batch.size=16384",
+        ],
+    );
+    let mut ends = Vec::new();
+    for p in 0..4 {
+        let end = admin
+            .list_offset(topic, p, OffsetSpec::Latest, IsolationLevel::ReadCommitted)
+            .await
+            .unwrap()
+            .offset;
+        ends.push(end);
+    }
+    assert_eq!(ends.iter().sum::<i64>(), records);
+    ends
+}
+
+/// Reads partition `p` from offset 0 to `end`, checking order; returns
+/// the records read.
+async fn read_in_order(
+    mut fetch: Box<dyn kmirror_actors::cluster::PartitionFetch>,
+    p: i32,
+    end: i64,
+) -> i64 {
+    let (mut next, mut records) = (0i64, 0i64);
+    while next < end {
+        let got = fetch.next().await.unwrap();
+        assert_eq!(got.fetch_offset, next, "partition {p} in order, no gap");
+        for b in got.batches() {
+            records += b.unwrap().record_count() as i64;
+        }
+        next = got.next_offset;
+    }
+    records
+}
+
 /// The fetch is pipelined: a broker's partitions are split over
 /// `FETCH_SESSIONS_PER_BROKER` sessions, each on a connection of its own,
 /// so while one session's answer is handed out another's request is at the
@@ -621,33 +678,7 @@ async fn one_broker_has_two_fetches_in_flight_while_copying() {
     let topic = unique("proto-pipe");
     let c = client(&bed.source).await;
     let admin = Admin::new(c.clone());
-    create(&admin, &topic, 4, &[]).await;
-    kafka_tool_ok(
-        "kafka-producer-perf-test",
-        &[
-            "--topic",
-            &topic,
-            "--num-records",
-            "40000",
-            "--record-size",
-            "500",
-            "--throughput",
-            "-1",
-            "--producer-props",
-            &format!("bootstrap.servers={}", bed.source),
-            "batch.size=16384",
-        ],
-    );
-    let mut ends = Vec::new();
-    for p in 0..4 {
-        let end = admin
-            .list_offset(&topic, p, OffsetSpec::Latest, IsolationLevel::ReadCommitted)
-            .await
-            .unwrap()
-            .offset;
-        ends.push(end);
-    }
-    assert_eq!(ends.iter().sum::<i64>(), 40_000);
+    let ends = load_four_partitions(bed, &admin, &topic, 40_000).await;
     let topic_id = c.metadata().topic(&topic).unwrap().topic_id;
     let (leader, _) = c.leader(&topic, 0).await.unwrap();
     let cluster = std::sync::Arc::new(KafkaCluster::new(
@@ -659,7 +690,7 @@ async fn one_broker_has_two_fetches_in_flight_while_copying() {
     ));
     let mut copies = Vec::new();
     for p in 0..4 {
-        let mut fetch = cluster
+        let fetch = cluster
             .open(
                 TopicPartition::new(&topic, p),
                 kmirror_events::TopicId(*topic_id.as_bytes()),
@@ -669,18 +700,7 @@ async fn one_broker_has_two_fetches_in_flight_while_copying() {
             .await
             .unwrap();
         let end = ends[p as usize];
-        copies.push(tokio::spawn(async move {
-            let (mut next, mut records) = (0i64, 0i64);
-            while next < end {
-                let got = fetch.next().await.unwrap();
-                assert_eq!(got.fetch_offset, next, "partition {p} in order, no gap");
-                for b in got.batches() {
-                    records += b.unwrap().record_count() as i64;
-                }
-                next = got.next_offset;
-            }
-            records
-        }));
+        copies.push(tokio::spawn(read_in_order(fetch, p, end)));
     }
     let mut busiest = 0;
     while !copies.iter().all(|t| t.is_finished()) {
@@ -705,5 +725,88 @@ async fn one_broker_has_two_fetches_in_flight_while_copying() {
     assert!(
         figures.requests > 4,
         "a backlog takes several fetches: {figures:?}"
+    );
+}
+
+/// Under a small budget a partition whose reader stops sits out (its
+/// buffer and its share full) without holding the others back, and gets
+/// every record, in order, once it reads again; a reader that goes away is
+/// forgotten, so a broker's fetch loop with nobody left to read for stops
+/// asking — the loop looks at every partition only now and then, and this
+/// is what it must still see.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_reader_sits_out_and_a_gone_one_is_forgotten() {
+    use kmirror_actors::cluster::kafka::KafkaCluster;
+    use kmirror_actors::cluster::SourceCluster;
+    use kmirror_actors::kafka::budget::MemoryBudget;
+    use std::time::Duration;
+
+    let bed = bed();
+    let topic = unique("proto-sitout");
+    let c = client(&bed.source).await;
+    let admin = Admin::new(c.clone());
+    let ends = load_four_partitions(bed, &admin, &topic, 20_000).await;
+    let topic_id = c.metadata().topic(&topic).unwrap().topic_id;
+    let (leader, _) = c.leader(&topic, 0).await.unwrap();
+    let budget = MemoryBudget::new(1024 * 1024);
+    let cluster = std::sync::Arc::new(
+        KafkaCluster::new(
+            c.clone(),
+            FetchOptions {
+                partition_max_bytes: 64 * 1024,
+                ..Default::default()
+            },
+        )
+        .with_budget(budget.clone()),
+    );
+    let open = |p: i32| {
+        let (cluster, topic) = (cluster.clone(), topic.clone());
+        async move {
+            cluster
+                .open(
+                    TopicPartition::new(&topic, p),
+                    kmirror_events::TopicId(*topic_id.as_bytes()),
+                    0,
+                    -1,
+                )
+                .await
+                .unwrap()
+        }
+    };
+    let stopped = open(3).await;
+    let mut readers = Vec::new();
+    for p in 0..3 {
+        let fetch = open(p).await;
+        let end = ends[p as usize];
+        readers.push(tokio::spawn(read_in_order(fetch, p, end)));
+    }
+    // The others finish while partition 3's reader reads nothing.
+    for (p, reader) in readers.into_iter().enumerate() {
+        let copied = tokio::time::timeout(Duration::from_secs(60), reader)
+            .await
+            .unwrap_or_else(|_| panic!("partition {p} held back by a stopped reader"))
+            .unwrap();
+        assert_eq!(copied, ends[p], "partition {p} copied whole");
+    }
+    assert!(
+        budget.used() <= budget.limit() + 3 * 64 * 1024 * 4,
+        "a stopped reader holds no more than its buffer: {} of {}",
+        budget.used(),
+        budget.limit()
+    );
+    assert_eq!(
+        read_in_order(stopped, 3, ends[3]).await,
+        ends[3],
+        "the stopped reader gets every record when it reads again"
+    );
+    // Every reader is gone now; partitions at their end are not fed, so
+    // only the loop's look at every partition can forget them.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = cluster.fetch_figures(leader).requests;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = cluster.fetch_figures(leader).requests;
+    assert_eq!(
+        before, after,
+        "nobody is left to read for, yet the broker is still asked"
     );
 }

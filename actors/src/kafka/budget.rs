@@ -62,6 +62,15 @@ impl MemoryBudget {
         self.limit / self.partitions.load(Ordering::Relaxed).max(1)
     }
 
+    /// A lower bound of the room `active` partitions have left in their
+    /// shares together, in fetched bytes, without asking each: their shares
+    /// less everything held (theirs and others'), less a byte each for
+    /// [`PartitionUse::room`]'s rounding.
+    pub fn room_at_least(&self, active: usize) -> usize {
+        ((self.share().saturating_mul(active)).saturating_sub(self.used()) / COPIES)
+            .saturating_sub(active)
+    }
+
     /// A partition joining the fetches: its charges are counted against its
     /// share until it and every charge made to it are gone.
     pub fn partition(self: &Arc<Self>) -> Arc<PartitionUse> {
@@ -235,5 +244,31 @@ mod tests {
         assert!(!p.over_share());
         drop(q);
         assert_eq!(budget.share(), 300, "q left: p's share is the whole");
+    }
+
+    /// A fetch loop asks the budget instead of every partition when the
+    /// budget's bound already says there is room enough: the bound must
+    /// never promise more than the partitions have.
+    #[test]
+    fn the_room_bound_never_exceeds_the_partitions_room() {
+        let budget = MemoryBudget::new(10_000);
+        let parts: Vec<_> = (0..7).map(|_| budget.partition()).collect();
+        let mut charges = Vec::new();
+        for (i, p) in parts.iter().enumerate() {
+            for active in 1..=parts.len() {
+                let sum: usize = parts[..active].iter().map(|p| p.room()).sum();
+                assert!(
+                    budget.room_at_least(active) <= sum,
+                    "{active} partitions after {i} charges: bound {} over {sum}",
+                    budget.room_at_least(active)
+                );
+            }
+            charges.push(p.charge(37 * (i + 1)));
+        }
+        let other = budget.partition();
+        charges.push(other.charge(2_000));
+        assert!(budget.room_at_least(parts.len()) <= parts.iter().map(|p| p.room()).sum());
+        drop(charges);
+        assert_eq!(budget.room_at_least(1), 10_000 / 8 / COPIES - 1);
     }
 }

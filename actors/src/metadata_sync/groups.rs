@@ -121,24 +121,6 @@ async fn sync_groups(
     if topics.is_empty() {
         return Ok(());
     }
-    // Source groups commit by topic name; identity is the topic id. A
-    // source topic re-created under a mirrored name is another topic, and
-    // its offsets mean nothing in this map.
-    let source_ids: HashMap<String, TopicId> = spec
-        .source
-        .topics()
-        .await
-        .doing(|| "list source topics".into())?
-        .into_iter()
-        .map(|t| (t.name, t.topic_id))
-        .collect();
-    let topics: BTreeMap<String, (TopicId, i32)> = topics
-        .into_iter()
-        .filter(|(name, (id, _))| source_ids.get(name) == Some(id))
-        .collect();
-    if topics.is_empty() {
-        return Ok(());
-    }
     let names: Vec<String> = topics.keys().cloned().collect();
     let source_groups = spec
         .source
@@ -168,12 +150,6 @@ async fn sync_groups(
         });
     pass.skipped
         .extend(live.into_iter().map(|g| g.group_id.clone()));
-    let scope = Scope {
-        mirror: &spec.mirror,
-        image: &image,
-        topics: &topics,
-        only,
-    };
     // A thousand groups cost a few requests per cluster to read (batched
     // per group coordinator), one ListOffsets pair per partition, a few
     // appends, and then one OffsetCommit each: a group-by-group pass paid
@@ -198,6 +174,32 @@ async fn sync_groups(
     if source.is_empty() {
         return Ok(());
     }
+    // Source groups commit by topic name; identity is the topic id. A
+    // source topic re-created under a mirrored name is another topic, and
+    // its offsets mean nothing in this map. Read only once some group has
+    // offsets to sync: the listing is the whole source's metadata, every
+    // pass (every second), and most passes have nothing to do.
+    let source_ids: HashMap<String, TopicId> = spec
+        .source
+        .topics()
+        .await
+        .doing(|| "list source topics".into())?
+        .into_iter()
+        .map(|t| (t.name, t.topic_id))
+        .collect();
+    let topics: BTreeMap<String, (TopicId, i32)> = topics
+        .into_iter()
+        .filter(|(name, (id, _))| source_ids.get(name) == Some(id))
+        .collect();
+    if topics.is_empty() {
+        return Ok(());
+    }
+    let scope = Scope {
+        mirror: &spec.mirror,
+        image: &image,
+        topics: &topics,
+        only,
+    };
     let ids: Vec<String> = source.iter().map(|(g, _)| g.clone()).collect();
     let mut current: HashMap<String, Result<GroupOffsets, KafkaError>> = spec
         .destination
