@@ -763,6 +763,9 @@ mod tests {
         }
         /// Lets the next held append through, and only it.
         fn pass_one(&self) {
+            // Under `held`, so a gate between its check and its wait
+            // cannot miss the wake-up.
+            let _held = self.held.lock().unwrap();
             *self.passes.lock().unwrap() += 1;
             self.opened.notify_all();
         }

@@ -340,9 +340,16 @@ impl Parts {
         let Some(part) = self.all.get(&tp) else {
             return;
         };
-        // Room was checked before the request and only this task sends,
-        // so this cannot be full: an error is a reader gone.
-        let gone = part.tx.try_send(Box::new(result)).is_err();
+        // Every partition fed is looked at before the next request and
+        // only this task sends, so this cannot be full.
+        let gone = match part.tx.try_send(Box::new(result)) {
+            Ok(()) => false,
+            Err(mpsc::error::TrySendError::Closed(_)) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                debug_assert!(false, "{tp}: fed while full");
+                false
+            }
+        };
         if failed || gone {
             // The partition's owner decides where to resume.
             self.remove(session, &tp);
