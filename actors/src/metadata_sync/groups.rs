@@ -177,8 +177,8 @@ async fn sync_groups(
     // Source groups commit by topic name; identity is the topic id. A
     // source topic re-created under a mirrored name is another topic, and
     // its offsets mean nothing in this map. Read only once some group has
-    // offsets to sync: the listing is the whole source's metadata, every
-    // pass (every second), and most passes have nothing to do.
+    // offsets on mirrored topics: the listing is the whole source's
+    // metadata, and a pass runs every second, groups or not.
     let source_ids: HashMap<String, TopicId> = spec
         .source
         .topics()
