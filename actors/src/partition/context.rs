@@ -157,28 +157,39 @@ impl PumpContext {
     }
 
     pub(super) async fn record_runs(&self, runs: Vec<OffsetMapRun>) -> Result<(), PumpExit> {
-        self.send_runs(runs, Execute::new).await
+        self.send_runs(runs, Vec::new(), Execute::new).await
+    }
+
+    /// Runs a fetch opens, with the runs opened ahead they replace
+    /// ([`super::cursor::Cursor::open_ahead`]): durable before the produce.
+    pub(super) async fn open_runs(
+        &self,
+        runs: Vec<OffsetMapRun>,
+        replaced: Vec<i64>,
+    ) -> Result<(), PumpExit> {
+        self.send_runs(runs, replaced, Execute::new).await
     }
 
     /// A background checkpoint: nothing waits on it but the pump's next
     /// one, so its append may share a flush with others
     /// ([`Execute::lazy`]).
     pub(super) async fn checkpoint(&self, runs: Vec<OffsetMapRun>) -> Result<(), PumpExit> {
-        self.send_runs(runs, Execute::lazy).await
+        self.send_runs(runs, Vec::new(), Execute::lazy).await
     }
 
     async fn send_runs(
         &self,
         runs: Vec<OffsetMapRun>,
+        remove: Vec<i64>,
         execute: fn(Command) -> Execute,
     ) -> Result<(), PumpExit> {
-        if runs.is_empty() {
+        if runs.is_empty() && remove.is_empty() {
             return Ok(());
         }
         self.send(execute(Command::SetOffsetRuns {
             key: self.key.clone(),
             upsert: runs,
-            remove: Vec::new(),
+            remove,
             holes: Vec::new(),
         }))
         .await

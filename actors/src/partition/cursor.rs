@@ -13,6 +13,12 @@
 //!   holds a prefix of what was sent (the idempotent producer keeps order).
 //! - The map only ever records acknowledged lengths; a run opened but never
 //!   landed is recorded with length 0 and removed at the next alignment.
+//! - When the map's last run cannot take the next record (a partition never
+//!   copied, a gap), the run it will open is recorded once at start
+//!   ([`Cursor::open_ahead`]), so a partition's first record, or an idle
+//!   one's, waits on no log write of its own. A run opened ahead that no
+//!   record extended gives way to the next run opened at its destination
+//!   offset, in the same log write.
 
 use kmirror_events::{OffsetMapHole, OffsetMapRun};
 
@@ -30,6 +36,9 @@ pub struct Plan {
     /// Runs to append to the log before producing: each run this batch
     /// opens, at length 0.
     pub runs_to_record: Vec<OffsetMapRun>,
+    /// The run opened ahead that a run this batch opens replaces (by source
+    /// start), to remove in the same log write.
+    pub runs_to_remove: Vec<i64>,
     /// Where the batch's first record will land on the destination.
     pub destination_offset: i64,
     /// Records the batch puts on the destination.
@@ -250,40 +259,73 @@ impl Cursor {
     pub fn plan(&mut self, segments: &[Segment], batch_end: i64) -> Plan {
         let destination_offset = self.next_destination;
         let mut runs_to_record = Vec::new();
+        let mut runs_to_remove = Vec::new();
         for s in segments.iter().filter(|s| s.len > 0) {
-            match self.runs.back_mut() {
-                Some((run, _))
-                    if run.source_end() == s.source_start
-                        && run.destination_end() == self.next_destination =>
-                {
-                    run.length += s.len;
+            let extends = self.runs.back().is_some_and(|(run, _)| {
+                run.source_end() == s.source_start && run.destination_end() == self.next_destination
+            });
+            if extends {
+                let only = self.runs.len() == 1;
+                let (run, _) = self.runs.back_mut().expect("checked above");
+                if run.length == 0 {
+                    // A run opened ahead takes its first record.
+                    self.identical &= only && run.source_start == run.destination_start;
                 }
-                _ => {
-                    let run = OffsetMapRun {
-                        source_start: s.source_start,
-                        destination_start: self.next_destination,
-                        length: 0,
-                    };
-                    runs_to_record.push(run);
-                    self.identical &=
-                        self.runs.is_empty() && run.source_start == run.destination_start;
-                    self.runs.push_back((
-                        OffsetMapRun {
-                            length: s.len,
-                            ..run
-                        },
-                        0,
-                    ));
+                run.length += s.len;
+            } else {
+                if self.runs.back().is_some_and(|(run, _)| run.length == 0) {
+                    // Opened ahead at this destination offset, never
+                    // extended: it must not claim the new run's records.
+                    let (ahead, _) = self.runs.pop_back().expect("checked above");
+                    runs_to_remove.push(ahead.source_start);
                 }
+                let run = OffsetMapRun {
+                    source_start: s.source_start,
+                    destination_start: self.next_destination,
+                    length: 0,
+                };
+                runs_to_record.push(run);
+                self.identical &= self.runs.is_empty() && run.source_start == run.destination_start;
+                self.runs.push_back((
+                    OffsetMapRun {
+                        length: s.len,
+                        ..run
+                    },
+                    0,
+                ));
             }
             self.next_destination += s.len;
         }
         self.next_source = self.next_source.max(batch_end);
         Plan {
             runs_to_record,
+            runs_to_remove,
             destination_offset,
             records: self.next_destination - destination_offset,
         }
+    }
+
+    /// The run the next record extends, when the map's last run cannot
+    /// (nothing copied yet, or a gap before `next_source`): recorded at
+    /// length 0 before anything is fetched, so the record that opens it
+    /// waits on no log write of its own. A fresh mirror of idle partitions
+    /// otherwise paid one flush per partition's first record, the largest
+    /// share of the idle daemon's CPU. Returns the run to record.
+    pub fn open_ahead(&mut self) -> Option<OffsetMapRun> {
+        let extends = self.runs.back().is_some_and(|(run, _)| {
+            run.source_end() == self.next_source && run.destination_end() == self.next_destination
+        });
+        if extends {
+            return None;
+        }
+        let run = OffsetMapRun {
+            source_start: self.next_source,
+            destination_start: self.next_destination,
+            length: 0,
+        };
+        // Identity is judged when a record first lands in it (`plan`).
+        self.runs.push_back((run, 0));
+        Some(run)
     }
 
     /// Records that the destination acknowledged a produce of `records` at
@@ -301,12 +343,20 @@ impl Cursor {
 
     /// Steps over `len` destination offsets that hold no mirrored record
     /// (a re-fence marker, recorded as a hole), with nothing in flight:
-    /// the next record opens a new run.
-    pub fn skip_destination(&mut self, len: i64) {
+    /// the next record opens a new run. A run opened ahead moves past them
+    /// (it never claims the hole); returned, to record with the hole.
+    pub fn skip_destination(&mut self, len: i64) -> Option<OffsetMapRun> {
         debug_assert_eq!(self.next_destination, self.acked_destination);
         self.next_destination += len;
         self.acked_destination += len;
         self.identical = false;
+        match self.runs.back_mut() {
+            Some((run, _)) if run.length == 0 => {
+                run.destination_start += len;
+                Some(*run)
+            }
+            _ => None,
+        }
     }
 
     /// Runs whose acknowledged length grew since the last checkpoint, at that
@@ -512,5 +562,68 @@ mod tests {
         assert!(Cursor::offsets_identical(&[run(0, 0, 10)]));
         assert!(!Cursor::offsets_identical(&[run(0, 0, 10), run(11, 10, 1)]));
         assert!(!Cursor::offsets_identical(&[run(5, 0, 10)]));
+    }
+
+    #[test]
+    fn a_run_opened_ahead_takes_the_first_record_without_a_log_write() {
+        let mut c = Cursor::new(&align(vec![], vec![], 0, 0).unwrap(), 0);
+        assert_eq!(c.open_ahead(), Some(run(0, 0, 0)));
+        assert_eq!(c.open_ahead(), None, "opened once");
+        let p = c.plan(&[seg(0, 3)], 3);
+        assert!(p.runs_to_record.is_empty() && p.runs_to_remove.is_empty());
+        assert!(c.identical());
+        assert!(c.checkpoint().is_empty(), "nothing acknowledged yet");
+        c.ack(0, 3).unwrap();
+        assert_eq!(c.checkpoint(), vec![run(0, 0, 3)]);
+        // A map whose last run takes the next record needs nothing ahead.
+        let a = align(vec![run(0, 0, 3)], vec![], 0, 3).unwrap();
+        assert_eq!(Cursor::new(&a, 3).open_ahead(), None);
+        // One that cannot (records gone from the source) opens after it.
+        let mut c = Cursor::new(&a, 10);
+        assert_eq!(c.open_ahead(), Some(run(10, 3, 0)));
+        c.plan(&[seg(10, 1)], 11);
+        assert!(!c.identical());
+    }
+
+    #[test]
+    fn a_run_opened_ahead_gives_way_to_the_run_a_gap_opens() {
+        let mut c = Cursor::new(&align(vec![], vec![], 0, 0).unwrap(), 0);
+        c.open_ahead();
+        // A marker at 0, then records from 1: they open their own run at
+        // destination 0, and the one ahead is removed in the same write.
+        c.plan(&[], 1);
+        let p = c.plan(&[seg(1, 2)], 3);
+        assert_eq!(p.runs_to_record, vec![run(1, 0, 0)]);
+        assert_eq!(p.runs_to_remove, vec![0]);
+        assert!(!c.identical(), "source 1 landed at 0");
+        c.ack(0, 2).unwrap();
+        assert_eq!(c.checkpoint(), vec![run(1, 0, 2)]);
+        // Recorded as planned, alignment finds the same map.
+        let a = align(vec![run(1, 0, 2)], vec![], 0, 2).unwrap();
+        assert_eq!(a.next_source, Some(3));
+    }
+
+    #[test]
+    fn a_run_opened_ahead_moves_past_a_refence_marker() {
+        let a = align(vec![run(0, 0, 3)], vec![], 0, 3).unwrap();
+        let mut c = Cursor::new(&a, 5);
+        assert_eq!(c.open_ahead(), Some(run(5, 3, 0)));
+        assert_eq!(c.skip_destination(1), Some(run(5, 4, 0)));
+        let p = c.plan(&[seg(5, 1)], 6);
+        assert!(p.runs_to_record.is_empty());
+        assert_eq!(p.destination_offset, 4);
+        // Without one ahead, nothing moves.
+        let mut c = Cursor::new(&a, 3);
+        assert_eq!(c.skip_destination(1), None);
+    }
+
+    #[test]
+    fn alignment_drops_a_run_opened_ahead_that_never_landed_and_keeps_one_that_did() {
+        let a = align(vec![run(0, 0, 3), run(5, 3, 0)], vec![], 0, 3).unwrap();
+        assert_eq!(a.stale, vec![run(5, 3, 0)]);
+        assert_eq!(a.next_source, Some(3));
+        let a = align(vec![run(0, 0, 3), run(5, 3, 0)], vec![], 0, 5).unwrap();
+        assert_eq!(a.runs, vec![run(0, 0, 3), run(5, 3, 2)]);
+        assert_eq!(a.next_source, Some(7));
     }
 }

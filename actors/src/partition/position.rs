@@ -122,7 +122,10 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
     if epochs.truncate_from(forget_from) {
         record_epochs(cx, &epochs).await?;
     }
-    let cursor = Cursor::new(&alignment, next_source);
+    let mut cursor = Cursor::new(&alignment, next_source);
+    if let Some(ahead) = cursor.open_ahead() {
+        cx.record_runs(vec![ahead]).await?;
+    }
     {
         let mut p = cx.progress.lock().unwrap();
         p.source_offset = cursor.next_source;

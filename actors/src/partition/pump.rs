@@ -309,9 +309,10 @@ async fn refence(
             at + 1
         )));
     }
+    let ahead = cursor.skip_destination(1);
     cx.execute(Command::SetOffsetRuns {
         key: cx.key.clone(),
-        upsert: Vec::new(),
+        upsert: ahead.into_iter().collect(),
         remove: Vec::new(),
         holes: vec![OffsetMapHole {
             destination_start: at,
@@ -319,7 +320,6 @@ async fn refence(
         }],
     })
     .await?;
-    cursor.skip_destination(1);
     let mut p = cx.progress.lock().unwrap();
     p.destination_offset = cursor.acked_destination;
     p.offsets_identical = false;
@@ -398,6 +398,8 @@ struct Outgoing {
     to_send: Vec<(Pending, OutgoingBatch)>,
     /// Runs the sends open: durable before the first of them is sent.
     new_runs: Vec<OffsetMapRun>,
+    /// Runs opened ahead that those replace, removed in the same write.
+    replaced_runs: Vec<i64>,
     /// Consecutive mergeable batches not planned yet, merged into one
     /// destination batch when the next batch does not join them or the
     /// fetch ends ([`crate::kafka::batch::mergeable`]).
@@ -433,6 +435,7 @@ impl Outgoing {
             };
             let plan = cursor.plan(&segs, ob_end);
             self.new_runs.extend(plan.runs_to_record);
+            self.replaced_runs.extend(plan.runs_to_remove);
             let pending = Pending {
                 destination_offset: plan.destination_offset,
                 records: plan.records,
@@ -563,7 +566,10 @@ async fn forward(
     }
     out.flush_group(cursor, max_message_bytes)?;
     let Outgoing {
-        to_send, new_runs, ..
+        to_send,
+        new_runs,
+        replaced_runs,
+        ..
     } = out;
     if to_send.is_empty() && inflight.is_empty() {
         // Only dropped batches: nothing to wait for, the position moves now.
@@ -576,7 +582,7 @@ async fn forward(
     if new_epoch {
         position::record_epochs(cx, epochs).await?;
     }
-    cx.record_runs(new_runs).await?;
+    cx.open_runs(new_runs, replaced_runs).await?;
     let recorded = Instant::now();
     let sends = to_send.len();
     for (mut pending, ob) in to_send {
