@@ -63,6 +63,22 @@ impl SourceEpochs {
         }
     }
 
+    /// Settles an entry recorded ahead (`ahead`: the source leader's epoch
+    /// at our position, guessed at alignment so that an idle partition's
+    /// next record needs no log write of its own) against the first batch
+    /// fetched after it, written in `epoch` and starting at `start_offset`.
+    /// A wrong guess is replaced by what [`Self::observe`] makes of the
+    /// batch. Returns whether the entries changed (to record before the
+    /// batch is produced).
+    pub fn settle_ahead(&mut self, ahead: EpochEntry, epoch: i32, start_offset: i64) -> bool {
+        if ahead.epoch == epoch && ahead.start_offset == start_offset {
+            return false;
+        }
+        self.truncate_from(ahead.start_offset);
+        self.observe(epoch, start_offset);
+        true
+    }
+
     /// Forgets what it knew from `offset` on: the records there were never
     /// mirrored (a write-ahead entry whose batch did not land) or are no
     /// longer the source's (cut at a divergence). Returns whether anything
@@ -137,6 +153,28 @@ mod tests {
                 start_offset: 139
             })
         );
+    }
+
+    #[test]
+    fn an_entry_recorded_ahead_stands_if_right_and_is_replaced_if_wrong() {
+        let ahead = EpochEntry {
+            epoch: 4,
+            start_offset: 30,
+        };
+        let mut e = epochs(&[(0, 0), (4, 30)]);
+        assert!(!e.settle_ahead(ahead, 4, 30), "the guess was right");
+        assert_eq!(e, epochs(&[(0, 0), (4, 30)]));
+        // A leader elected since: its epoch, not the guessed one.
+        assert!(e.settle_ahead(ahead, 5, 30));
+        assert_eq!(e, epochs(&[(0, 0), (5, 30)]));
+        // A batch of the old leader's above the high watermark: no new epoch.
+        let mut e = epochs(&[(0, 0), (4, 30)]);
+        assert!(e.settle_ahead(ahead, 0, 30));
+        assert_eq!(e, epochs(&[(0, 0)]));
+        // The first batch starts further on (a compacted source).
+        let mut e = epochs(&[(0, 0), (4, 30)]);
+        assert!(e.settle_ahead(ahead, 4, 33));
+        assert_eq!(e, epochs(&[(0, 0), (4, 33)]));
     }
 
     #[test]

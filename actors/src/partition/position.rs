@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use actix::Addr;
 use kmirror_events::{
-    Command, GapDetected, MirrorPartitionKey, MirrorProducer, OffsetMapHole, OffsetMapRun,
-    SourceEpochs,
+    Command, EpochEntry, GapDetected, MirrorPartitionKey, MirrorProducer, OffsetMapHole,
+    OffsetMapRun, SourceEpochs,
 };
 
 use super::context::{kafka_failure, Progress, PumpContext, PumpExit};
@@ -34,6 +34,10 @@ pub(super) struct Aligned {
     /// The source leader epochs of the mirrored records before
     /// `cursor.next_source` (as recorded).
     pub epochs: SourceEpochs,
+    /// The entry recorded ahead for the next record's epoch, if any:
+    /// settled against the first batch fetched
+    /// ([`SourceEpochs::settle_ahead`]).
+    pub epoch_ahead: Option<EpochEntry>,
 }
 
 /// Aligns the map with the destination and the source, records what
@@ -87,7 +91,7 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
         .bounds(&cx.tp)
         .await
         .map_err(|e| kafka_failure("source offsets", e))?;
-    let mut epochs = view.source_epochs;
+    let mut epochs = view.source_epochs.clone();
     let mut next_source = alignment.next_source.unwrap_or(src.log_start);
     // By leader epoch first: it also sees a source that has already grown
     // past our position with other records.
@@ -119,12 +123,23 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
     } else {
         next_source
     };
-    if epochs.truncate_from(forget_from) {
-        record_epochs(cx, &epochs).await?;
-    }
+    epochs.truncate_from(forget_from);
     let mut cursor = Cursor::new(&alignment, next_source);
     if let Some(ahead) = cursor.open_ahead() {
         cx.record_runs(vec![ahead]).await?;
+    }
+    // With nothing past our position on the source, the next record is most
+    // likely written in the leader's current epoch: recorded ahead like the
+    // run, so that record waits on no log write either (a wrong guess is
+    // settled before anything after it is produced).
+    let epoch_ahead = (src.end == next_source && src.leader_epoch >= 0)
+        .then_some(EpochEntry {
+            epoch: src.leader_epoch,
+            start_offset: next_source,
+        })
+        .filter(|e| epochs.observe(e.epoch, e.start_offset));
+    if epochs != view.source_epochs {
+        record_epochs(cx, &epochs).await?;
     }
     {
         let mut p = cx.progress.lock().unwrap();
@@ -139,6 +154,7 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
         cursor,
         destination_leader_epoch: dest.leader_epoch,
         epochs,
+        epoch_ahead,
     })
 }
 

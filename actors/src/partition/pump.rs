@@ -11,7 +11,9 @@
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesOrdered, StreamExt};
-use kmirror_events::{Command, MirrorProducer, OffsetMapHole, OffsetMapRun, SourceEpochs};
+use kmirror_events::{
+    Command, EpochEntry, MirrorProducer, OffsetMapHole, OffsetMapRun, SourceEpochs,
+};
 
 use super::context::{kafka_failure, PumpContext, PumpExit};
 use super::cursor::{AlignError, Cursor, Segment};
@@ -85,6 +87,7 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
         mut cursor,
         destination_leader_epoch,
         mut epochs,
+        epoch_ahead,
     } = Box::pin(position::align(cx)).await?;
     let max_message_bytes = cx
         .destination
@@ -116,7 +119,7 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
             copy(
                 cx,
                 &mut cursor,
-                &mut epochs,
+                (&mut epochs, epoch_ahead),
                 &mut *sink,
                 &mut clock,
                 destination_leader_epoch,
@@ -143,7 +146,7 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
 async fn copy(
     cx: &mut PumpContext,
     cursor: &mut Cursor,
-    epochs: &mut SourceEpochs,
+    (epochs, mut epoch_ahead): (&mut SourceEpochs, Option<EpochEntry>),
     sink: &mut dyn PartitionSink,
     clock: &mut FenceClock,
     destination_leader_epoch: i32,
@@ -239,6 +242,7 @@ async fn copy(
                         continue;
                     }
                 };
+                let epochs = (&mut *epochs, &mut epoch_ahead);
                 let forwarded =
                     forward(cx, cursor, epochs, sink, &mut inflight, fetched, max_message_bytes);
                 Box::pin(forwarded).await?;
@@ -505,7 +509,7 @@ impl Outgoing {
 async fn forward(
     cx: &PumpContext,
     cursor: &mut Cursor,
-    epochs: &mut SourceEpochs,
+    (epochs, epoch_ahead): (&mut SourceEpochs, &mut Option<EpochEntry>),
     sink: &mut dyn PartitionSink,
     inflight: &mut FuturesOrdered<PendingAck>,
     fetched: crate::kafka::fetch::FetchedPartition,
@@ -538,6 +542,14 @@ async fn forward(
     let behind = inflight.len() + batches > MAX_IN_FLIGHT;
     let mut out = Outgoing::default();
     let mut new_epoch = false;
+    if let Some(ahead) = *epoch_ahead {
+        if let Some(first) = fetched.batches().find_map(Result::ok) {
+            // The entry recorded ahead meets the batch it guessed.
+            let start = first.base_offset().max(cursor.next_source);
+            new_epoch = epochs.settle_ahead(ahead, first.partition_leader_epoch(), start);
+            *epoch_ahead = None;
+        }
+    }
     for batch in fetched.batches() {
         let batch: RecordBatch = batch.map_err(|e| kafka_failure("source batch", e))?;
         let is_aborted = aborted

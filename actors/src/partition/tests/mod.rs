@@ -844,3 +844,83 @@ async fn an_idle_pump_task_stays_small() {
     println!("pump task future: {size} B");
     assert!(size <= PUMP_FUTURE_BOUND, "pump future {size} B");
 }
+
+fn run(source_start: i64, destination_start: i64, length: i64) -> OffsetMapRun {
+    OffsetMapRun {
+        source_start,
+        destination_start,
+        length,
+    }
+}
+
+/// Records written to the log from entry `from` on.
+fn written_since(log: &MemLog, from: usize) -> Vec<kmirror_events::Record> {
+    log.entries()[from..]
+        .iter()
+        .map(|e| e.record.clone())
+        .collect()
+}
+
+/// A caught-up partition's next record waits on no log write of its own:
+/// the run it opens and the epoch it was written in are recorded at
+/// alignment, so all it causes is its background checkpoint. (10 000
+/// idle partitions fed a record now and then each paid two flushes
+/// before.)
+#[actix::test]
+async fn an_idle_partitions_next_record_waits_on_no_log_write() {
+    use kmirror_events::Record;
+    let rig = rig().await;
+    let actor = rig.start(RetryPolicy::default());
+    eventually("the run and the epoch recorded ahead", async || {
+        let image = rig.image().await;
+        image.offset_runs(&rig.key) == vec![run(0, 0, 0)]
+            && image.source_epochs(&rig.key).epoch_at(0) == Some(0)
+    })
+    .await;
+    let before = rig.log.entries().len();
+    rig.append(1, 0);
+    eventually("the record's checkpoint", async || {
+        rig.image().await.offset_runs(&rig.key) == vec![run(0, 0, 1)]
+    })
+    .await;
+    let written = written_since(&rig.log, before);
+    assert!(
+        matches!(written.as_slice(), [Record::OffsetMapRun(_, Some(r))] if r.length == 1),
+        "only the checkpoint: {written:?}"
+    );
+    actor.send(Shutdown).await.unwrap();
+}
+
+/// An epoch recorded ahead that the next record proves wrong (a leader
+/// elected between alignment and the record) is replaced before that
+/// record is produced. (A run opened ahead that a gap proves wrong:
+/// `cursor::tests::a_run_opened_ahead_gives_way_to_the_run_a_gap_opens`.)
+#[actix::test]
+async fn an_epoch_recorded_ahead_gives_way_to_the_one_the_next_record_shows() {
+    let rig = rig().await;
+    let actor = rig.start(RetryPolicy::default());
+    eventually("the run recorded ahead", async || {
+        rig.image().await.offset_runs(&rig.key) == vec![run(0, 0, 0)]
+    })
+    .await;
+    let epoch = rig.source.elect_leader(&rig.tp);
+    rig.append(2, 0);
+    eventually("2 records checkpointed", async || {
+        rig.image().await.offset_runs(&rig.key) == vec![run(0, 0, 2)]
+    })
+    .await;
+    let image = rig.image().await;
+    assert_eq!(
+        image.source_epochs(&rig.key).entries,
+        vec![kmirror_events::EpochEntry {
+            epoch,
+            start_offset: 0
+        }],
+        "the new leader's epoch, not the guessed one"
+    );
+    assert_eq!(
+        (image.translate(&rig.key, 0), image.translate(&rig.key, 1)),
+        (Translation::Exact(0), Translation::Exact(1))
+    );
+    actor.send(Shutdown).await.unwrap();
+}
