@@ -293,3 +293,66 @@ async fn merged_lz4_of_incompressible_values_reads_back_identical() {
     );
     node.shutdown().await;
 }
+
+/// A caught-up partition's next record waits on no log write of its own,
+/// on real Kafka: alignment records the run it opens and the leader epoch
+/// it will be written in (ListOffsets' epoch, which must be the one Kafka
+/// stamps on the batch), before the pump's producer is recorded; after the
+/// record, the log holds only its checkpoint. A wrong epoch guess would
+/// show as a second `SourceEpochs` record after the producer.
+#[actix::test]
+async fn an_idle_partitions_first_record_needs_no_log_write_before_its_produce() {
+    use kmirror_events::Record;
+    use kmirror_store::{EventLog, SledLog};
+
+    let topic = unique("e2e-ahead");
+    create_topic(&bed().source, &topic, 1, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    node.create_mirror("ahead", mirror_props()).await.unwrap();
+    node.start_topics("ahead", std::slice::from_ref(&topic), &[], None)
+        .await
+        .unwrap();
+    let start = Instant::now();
+    while node.describe(Some("ahead")).await.unwrap()[0].state != "MIRRORING" {
+        assert!(start.elapsed() < Duration::from_secs(60), "never MIRRORING");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    produce(&topic, &lines(1, "ahead"), "none");
+    wait_caught_up(&node, "ahead", 1, Duration::from_secs(60)).await;
+    // The checkpoint of the record (lazy, at most a few hundred ms later).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    node.shutdown().await;
+    drop(node);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let log = SledLog::open(dir.path()).unwrap();
+    let mut story = Vec::new();
+    for e in log.read(0).unwrap() {
+        match e.unwrap().record {
+            Record::OffsetMapRun(_, Some(r)) => story.push(format!(
+                "run {}+{} len {}",
+                r.source_start, r.destination_start, r.length
+            )),
+            Record::SourceEpochs(_, Some(e)) => story.push(format!("epochs {:?}", e.entries)),
+            Record::MirrorProducer(_, Some(_)) => story.push("producer".into()),
+            _ => {}
+        }
+    }
+    println!("the partition's story in the log: {story:?}");
+    let producer = story.iter().position(|s| s == "producer").unwrap();
+    let (before, after) = story.split_at(producer);
+    assert!(
+        before.iter().any(|s| s == "run 0+0 len 0")
+            && before.iter().any(|s| s.starts_with("epochs")),
+        "the run and the epoch recorded at alignment: {story:?}"
+    );
+    assert_eq!(
+        after[1..],
+        ["run 0+0 len 1".to_string()],
+        "after the producer, only the record's checkpoint: {story:?}"
+    );
+    let a = consume_sorted(&bed().source, &topic, 1, 30_000);
+    let b = consume_sorted(&bed().destination, &topic, 1, 30_000);
+    assert_eq!(a, b);
+}
