@@ -261,10 +261,7 @@ impl Cursor {
         let mut runs_to_record = Vec::new();
         let mut runs_to_remove = Vec::new();
         for s in segments.iter().filter(|s| s.len > 0) {
-            let extends = self.runs.back().is_some_and(|(run, _)| {
-                run.source_end() == s.source_start && run.destination_end() == self.next_destination
-            });
-            if extends {
+            if self.open_run_takes(s.source_start) {
                 let only = self.runs.len() == 1;
                 let (run, _) = self.runs.back_mut().expect("checked above");
                 if run.length == 0 {
@@ -312,10 +309,7 @@ impl Cursor {
     /// otherwise paid one flush per partition's first record, the largest
     /// share of the idle daemon's CPU. Returns the run to record.
     pub fn open_ahead(&mut self) -> Option<OffsetMapRun> {
-        let extends = self.runs.back().is_some_and(|(run, _)| {
-            run.source_end() == self.next_source && run.destination_end() == self.next_destination
-        });
-        if extends {
+        if self.open_run_takes(self.next_source) {
             return None;
         }
         let run = OffsetMapRun {
@@ -326,6 +320,14 @@ impl Cursor {
         // Identity is judged when a record first lands in it (`plan`).
         self.runs.push_back((run, 0));
         Some(run)
+    }
+
+    /// Whether the open run goes on with the record at `source_start`: it
+    /// ends there on the source and at the next offset on the destination.
+    fn open_run_takes(&self, source_start: i64) -> bool {
+        self.runs.back().is_some_and(|(run, _)| {
+            run.source_end() == source_start && run.destination_end() == self.next_destination
+        })
     }
 
     /// Records that the destination acknowledged a produce of `records` at

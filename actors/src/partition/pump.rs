@@ -142,7 +142,8 @@ async fn run_inner(cx: &mut PumpContext) -> Result<(), PumpExit> {
 /// in-flight produces are finished and the map made durable on a stop.
 /// `epochs` are the source leader epochs of what is mirrored (and planned):
 /// each fetch carries the last one, so the source's leader tells when its
-/// log parted from ours.
+/// log parted from ours. They travel with the entry alignment recorded
+/// ahead, until the first batch fetched settles it.
 async fn copy(
     cx: &mut PumpContext,
     cursor: &mut Cursor,
@@ -505,7 +506,8 @@ impl Outgoing {
 }
 
 /// Plans, records and sends one fetched chunk: the source leader epochs it
-/// brings and the runs it opens are durable before its first produce.
+/// brings (settling an entry recorded ahead, the first time) and the runs
+/// it opens are durable before its first produce.
 async fn forward(
     cx: &PumpContext,
     cursor: &mut Cursor,
