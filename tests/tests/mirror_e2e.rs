@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use kmirror_tests::mirror::{
-    consume_sorted, consume_sorted_with, lines, mirror_props, node, produce, produce_with,
-    wait_caught_up, without_offsets,
+    consume_sorted, consume_sorted_with, lines, mirror_props, node, open_log, produce,
+    produce_with, wait_caught_up, without_offsets,
 };
 use kmirror_tests::{bed, create_topic, unique, wire};
 
@@ -303,7 +303,7 @@ async fn merged_lz4_of_incompressible_values_reads_back_identical() {
 #[actix::test]
 async fn an_idle_partitions_first_record_needs_no_log_write_before_its_produce() {
     use kmirror_events::Record;
-    use kmirror_store::{EventLog, SledLog};
+    use kmirror_store::EventLog;
 
     let topic = unique("e2e-ahead");
     create_topic(&bed().source, &topic, 1, &[]);
@@ -324,9 +324,8 @@ async fn an_idle_partitions_first_record_needs_no_log_write_before_its_produce()
     tokio::time::sleep(Duration::from_millis(1500)).await;
     node.shutdown().await;
     drop(node);
-    tokio::time::sleep(Duration::from_millis(200)).await;
 
-    let log = SledLog::open(dir.path()).unwrap();
+    let log = open_log(dir.path()).await;
     let mut story = Vec::new();
     for e in log.read(0).unwrap() {
         match e.unwrap().record {
