@@ -101,6 +101,10 @@ pub struct MirrorActor {
     spec: MirrorSpec,
     partitions: HashMap<MirrorPartitionKey, Addr<PartitionActor>>,
     refreshing: bool,
+    /// Set by [`StopMirror`]: its partitions are being shut down, and a
+    /// reconcile still running (a refresh, a grown topic) must not start
+    /// them again, or they would outlive the stop.
+    stopping: bool,
     /// Group offsets, configs, partition counts, ACLs (started with us).
     sync: Option<Addr<MetadataSyncActor>>,
     /// The partitions' risk samples read the source through it, batched.
@@ -114,6 +118,7 @@ impl MirrorActor {
             spec,
             partitions: HashMap::new(),
             refreshing: false,
+            stopping: false,
             sync: None,
         }
     }
@@ -121,6 +126,9 @@ impl MirrorActor {
     /// Starts missing PartitionActors and sends every one its topic's
     /// desired state.
     fn reconcile(&mut self, image: &MirrorStateImage, ctx: &mut Context<Self>) {
+        if self.stopping {
+            return;
+        }
         let mut live = HashSet::new();
         let support_ule = image.mirror(&self.spec.name).is_some_and(|c| {
             c.source_properties
@@ -185,7 +193,7 @@ impl MirrorActor {
 
     /// One refresh: source identity, discovery, exclude enforcement.
     fn refresh(&mut self, ctx: &mut Context<Self>) {
-        if self.refreshing {
+        if self.refreshing || self.stopping {
             return;
         }
         self.refreshing = true;
@@ -425,6 +433,7 @@ impl Handler<RecoverTopics> for MirrorActor {
 impl Handler<StopMirror> for MirrorActor {
     type Result = ResponseActFuture<Self, ()>;
     fn handle(&mut self, _msg: StopMirror, _ctx: &mut Context<Self>) -> Self::Result {
+        self.stopping = true;
         let addrs: Vec<_> = self.partitions.drain().map(|(_, a)| a).collect();
         let sync = self.sync.take();
         Box::pin(
@@ -482,6 +491,52 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         panic!("timed out waiting for: {what}");
+    }
+
+    /// A reconcile (a refresh tick, a grown topic) that runs while the
+    /// mirror stops must not start partitions again: they would outlive
+    /// the stop, keep the coordinator (and the event log) alive, and write
+    /// after the node released its work.
+    #[actix::test]
+    async fn a_reconcile_during_the_stop_starts_no_partition_again() {
+        let config = MirrorConfig {
+            source_bootstrap: "memory:9092".into(),
+            topics_exclude: "__.*".into(),
+            source_cluster_id: "src".into(),
+            ..Default::default()
+        };
+        let f = Fixture::new(config, TOPIC, ID, 1).await;
+        let tp = TopicPartition::new(TOPIC, 0);
+        let append = |from: usize| {
+            let records: Vec<_> = (from..from + 3)
+                .map(|i| record(None, Some(&format!("v{i}")), i as i64))
+                .collect();
+            f.source.append(&tp, &records, Codec::None);
+        };
+        append(0);
+        let mirror = MirrorActor::new(MirrorSpec {
+            name: "m".into(),
+            source: Arc::new(f.source.clone()),
+            destination: Arc::new(f.dest.clone()),
+            coordinator: f.coordinator.clone(),
+            retry: RetryPolicy::default(),
+            refresh_interval: Duration::from_secs(60),
+            published: None,
+            history: None,
+            board: StatusBoard::default(),
+        })
+        .start();
+        eventually("3 records", async || f.dest.records(&tp).len() == 3).await;
+        let stop = mirror.send(StopMirror);
+        mirror.do_send(Reconcile);
+        stop.await.unwrap();
+        append(3);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            f.dest.records(&tp).len(),
+            3,
+            "nothing copied after the mirror stopped"
+        );
     }
 
     #[actix::test]
