@@ -741,6 +741,15 @@ async fn a_stopped_reader_sits_out_and_a_gone_one_is_forgotten() {
     use kmirror_actors::kafka::budget::MemoryBudget;
     use std::time::Duration;
 
+    // Each fetch (with what sits out) and its wait for the budget, shown
+    // if the test fails: a stall here is one in production.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "kmirror_actors=info,kmirror::profile=debug".into()),
+        )
+        .with_test_writer()
+        .try_init();
     let bed = bed();
     let topic = unique("proto-sitout");
     let c = client(&bed.source).await;

@@ -164,6 +164,7 @@ pub(super) async fn broker_fetcher(
         }
         // Room in the budget first; the broker is asked for no more, and
         // for no more than these partitions' shares have room for.
+        let reserving = std::time::Instant::now();
         let reservation = match budget {
             Some(b) => {
                 let want = parts.room(b, max_bytes).min(max_bytes).max(1);
@@ -193,6 +194,9 @@ pub(super) async fn broker_fetcher(
                 target: "kmirror::profile",
                 node = session.node_id(),
                 fetch_us = asked.elapsed().as_micros() as u64,
+                reserve_us = asked.duration_since(reserving).as_micros() as u64,
+                max_bytes = session.options().max_bytes,
+                in_session = parts.all.len() - parts.sitting.len(),
                 gap_us = asked.duration_since(answered).as_micros() as u64,
                 parts_back,
                 bytes,
