@@ -546,14 +546,14 @@ async fn export(
                     ..r.clone()
                 })
                 .collect();
-            let batch = OutgoingBatch {
-                bytes: encode_batch(&chunk, Codec::Lz4)?,
-                record_count: chunk.len() as i32,
-                source_offsets: SourceOffsets::Range {
+            let batch = OutgoingBatch::new(
+                encode_batch(&chunk, Codec::Lz4)?,
+                chunk.len() as i32,
+                SourceOffsets::Range {
                     first: 0,
                     last: chunk.len() as i64 - 1,
                 },
-            };
+            );
             acks.push(sink.send(batch).await?);
         }
         for a in acks {

@@ -232,14 +232,14 @@ fn batches(entries: &[&(Offset, Record)]) -> Result<Vec<OutgoingBatch>, KafkaErr
             return Ok(());
         }
         let bytes: BytesMut = encode_batch(records, Codec::Lz4)?;
-        out.push(OutgoingBatch {
+        out.push(OutgoingBatch::new(
             bytes,
-            record_count: records.len() as i32,
-            source_offsets: SourceOffsets::Range {
+            records.len() as i32,
+            SourceOffsets::Range {
                 first: 0,
                 last: records.len() as i64 - 1,
             },
-        });
+        ));
         records.clear();
         Ok(())
     };

@@ -42,14 +42,14 @@ fn stamped(tag: &str, n: usize, now: i64) -> OutgoingBatch {
             headers: vec![],
         })
         .collect();
-    OutgoingBatch {
-        bytes: encode_batch(&records, Codec::None).unwrap(),
-        record_count: n as i32,
-        source_offsets: SourceOffsets::Range {
+    OutgoingBatch::new(
+        encode_batch(&records, Codec::None).unwrap(),
+        n as i32,
+        SourceOffsets::Range {
             first: 0,
             last: n as i64 - 1,
         },
-    }
+    )
 }
 
 async fn send(sink: &mut dyn PartitionSink, tag: &str, n: usize) -> Result<i64, KafkaError> {

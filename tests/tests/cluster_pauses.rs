@@ -164,11 +164,11 @@ impl SourceWriter {
                             headers: vec![],
                         })
                         .collect();
-                    let batch = OutgoingBatch {
-                        bytes: encode_batch(&records, Codec::None).unwrap(),
-                        record_count: 5,
-                        source_offsets: SourceOffsets::Range { first: 0, last: 4 },
-                    };
+                    let batch = OutgoingBatch::new(
+                        encode_batch(&records, Codec::None).unwrap(),
+                        5,
+                        SourceOffsets::Range { first: 0, last: 4 },
+                    );
                     partition.send(batch).await.unwrap().await.unwrap();
                     w.fetch_add(5, Ordering::SeqCst);
                 }

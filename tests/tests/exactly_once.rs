@@ -318,14 +318,14 @@ async fn produce_timestamps(bootstrap: &str, topic: &str, timestamps: &[i64]) {
             headers: vec![],
         })
         .collect();
-    let batch = OutgoingBatch {
-        bytes: encode_batch(&records, Codec::None).unwrap(),
-        record_count: records.len() as i32,
-        source_offsets: SourceOffsets::Range {
+    let batch = OutgoingBatch::new(
+        encode_batch(&records, Codec::None).unwrap(),
+        records.len() as i32,
+        SourceOffsets::Range {
             first: 0,
             last: records.len() as i64 - 1,
         },
-    };
+    );
     partition.send(batch).await.unwrap().await.unwrap();
     partition.close().await;
 }

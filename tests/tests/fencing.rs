@@ -48,14 +48,14 @@ fn batch(tag: &str, n: usize, ts: Option<i64>) -> OutgoingBatch {
             headers: vec![],
         })
         .collect();
-    OutgoingBatch {
-        bytes: encode_batch(&records, Codec::None).unwrap(),
-        record_count: n as i32,
-        source_offsets: SourceOffsets::Range {
+    OutgoingBatch::new(
+        encode_batch(&records, Codec::None).unwrap(),
+        n as i32,
+        SourceOffsets::Range {
             first: 0,
             last: n as i64 - 1,
         },
-    }
+    )
 }
 
 async fn send(pp: &PartitionProducer, tag: &str, n: usize) -> Result<ProduceAck, KafkaError> {

@@ -26,14 +26,14 @@ fn batch(first_ts: i64, n: i32) -> OutgoingBatch {
             headers: vec![],
         })
         .collect();
-    OutgoingBatch {
-        bytes: encode_batch(&recs, Codec::None).unwrap(),
-        record_count: n,
-        source_offsets: SourceOffsets::Range {
+    OutgoingBatch::new(
+        encode_batch(&recs, Codec::None).unwrap(),
+        n,
+        SourceOffsets::Range {
             first: 0,
             last: n as i64 - 1,
         },
-    }
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

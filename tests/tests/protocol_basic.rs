@@ -595,15 +595,15 @@ fn one_record_batch(n: i64) -> kmirror_actors::kafka::batch::OutgoingBatch {
         value: Some(bytes::Bytes::from(n.to_string())),
         headers: vec![],
     };
-    kmirror_actors::kafka::batch::OutgoingBatch {
-        bytes: kmirror_actors::kafka::batch::encode_batch(
+    kmirror_actors::kafka::batch::OutgoingBatch::new(
+        kmirror_actors::kafka::batch::encode_batch(
             &[rec],
             kmirror_actors::kafka::batch::Codec::None,
         )
         .unwrap(),
-        record_count: 1,
-        source_offsets: kmirror_actors::kafka::batch::SourceOffsets::Range { first: n, last: n },
-    }
+        1,
+        kmirror_actors::kafka::batch::SourceOffsets::Range { first: n, last: n },
+    )
 }
 
 /// Creates `topic` with 4 partitions on the source and loads `records`

@@ -106,7 +106,7 @@ async fn forward_vs_producer_perf_test() {
                         let b = b.unwrap();
                         let a = classify(&b, ab.is_aborted(&b).unwrap(), 1_048_588, pos);
                         for out in prepare(&b, a, 1_048_588, pos).unwrap() {
-                            bytes += out.bytes.len();
+                            bytes += out.len();
                             tx.send(out).await.unwrap();
                         }
                         pos = b.next_offset();

@@ -104,14 +104,14 @@ fn batch(i: usize, n: usize) -> OutgoingBatch {
             headers: vec![(Bytes::from_static(b"i"), Some(Bytes::from(i.to_string())))],
         })
         .collect();
-    OutgoingBatch {
-        bytes: encode_batch(&records, Codec::Lz4).unwrap(),
-        record_count: n as i32,
-        source_offsets: SourceOffsets::Range {
+    OutgoingBatch::new(
+        encode_batch(&records, Codec::Lz4).unwrap(),
+        n as i32,
+        SourceOffsets::Range {
             first: (i * n) as i64,
             last: (i * n + n - 1) as i64,
         },
-    }
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

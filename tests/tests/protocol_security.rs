@@ -93,11 +93,11 @@ async fn round_trip(c: &KafkaClient, label: &str) {
     let p = IdempotentProducer::new(c.clone()).await.unwrap();
     let pp = p.partition(&topic, 0).unwrap();
     let ack = pp
-        .send(OutgoingBatch {
-            bytes: encode_batch(&recs, Codec::Gzip).unwrap(),
-            record_count: 20,
-            source_offsets: SourceOffsets::Range { first: 0, last: 19 },
-        })
+        .send(OutgoingBatch::new(
+            encode_batch(&recs, Codec::Gzip).unwrap(),
+            20,
+            SourceOffsets::Range { first: 0, last: 19 },
+        ))
         .await
         .unwrap()
         .await

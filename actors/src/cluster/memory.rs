@@ -1008,7 +1008,7 @@ impl MemoryDestination {
     }
 
     fn produce(&self, tp: &TopicPartition, batch: OutgoingBatch) -> Result<ProduceAck, KafkaError> {
-        let rb = RecordBatch::new(batch.bytes.freeze())?;
+        let rb = RecordBatch::new(batch.to_bytes())?;
         if !rb.verify_crc() {
             return Err(KafkaError::InvalidBatch("CRC mismatch".into()));
         }
@@ -1054,12 +1054,7 @@ struct MemorySink {
 impl PartitionSink for MemorySink {
     fn send(&mut self, mut batch: OutgoingBatch) -> BoxFuture<'_, Result<Ack, KafkaError>> {
         // Stamped as the real producer stamps every batch it writes.
-        crate::kafka::batch::stamp_producer(
-            &mut batch.bytes,
-            self.producer_id,
-            0,
-            self.next_sequence,
-        );
+        batch.stamp(self.producer_id, 0, self.next_sequence);
         self.next_sequence += batch.record_count;
         let result = self.dest.produce(&self.tp, batch);
         Box::pin(async move { Ok(Box::pin(async move { result }) as Ack) })

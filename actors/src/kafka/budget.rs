@@ -12,9 +12,13 @@
 //! A fetched byte is charged [`COPIES`] times, because that is how many
 //! copies of it can be alive at once: the partition's data (copied out of
 //! the shared response frame, so that a slow partition does not keep a whole
-//! frame alive), the outgoing batch made of it (the producer stamps
-//! sequences into a copy of its own), and the Produce request that batch is
-//! encoded into until it is written. A partition holding its even share of
+//! frame alive), let go once planned unless a batch passed through keeps its
+//! records there until acknowledged (only its header is copied and
+//! stamped); a merged or re-encoded batch, its own bytes until
+//! acknowledged; and, while the connection's writer puts it on the socket,
+//! the Produce request it goes into (built only then: the requests waiting
+//! their turn hold references, not frames). The charge is the most ever
+//! alive at once, not what usually is. A partition holding its even share of
 //! the budget or more sits out the next fetches, so one busy partition
 //! cannot starve the others; and a fetch asks for no more than its
 //! partitions' room within their shares, so one source's fetches — long

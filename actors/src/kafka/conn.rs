@@ -51,7 +51,7 @@ struct Inner {
     versions: std::sync::OnceLock<HashMap<i16, (i16, i16)>>,
     next_correlation: AtomicI32,
     shared: Mutex<Shared>,
-    writer: mpsc::Sender<Bytes>,
+    writer: mpsc::Sender<Outbound>,
     request_timeout: Duration,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -148,7 +148,7 @@ impl BrokerConnection {
             Box::new(tcp)
         };
         let (read_half, write_half) = tokio::io::split(stream);
-        let (writer_tx, writer_rx) = mpsc::channel::<Bytes>(256);
+        let (writer_tx, writer_rx) = mpsc::channel::<Outbound>(256);
         let inner = Arc::new(Inner {
             broker: broker.clone(),
             node_id,
@@ -378,8 +378,51 @@ impl BrokerConnection {
         version: i16,
         timeout: Duration,
     ) -> Result<PendingResponse<R>> {
+        let correlation_id = self.next_correlation();
+        let frame = encode(&self.inner.client_id, correlation_id, req, version)?;
+        self.enqueue(correlation_id, Outbound::Frame(frame), version, timeout)
+            .await
+    }
+
+    /// [`submit`](Self::submit) for a request built and encoded only when
+    /// the writer gets to it. Why: a broker reads one request per
+    /// connection at a time, so pipelined requests wait in our queue; a
+    /// Produce request encoded at submit would wait there as a second copy
+    /// of every batch it carries (18 MiB of a backlog copy's peak), where
+    /// built late it waits as references to the batches.
+    pub async fn submit_later<R, F>(
+        &self,
+        build: F,
+        version: i16,
+        timeout: Duration,
+    ) -> Result<PendingResponse<R>>
+    where
+        R: Request,
+        F: FnOnce() -> R + Send + 'static,
+    {
+        let correlation_id = self.next_correlation();
+        let client_id = self.inner.client_id.clone();
+        let encode = Box::new(move || encode(&client_id, correlation_id, &build(), version));
+        let later = Outbound::Later {
+            correlation_id,
+            encode,
+        };
+        self.enqueue(correlation_id, later, version, timeout).await
+    }
+
+    fn next_correlation(&self) -> i32 {
+        self.inner.next_correlation.fetch_add(1, Ordering::Relaxed) & i32::MAX
+    }
+
+    /// Registers the answer's receiver, then queues `out` to the writer.
+    async fn enqueue<R: Request>(
+        &self,
+        correlation_id: i32,
+        out: Outbound,
+        version: i16,
+        timeout: Duration,
+    ) -> Result<PendingResponse<R>> {
         let deadline = tokio::time::Instant::now() + timeout;
-        let (correlation_id, frame) = self.encode(req, version)?;
         let (tx, rx) = oneshot::channel();
         {
             let mut shared = self.inner.shared.lock().unwrap();
@@ -400,7 +443,7 @@ impl BrokerConnection {
             timeout,
             _request: std::marker::PhantomData,
         };
-        match tokio::time::timeout_at(deadline, self.inner.writer.send(frame)).await {
+        match tokio::time::timeout_at(deadline, self.inner.writer.send(out)).await {
             Ok(Ok(())) => Ok(pending),
             Ok(Err(_)) => Err(KafkaError::Disconnected {
                 broker: self.inner.broker.clone(),
@@ -409,28 +452,44 @@ impl BrokerConnection {
             Err(_) => Err(pending.timed_out()),
         }
     }
+}
 
-    fn encode<R: Request>(&self, req: &R, version: i16) -> Result<(i32, Bytes)> {
-        let correlation_id = self.inner.next_correlation.fetch_add(1, Ordering::Relaxed) & i32::MAX;
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation_id)
-            .with_client_id(Some(self.inner.client_id.clone()));
-        let hv = R::header_version(version);
-        let size = header
-            .compute_size(hv)
-            .and_then(|h| req.compute_size(version).map(|b| h + b))
-            .map_err(|e| protocol_err("sizing request", e))?;
-        let mut buf = BytesMut::with_capacity(4 + size);
-        buf.put_i32(size as i32);
-        header
-            .encode(&mut buf, hv)
-            .map_err(|e| protocol_err("encoding header", e))?;
-        req.encode(&mut buf, version)
-            .map_err(|e| protocol_err(&format!("encoding {} v{version}", api_name(R::KEY)), e))?;
-        Ok((correlation_id, buf.freeze()))
-    }
+/// A request's frame: size, header (with `correlation_id`), body.
+fn encode<R: Request>(
+    client_id: &StrBytes,
+    correlation_id: i32,
+    req: &R,
+    version: i16,
+) -> Result<Bytes> {
+    let header = RequestHeader::default()
+        .with_request_api_key(R::KEY)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(client_id.clone()));
+    let hv = R::header_version(version);
+    let size = header
+        .compute_size(hv)
+        .and_then(|h| req.compute_size(version).map(|b| h + b))
+        .map_err(|e| protocol_err("sizing request", e))?;
+    let mut buf = BytesMut::with_capacity(4 + size);
+    buf.put_i32(size as i32);
+    header
+        .encode(&mut buf, hv)
+        .map_err(|e| protocol_err("encoding header", e))?;
+    req.encode(&mut buf, version)
+        .map_err(|e| protocol_err(&format!("encoding {} v{version}", api_name(R::KEY)), e))?;
+    Ok(buf.freeze())
+}
+
+/// What the writer task puts on the socket, in queue order.
+enum Outbound {
+    Frame(Bytes),
+    /// Encoded when its turn comes ([`BrokerConnection::submit_later`]); a
+    /// request that cannot be encoded fails alone.
+    Later {
+        correlation_id: i32,
+        encode: Box<dyn FnOnce() -> Result<Bytes> + Send>,
+    },
 }
 
 /// A request that is on the wire; [`PendingResponse::wait`] yields its answer.
@@ -557,19 +616,19 @@ async fn read_loop<R: AsyncRead + Unpin>(mut rd: BufReader<R>, inner: std::sync:
 
 async fn write_loop<W: AsyncWrite + Unpin>(
     mut wr: BufWriter<W>,
-    mut rx: mpsc::Receiver<Bytes>,
+    mut rx: mpsc::Receiver<Outbound>,
     inner: std::sync::Weak<Inner>,
 ) {
     let reason = 'outer: loop {
-        let Some(frame) = rx.recv().await else {
+        let Some(out) = rx.recv().await else {
             return;
         };
-        if let Err(e) = wr.write_all(&frame).await {
+        if let Err(e) = write_out(&mut wr, out, &inner).await {
             break format!("write failed: {e}");
         }
         // Coalesce whatever else is queued into the same flush.
-        while let Ok(frame) = rx.try_recv() {
-            if let Err(e) = wr.write_all(&frame).await {
+        while let Ok(out) = rx.try_recv() {
+            if let Err(e) = write_out(&mut wr, out, &inner).await {
                 break 'outer format!("write failed: {e}");
             }
         }
@@ -582,122 +641,33 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    //! Framing, correlation and version negotiation against an in-process
-    //! fake broker (the real broker is exercised in `tests/tests/protocol_*`).
-    use super::*;
-    use kafka_protocol::messages::api_versions_response::ApiVersion;
-    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-    use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
-    use kafka_protocol::messages::{
-        ApiVersionsResponse, MetadataRequest, MetadataResponse, RequestHeader, TopicName,
-    };
-    use kafka_protocol::protocol::decode_request_header_from_buffer;
-    use tokio::net::TcpListener;
-
-    async fn read_frame(s: &mut TcpStream) -> Option<Bytes> {
-        let n = s.read_i32().await.ok()?;
-        let mut b = vec![0u8; n as usize];
-        s.read_exact(&mut b).await.ok()?;
-        Some(Bytes::from(b))
-    }
-
-    async fn write_response<M: Encodable>(s: &mut TcpStream, corr: i32, m: &M, version: i16) {
-        let mut body = BytesMut::new();
-        body.put_i32(corr);
-        m.encode(&mut body, version).unwrap();
-        let mut frame = BytesMut::new();
-        frame.put_i32(body.len() as i32);
-        frame.extend_from_slice(&body);
-        s.write_all(&frame).await.unwrap();
-    }
-
-    /// Answers ApiVersions v>0 with UNSUPPORTED_VERSION (as a v0 body),
-    /// then v0 normally; collects 3 Metadata requests and answers them in
-    /// reverse order; never answers a Metadata request for topic "silent".
-    async fn fake_broker(listener: TcpListener) {
-        let (mut s, _) = listener.accept().await.unwrap();
-        let mut held: Vec<(RequestHeader, String)> = Vec::new();
-        while let Some(mut f) = read_frame(&mut s).await {
-            let h: RequestHeader = decode_request_header_from_buffer(&mut f).unwrap();
-            match h.request_api_key {
-                18 if h.request_api_version > 0 => {
-                    let r = ApiVersionsResponse::default().with_error_code(35);
-                    write_response(&mut s, h.correlation_id, &r, 0).await;
+/// Writes one request; one that fails to encode is answered with the error
+/// and never written.
+async fn write_out<W: AsyncWrite + Unpin>(
+    wr: &mut BufWriter<W>,
+    out: Outbound,
+    inner: &std::sync::Weak<Inner>,
+) -> std::io::Result<()> {
+    let frame = match out {
+        Outbound::Frame(frame) => frame,
+        Outbound::Later {
+            correlation_id,
+            encode,
+        } => match encode() {
+            Ok(frame) => frame,
+            Err(e) => {
+                let tx = inner
+                    .upgrade()
+                    .and_then(|i| i.shared.lock().unwrap().pending.remove(&correlation_id));
+                if let Some(tx) = tx {
+                    let _ = tx.send(Err(e));
                 }
-                18 => {
-                    let r = ApiVersionsResponse::default().with_api_keys(vec![
-                        ApiVersion::default()
-                            .with_api_key(18)
-                            .with_min_version(0)
-                            .with_max_version(3),
-                        ApiVersion::default()
-                            .with_api_key(3)
-                            .with_min_version(0)
-                            .with_max_version(8),
-                    ]);
-                    write_response(&mut s, h.correlation_id, &r, 0).await;
-                }
-                3 => {
-                    let req = MetadataRequest::decode(&mut f, h.request_api_version).unwrap();
-                    let name = req.topics.unwrap()[0].name.as_ref().unwrap().0.to_string();
-                    if name == "silent" {
-                        continue;
-                    }
-                    held.push((h, name));
-                    if held.len() == 3 {
-                        for (h, name) in held.drain(..).rev() {
-                            let r = MetadataResponse::default()
-                                .with_topics(vec![MetadataResponseTopic::default()
-                                    .with_name(Some(TopicName(StrBytes::from_string(name))))]);
-                            write_response(&mut s, h.correlation_id, &r, h.request_api_version)
-                                .await;
-                        }
-                    }
-                }
-                k => panic!("unexpected api {k}"),
+                return Ok(());
             }
-        }
-    }
-
-    fn metadata_for(name: &str) -> MetadataRequest {
-        MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
-            .with_name(Some(TopicName(StrBytes::from_string(name.to_owned()))))]))
-    }
-
-    #[tokio::test]
-    async fn pipelined_out_of_order_answers_and_v0_fallback_and_timeout() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        tokio::spawn(fake_broker(listener));
-        let cfg = ClientConfig {
-            request_timeout: Duration::from_millis(300),
-            ..ClientConfig::plaintext(&addr)
-        };
-        let conn = BrokerConnection::connect(&addr, -1, &cfg)
-            .await
-            .expect("connect with v0 fallback");
-        assert_eq!(
-            conn.version::<MetadataRequest>().unwrap(),
-            8,
-            "highest common version"
-        );
-        assert!(matches!(
-            conn.version::<kafka_protocol::messages::FetchRequest>(),
-            Err(KafkaError::UnsupportedVersion { .. })
-        ));
-        let (ra, rb, rc) = (metadata_for("a"), metadata_for("b"), metadata_for("c"));
-        let (a, b, c) = tokio::join!(conn.send(&ra), conn.send(&rb), conn.send(&rc));
-        for (r, want) in [(a, "a"), (b, "b"), (c, "c")] {
-            let r = r.unwrap();
-            assert_eq!(r.topics[0].name.as_ref().unwrap().0.as_str(), want);
-        }
-        let silent = metadata_for("silent");
-        let err = conn.send(&silent).await.unwrap_err();
-        assert!(matches!(err, KafkaError::Timeout { .. }), "{err}");
-        assert!(conn.is_closed(), "a timed-out connection is closed");
-        let err = conn.send(&ra).await.unwrap_err();
-        assert!(matches!(err, KafkaError::Disconnected { .. }), "{err}");
-    }
+        },
+    };
+    wr.write_all(&frame).await
 }
+
+#[cfg(test)]
+mod tests;

@@ -447,7 +447,7 @@ impl Outgoing {
                 source_end: ob_end,
                 max_timestamp,
                 leader_epoch,
-                bytes: ob.bytes.len() as u64,
+                bytes: ob.len() as u64,
                 sent: Instant::now(),
             };
             self.to_send.push((pending, ob));
@@ -514,7 +514,7 @@ async fn forward(
     (epochs, epoch_ahead): (&mut SourceEpochs, &mut Option<EpochEntry>),
     sink: &mut dyn PartitionSink,
     inflight: &mut FuturesOrdered<PendingAck>,
-    fetched: crate::kafka::fetch::FetchedPartition,
+    mut fetched: crate::kafka::fetch::FetchedPartition,
     max_message_bytes: usize,
 ) -> Result<(), PumpExit> {
     // One walk over the headers: the lag figures, and how many batches came.
@@ -579,6 +579,12 @@ async fn forward(
         );
     }
     out.flush_group(cursor, max_message_bytes)?;
+    // Let go of the fetched data now, not after the sends below (which wait
+    // for room among the five in flight): merged and re-encoded batches
+    // have their own bytes, and a batch passed through holds its records
+    // until it is acknowledged. Its charge stays until then (`charge`).
+    let fetched_bytes = fetched.records.len();
+    drop(std::mem::take(&mut fetched.records));
     let Outgoing {
         to_send,
         new_runs,
@@ -621,7 +627,7 @@ async fn forward(
             age_ms = newest.map(|t| crate::coordinator::now_ms() - t).unwrap_or(-1),
             batches,
             sends,
-            bytes = fetched.records.len(),
+            bytes = fetched_bytes,
             behind,
             inflight_before,
             plan_us = planned.duration_since(started).as_micros() as u64,

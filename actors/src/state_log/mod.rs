@@ -383,14 +383,14 @@ impl KafkaLog {
             .collect();
         let bytes = encode_batch(&records, Codec::Lz4).map_err(|e| broker_error(&self.tp, e))?;
         let n = batch.len() as i64;
-        let outgoing = OutgoingBatch {
+        let outgoing = OutgoingBatch::new(
             bytes,
-            record_count: n as i32,
-            source_offsets: SourceOffsets::Range {
+            n as i32,
+            SourceOffsets::Range {
                 first: base as i64,
                 last: base as i64 + n - 1,
             },
-        };
+        );
         let config = self.client.config();
         let limit = config.delivery_timeout + config.request_timeout;
         let producer = &w.producer;

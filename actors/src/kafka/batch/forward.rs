@@ -7,14 +7,15 @@
 //! so many small source batches forwarded one by one cap a partition's
 //! throughput (see [`MERGE_BELOW_BYTES`]).
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 
 use super::classify::{BatchAction, ReencodeReason};
 use super::codec::{decode_records, encode_batch_effort, record_size_estimate, Record};
 use super::lz4::worth_compressing;
 use super::view::{
-    put, Codec, RecordBatch, TimestampType, ATTRIBUTES, BASE_OFFSET, DELETE_HORIZON_BIT,
-    HEADER_SIZE, LAST_OFFSET_DELTA, PARTITION_LEADER_EPOCH, TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT,
+    put, stamp_producer_parts, Codec, RecordBatch, TimestampType, ATTRIBUTES, BASE_OFFSET,
+    DELETE_HORIZON_BIT, HEADER_SIZE, LAST_OFFSET_DELTA, PARTITION_LEADER_EPOCH, TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
 };
 use crate::kafka::error::{KafkaError, Result};
 
@@ -22,10 +23,20 @@ use crate::kafka::error::{KafkaError, Result};
 /// stamped (and the CRC computed) by the producer when it assigns the
 /// sequence. `source_offsets` says which source offsets its records carry,
 /// in order, for the offset map.
+///
+/// A batch passed through is its rewritten header (`bytes`) and the source
+/// batch's records (`tail`), which stay in the fetched data instead of
+/// being copied: that data is held until the batch is acknowledged anyway
+/// (its charge in the memory budget), so a copy of it would be a second
+/// one alive as long.
 #[derive(Debug)]
 pub struct OutgoingBatch {
-    /// Header + payload; header fields other than pid/epoch/seq/CRC are final.
+    /// Header, and for a batch encoded here the whole batch; header fields
+    /// other than pid/epoch/seq/CRC are final.
     pub bytes: BytesMut,
+    /// What follows `bytes` on the wire, shared with the fetched data
+    /// (empty when `bytes` holds the whole batch).
+    pub tail: Bytes,
     /// Number of records.
     pub record_count: i32,
     /// Source offsets of the records.
@@ -47,14 +58,23 @@ pub enum SourceOffsets {
 }
 
 impl OutgoingBatch {
-    /// Pass-through: copies the batch once into an owned buffer and rewrites
-    /// base offset (0), partition leader epoch (-1) and clears the
-    /// LogAppendTime, transactional and delete-horizon bits. The payload is not
-    /// touched. The CRC is computed later by
-    /// [`stamp_producer`](super::stamp_producer).
+    /// A batch encoded here, whole in `bytes`.
+    pub fn new(bytes: BytesMut, record_count: i32, source_offsets: SourceOffsets) -> Self {
+        OutgoingBatch {
+            bytes,
+            tail: Bytes::new(),
+            record_count,
+            source_offsets,
+        }
+    }
+
+    /// Pass-through: copies the batch's header and rewrites base offset
+    /// (0), partition leader epoch (-1) and clears the LogAppendTime,
+    /// transactional and delete-horizon bits. The records are not touched,
+    /// nor copied. The CRC is computed later by [`OutgoingBatch::stamp`].
     pub fn pass_through(batch: &RecordBatch) -> Self {
-        let mut bytes = BytesMut::with_capacity(batch.size());
-        bytes.extend_from_slice(batch.as_bytes());
+        let all = batch.as_bytes();
+        let mut bytes = BytesMut::from(&all[..HEADER_SIZE]);
         put(&mut bytes, BASE_OFFSET, 0i64.to_be_bytes());
         put(&mut bytes, PARTITION_LEADER_EPOCH, (-1i32).to_be_bytes());
         let attrs =
@@ -62,6 +82,7 @@ impl OutgoingBatch {
         put(&mut bytes, ATTRIBUTES, attrs.to_be_bytes());
         OutgoingBatch {
             bytes,
+            tail: all.slice(HEADER_SIZE..),
             record_count: batch.record_count(),
             source_offsets: SourceOffsets::Range {
                 first: batch.base_offset(),
@@ -69,6 +90,43 @@ impl OutgoingBatch {
             },
         }
     }
+
+    /// Size on the wire.
+    pub fn len(&self) -> usize {
+        self.bytes.len() + self.tail.len()
+    }
+
+    /// Whether it has no bytes at all (never, for a batch made here).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Stamps the producer's id, epoch and base sequence, and the CRC.
+    pub fn stamp(&mut self, producer_id: i64, producer_epoch: i16, base_sequence: i32) {
+        stamp_producer_parts(
+            &mut self.bytes,
+            &self.tail,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+        );
+    }
+
+    /// The batch as one buffer: a copy when it has a tail.
+    pub fn to_bytes(&self) -> Bytes {
+        whole(&self.bytes.clone().freeze(), &self.tail)
+    }
+}
+
+/// `head` followed by `tail` in one buffer (no copy when `tail` is empty).
+pub fn whole(head: &Bytes, tail: &Bytes) -> Bytes {
+    if tail.is_empty() {
+        return head.clone();
+    }
+    let mut out = BytesMut::with_capacity(head.len() + tail.len());
+    out.extend_from_slice(head);
+    out.extend_from_slice(tail);
+    out.freeze()
 }
 
 /// Encodes records into as many batches as needed so that each is at most
@@ -102,10 +160,10 @@ pub fn encode_batches(
             if bytes.len() <= max_bytes {
                 let offs = &source_offsets[start..end];
                 let consecutive = offs.windows(2).all(|w| w[1] == w[0] + 1);
-                out.push(OutgoingBatch {
+                out.push(OutgoingBatch::new(
                     bytes,
-                    record_count: (end - start) as i32,
-                    source_offsets: if consecutive {
+                    (end - start) as i32,
+                    if consecutive {
                         SourceOffsets::Range {
                             first: offs[0],
                             last: offs[offs.len() - 1],
@@ -113,7 +171,7 @@ pub fn encode_batches(
                     } else {
                         SourceOffsets::List(offs.to_vec())
                     },
-                });
+                ));
                 break;
             }
             if end - start == 1 {
@@ -310,7 +368,6 @@ mod tests {
     use super::super::classify::{classify, DropReason};
     use super::super::codec::tests::{rec, ALL};
     use super::super::codec::{encode_batch, BatchBuilder};
-    use super::super::view::stamp_producer;
     use super::*;
 
     #[test]
@@ -371,8 +428,9 @@ mod tests {
                 last: 1002
             }
         );
-        stamp_producer(&mut out.bytes, 5, 0, 12);
-        let b = RecordBatch::new(out.bytes.freeze()).unwrap();
+        out.stamp(5, 0, 12);
+        assert_eq!(out.bytes.len(), HEADER_SIZE, "the records are not copied");
+        let b = RecordBatch::new(out.to_bytes()).unwrap();
         assert!(b.verify_crc());
         assert_eq!(b.base_offset(), 0);
         assert_eq!(b.partition_leader_epoch(), -1);
@@ -418,7 +476,7 @@ mod tests {
                 out[0].source_offsets,
                 SourceOffsets::List(vec![500, 505, 509])
             );
-            let nb = RecordBatch::new(out[0].bytes.clone().freeze()).unwrap();
+            let nb = RecordBatch::new(out[0].to_bytes()).unwrap();
             assert_eq!((nb.record_count(), nb.last_offset_delta()), (3, 2));
             assert_eq!(nb.codec().unwrap(), codec);
             let d = decode_records(&nb).unwrap();
@@ -448,9 +506,9 @@ mod tests {
                 last: 502
             }
         );
-        let mut bytes = out[0].bytes.clone();
-        stamp_producer(&mut bytes, 1, 0, 0);
-        let nb = RecordBatch::new(bytes.freeze()).unwrap();
+        let mut out = out;
+        out[0].stamp(1, 0, 0);
+        let nb = RecordBatch::new(out[0].to_bytes()).unwrap();
         assert_eq!(nb.last_offset_delta(), 2);
         assert_eq!(nb.payload(), b.payload());
     }
@@ -468,7 +526,7 @@ mod tests {
         let action = classify(&b, false, 1 << 20, 0);
         assert_eq!(action, BatchAction::Reencode(ReencodeReason::LogAppendTime));
         let out = prepare(&b, action, 1 << 20, 0).unwrap();
-        let nb = RecordBatch::new(out[0].bytes.clone().freeze()).unwrap();
+        let nb = RecordBatch::new(out[0].to_bytes()).unwrap();
         assert_eq!(nb.timestamp_type(), TimestampType::CreateTime);
         assert!(decode_records(&nb)
             .unwrap()
@@ -497,7 +555,7 @@ mod tests {
         assert!(out.len() >= 10);
         let mut next = 42;
         for o in &out {
-            assert!(o.bytes.len() <= 10_000);
+            assert!(o.len() <= 10_000);
             match o.source_offsets {
                 SourceOffsets::Range { first, last } => {
                     assert_eq!(first, next);
@@ -575,7 +633,7 @@ mod tests {
             let batches = [lz4_batch(0, 40, random), lz4_batch(40, 40, random)];
             let out = merge(&batches, 1 << 20).unwrap();
             assert_eq!(out.len(), 1);
-            let merged = RecordBatch::new(out[0].bytes.clone().freeze()).unwrap();
+            let merged = RecordBatch::new(out[0].to_bytes()).unwrap();
             assert_eq!(merged.codec().unwrap(), Codec::Lz4, "the codec is kept");
             let decoded = decode_records(&merged).unwrap();
             let expected = renumbered(&batches);
@@ -605,7 +663,7 @@ mod tests {
                 .all(|b| mergeable(b, classify(b, false, 1 << 20, 100), false)));
             let out = merge(&batches, 1 << 20).unwrap();
             assert_eq!(out.len(), 1, "{codec:?}");
-            let merged = RecordBatch::new(out[0].bytes.clone().freeze()).unwrap();
+            let merged = RecordBatch::new(out[0].to_bytes()).unwrap();
             assert_eq!(merged.codec().unwrap(), codec);
             assert_eq!(merged.record_count(), 12);
             assert_eq!(merged.last_offset_delta(), 11, "dense offsets");
@@ -625,7 +683,7 @@ mod tests {
             .collect();
         let out = merge(&batches, 4_000).unwrap();
         assert!(out.len() > 1);
-        assert!(out.iter().all(|o| o.bytes.len() <= 4_000));
+        assert!(out.iter().all(|o| o.len() <= 4_000));
         let mut next = 0;
         for o in &out {
             let SourceOffsets::Range { first, last } = o.source_offsets else {
@@ -638,7 +696,7 @@ mod tests {
         // One batch alone is not touched.
         let one = merge(&batches[..1], 4_000).unwrap();
         assert_eq!(
-            one[0].bytes[HEADER_SIZE..],
+            one[0].to_bytes()[HEADER_SIZE..],
             batches[0].as_bytes()[HEADER_SIZE..]
         );
         // Codecs are never mixed.
@@ -686,7 +744,7 @@ mod tests {
                 last: 14
             }
         );
-        let nb = RecordBatch::new(out[0].bytes.clone().freeze()).unwrap();
+        let nb = RecordBatch::new(out[0].to_bytes()).unwrap();
         let d = decode_records(&nb).unwrap();
         assert_eq!(d.records[0].key, records[2].key);
         assert_eq!(d.records.len(), 3);

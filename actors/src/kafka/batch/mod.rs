@@ -25,7 +25,7 @@ pub use codec::{
     decode_records, encode_batch, record_size_estimate, BatchBuilder, DecodedBatch, Record,
 };
 pub use forward::{
-    encode_batches, merge, mergeable, prepare, OutgoingBatch, SourceOffsets,
+    encode_batches, merge, mergeable, prepare, whole, OutgoingBatch, SourceOffsets,
     MERGE_BEHIND_BELOW_BYTES, MERGE_BELOW_BYTES, MERGE_TARGET_BYTES,
 };
 pub use view::{

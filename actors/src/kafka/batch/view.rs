@@ -320,11 +320,23 @@ impl Iterator for BatchIter {
 /// its CRC-32C. Called once per send; a retry re-sends the same bytes, so the
 /// broker's duplicate detection sees the identical sequence range.
 pub fn stamp_producer(batch: &mut [u8], producer_id: i64, producer_epoch: i16, base_sequence: i32) {
-    put(batch, PRODUCER_ID, producer_id.to_be_bytes());
-    put(batch, PRODUCER_EPOCH, producer_epoch.to_be_bytes());
-    put(batch, BASE_SEQUENCE, base_sequence.to_be_bytes());
-    let crc = crc32c::crc32c(&batch[ATTRIBUTES..]);
-    put(batch, CRC, crc.to_be_bytes());
+    stamp_producer_parts(batch, &[], producer_id, producer_epoch, base_sequence)
+}
+
+/// [`stamp_producer`] for a batch whose bytes are `head` then `tail` (a
+/// header rewritten here before records left where they were fetched).
+pub fn stamp_producer_parts(
+    head: &mut [u8],
+    tail: &[u8],
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+) {
+    put(head, PRODUCER_ID, producer_id.to_be_bytes());
+    put(head, PRODUCER_EPOCH, producer_epoch.to_be_bytes());
+    put(head, BASE_SEQUENCE, base_sequence.to_be_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&head[ATTRIBUTES..]), tail);
+    put(head, CRC, crc.to_be_bytes());
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use kafka_protocol::messages::{ProduceRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::kafka::batch::whole;
 use crate::kafka::client::KafkaClient;
 use crate::kafka::error::{KafkaError, Result};
 
@@ -38,8 +39,46 @@ pub(super) struct Submission {
     pub(super) topic: Arc<str>,
     pub(super) topic_id: uuid::Uuid,
     pub(super) partition: i32,
-    pub(super) records: Bytes,
+    /// The stamped batch as its producer holds it ([`super::Job`]): joined
+    /// only when the request is encoded.
+    pub(super) head: Bytes,
+    pub(super) tail: Bytes,
     pub(super) reply: oneshot::Sender<PartitionResult>,
+}
+
+impl Submission {
+    fn len(&self) -> usize {
+        self.head.len() + self.tail.len()
+    }
+}
+
+/// One partition's batch in a request to be built: topic, topic id,
+/// partition, and the batch's head and tail.
+type Part = (Arc<str>, uuid::Uuid, i32, Bytes, Bytes);
+
+/// The Produce request for `parts`, built when the connection's writer gets
+/// to it ([`crate::kafka::BrokerConnection::submit_later`]).
+fn produce_request(parts: Vec<Part>, timeout_ms: i32) -> ProduceRequest {
+    let mut topics: Vec<TopicProduceData> = Vec::new();
+    for (topic, topic_id, partition, head, tail) in parts {
+        let data = PartitionProduceData::default()
+            .with_index(partition)
+            .with_records(Some(whole(&head, &tail)));
+        match topics.iter_mut().find(|t| t.name.0.as_str() == &*topic) {
+            Some(t) => t.partition_data.push(data),
+            None => topics.push(
+                TopicProduceData::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                    .with_topic_id(topic_id)
+                    .with_partition_data(vec![data]),
+            ),
+        }
+    }
+    ProduceRequest::default()
+        .with_transactional_id(None)
+        .with_acks(-1)
+        .with_timeout_ms(timeout_ms)
+        .with_topic_data(topics)
 }
 
 /// Per-broker-lane loop that coalesces the batches of many partitions into one
@@ -74,7 +113,7 @@ pub(super) async fn dispatch_loop(
         let Ok(permit) = permits.clone().acquire_owned().await else {
             return;
         };
-        let mut size = first.records.len();
+        let mut size = first.len();
         // The partitions in this request: thousands of submissions can be
         // queued, so a look-up, not a scan of the request.
         let mut included: HashSet<(Arc<str>, i32)> = HashSet::new();
@@ -89,7 +128,7 @@ pub(super) async fn dispatch_loop(
                 later.push_back(s);
                 continue;
             }
-            size += s.records.len();
+            size += s.len();
             subs.push(s);
         }
         later.append(&mut carry);
@@ -112,27 +151,23 @@ pub(super) async fn dispatch_loop(
             version = version.min(12);
         }
         let timeout = conn.request_timeout();
-        let mut topics: Vec<TopicProduceData> = Vec::new();
-        for s in &subs {
-            let data = PartitionProduceData::default()
-                .with_index(s.partition)
-                .with_records(Some(s.records.clone()));
-            match topics.iter_mut().find(|t| t.name.0.as_str() == &*s.topic) {
-                Some(t) => t.partition_data.push(data),
-                None => topics.push(
-                    TopicProduceData::default()
-                        .with_name(TopicName(StrBytes::from_string(s.topic.to_string())))
-                        .with_topic_id(s.topic_id)
-                        .with_partition_data(vec![data]),
-                ),
-            }
-        }
-        let req = ProduceRequest::default()
-            .with_transactional_id(None)
-            .with_acks(-1)
-            .with_timeout_ms(timeout.as_millis().min(i32::MAX as u128) as i32)
-            .with_topic_data(topics);
-        match conn.submit(&req, version, timeout).await {
+        // The batches move into the request, built and encoded when the
+        // writer gets to it; `subs` keep only where the answers go.
+        let parts: Vec<Part> = subs
+            .iter_mut()
+            .map(|s| {
+                (
+                    s.topic.clone(),
+                    s.topic_id,
+                    s.partition,
+                    std::mem::take(&mut s.head),
+                    std::mem::take(&mut s.tail),
+                )
+            })
+            .collect();
+        let timeout_ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        let build = move || produce_request(parts, timeout_ms);
+        match conn.submit_later(build, version, timeout).await {
             Ok(pending) => {
                 stats.requests.fetch_add(1, Ordering::Relaxed);
                 stats

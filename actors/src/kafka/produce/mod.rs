@@ -36,7 +36,7 @@ use tokio::sync::{mpsc, oneshot};
 pub use self::dispatch::MAX_IN_FLIGHT;
 use self::dispatch::{dispatch_loop, Counters, PartitionResult, Submission};
 
-use super::batch::{stamp_producer, OutgoingBatch, SourceOffsets};
+use super::batch::{OutgoingBatch, SourceOffsets};
 use super::client::KafkaClient;
 use super::error::{KafkaError, ResponseError, Result};
 use super::fence::ProducerFence;
@@ -265,7 +265,10 @@ impl IdempotentProducer {
 }
 
 struct Job {
+    /// The stamped batch: its head, and the records it shares with the
+    /// fetched data (see [`OutgoingBatch`]); joined only into a request.
     bytes: Bytes,
+    tail: Bytes,
     record_count: i32,
     base_sequence: i32,
     source_offsets: SourceOffsets,
@@ -445,17 +448,20 @@ impl Driver {
             let _ = ack.send(Err(self.after_failure(reason.clone())));
             return;
         }
+        let mut batch = batch;
+        let seq = self.next_sequence;
+        batch.stamp(self.producer_id, self.producer_epoch, seq);
         let OutgoingBatch {
-            mut bytes,
+            bytes,
+            tail,
             record_count,
             source_offsets,
         } = batch;
-        let seq = self.next_sequence;
-        stamp_producer(&mut bytes, self.producer_id, self.producer_epoch, seq);
         // Sequences wrap at i32::MAX like the broker's.
         self.next_sequence = ((seq as i64 + record_count as i64) % (i32::MAX as i64 + 1)) as i32;
         self.queue.push_back(Job {
             bytes: bytes.freeze(),
+            tail,
             record_count,
             base_sequence: seq,
             source_offsets,
@@ -511,7 +517,8 @@ impl Driver {
             topic: self.tp.topic.clone(),
             topic_id,
             partition: self.tp.partition,
-            records: job.bytes.clone(),
+            head: job.bytes.clone(),
+            tail: job.tail.clone(),
             reply,
         };
         // Queued to the broker's dispatcher now, in sequence order; it puts

@@ -198,14 +198,14 @@ fn batch(i: i32) -> OutgoingBatch {
             headers: vec![],
         })
         .collect();
-    OutgoingBatch {
-        bytes: encode_batch(&recs, Codec::None).unwrap(),
-        record_count: 10,
-        source_offsets: SourceOffsets::Range {
+    OutgoingBatch::new(
+        encode_batch(&recs, Codec::None).unwrap(),
+        10,
+        SourceOffsets::Range {
             first: i as i64 * 10,
             last: i as i64 * 10 + 9,
         },
-    }
+    )
 }
 
 async fn send_five(pp: &PartitionProducer, from: i32) -> Vec<Result<ProduceAck>> {
