@@ -134,7 +134,7 @@ pub async fn forward_partition(
                 }
                 for out in prepare(&b, action, max_message_bytes, position).expect("prepare") {
                     stats.records += out.record_count as i64;
-                    stats.bytes += out.bytes.len();
+                    stats.bytes += out.len();
                     tickets.push_back(pp.send(out).await.expect("send"));
                     while tickets.len() > 8 {
                         stats

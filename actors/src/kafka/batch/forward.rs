@@ -32,11 +32,13 @@ use crate::kafka::error::{KafkaError, Result};
 #[derive(Debug)]
 pub struct OutgoingBatch {
     /// Header, and for a batch encoded here the whole batch; header fields
-    /// other than pid/epoch/seq/CRC are final.
-    pub bytes: BytesMut,
+    /// other than pid/epoch/seq/CRC are final. Not public: outside the
+    /// crate a batch is read whole ([`OutgoingBatch::to_bytes`]), never
+    /// as this part alone.
+    pub(crate) bytes: BytesMut,
     /// What follows `bytes` on the wire, shared with the fetched data
     /// (empty when `bytes` holds the whole batch).
-    pub tail: Bytes,
+    pub(crate) tail: Bytes,
     /// Number of records.
     pub record_count: i32,
     /// Source offsets of the records.

@@ -267,7 +267,7 @@ impl IdempotentProducer {
 struct Job {
     /// The stamped batch: its head, and the records it shares with the
     /// fetched data (see [`OutgoingBatch`]); joined only into a request.
-    bytes: Bytes,
+    head: Bytes,
     tail: Bytes,
     record_count: i32,
     base_sequence: i32,
@@ -443,12 +443,11 @@ impl Driver {
         }
     }
 
-    fn enqueue(&mut self, batch: OutgoingBatch, ack: oneshot::Sender<Result<ProduceAck>>) {
+    fn enqueue(&mut self, mut batch: OutgoingBatch, ack: oneshot::Sender<Result<ProduceAck>>) {
         if let Some(reason) = &self.failed {
             let _ = ack.send(Err(self.after_failure(reason.clone())));
             return;
         }
-        let mut batch = batch;
         let seq = self.next_sequence;
         batch.stamp(self.producer_id, self.producer_epoch, seq);
         let OutgoingBatch {
@@ -460,7 +459,7 @@ impl Driver {
         // Sequences wrap at i32::MAX like the broker's.
         self.next_sequence = ((seq as i64 + record_count as i64) % (i32::MAX as i64 + 1)) as i32;
         self.queue.push_back(Job {
-            bytes: bytes.freeze(),
+            head: bytes.freeze(),
             tail,
             record_count,
             base_sequence: seq,
@@ -517,7 +516,7 @@ impl Driver {
             topic: self.tp.topic.clone(),
             topic_id,
             partition: self.tp.partition,
-            head: job.bytes.clone(),
+            head: job.head.clone(),
             tail: job.tail.clone(),
             reply,
         };
