@@ -493,39 +493,55 @@ mod tests {
         panic!("timed out waiting for: {what}");
     }
 
-    /// A reconcile (a refresh tick, a grown topic) that runs while the
-    /// mirror stops must not start partitions again: they would outlive
-    /// the stop, keep the coordinator (and the event log) alive, and write
-    /// after the node released its work.
-    #[actix::test]
-    async fn a_reconcile_during_the_stop_starts_no_partition_again() {
+    /// One mirror partition of `TOPIC` on the in-memory clusters.
+    async fn fixture() -> Fixture {
         let config = MirrorConfig {
             source_bootstrap: "memory:9092".into(),
             topics_exclude: "__.*".into(),
             source_cluster_id: "src".into(),
             ..Default::default()
         };
-        let f = Fixture::new(config, TOPIC, ID, 1).await;
-        let tp = TopicPartition::new(TOPIC, 0);
-        let append = |from: usize| {
-            let records: Vec<_> = (from..from + 3)
-                .map(|i| record(None, Some(&format!("v{i}")), i as i64))
-                .collect();
-            f.source.append(&tp, &records, Codec::None);
-        };
-        append(0);
-        let mirror = MirrorActor::new(MirrorSpec {
+        Fixture::new(config, TOPIC, ID, 1).await
+    }
+
+    /// Appends three records at source offsets `from..from + 3`.
+    fn append_three(f: &Fixture, tp: &TopicPartition, from: usize) {
+        let records: Vec<_> = (from..from + 3)
+            .map(|i| record(None, Some(&format!("v{i}")), i as i64))
+            .collect();
+        f.source.append(tp, &records, Codec::None);
+    }
+
+    fn start_mirror(
+        f: &Fixture,
+        refresh_interval: Duration,
+        board: StatusBoard,
+    ) -> Addr<MirrorActor> {
+        MirrorActor::new(MirrorSpec {
             name: "m".into(),
             source: Arc::new(f.source.clone()),
             destination: Arc::new(f.dest.clone()),
             coordinator: f.coordinator.clone(),
             retry: RetryPolicy::default(),
-            refresh_interval: Duration::from_secs(60),
+            refresh_interval,
             published: None,
             history: None,
-            board: StatusBoard::default(),
+            board,
         })
-        .start();
+        .start()
+    }
+
+    /// A reconcile (a refresh tick, a grown topic) that runs while the
+    /// mirror stops must not start partitions again: they would outlive
+    /// the stop, keep the coordinator (and the event log) alive, and write
+    /// after the node released its work.
+    #[actix::test]
+    async fn a_reconcile_during_the_stop_starts_no_partition_again() {
+        let f = fixture().await;
+        let tp = TopicPartition::new(TOPIC, 0);
+        let append = |from: usize| append_three(&f, &tp, from);
+        append(0);
+        let mirror = start_mirror(&f, Duration::from_secs(60), StatusBoard::default());
         eventually("3 records", async || f.dest.records(&tp).len() == 3).await;
         let stop = mirror.send(StopMirror);
         mirror.do_send(Reconcile);
@@ -541,34 +557,12 @@ mod tests {
 
     #[actix::test]
     async fn a_source_that_became_another_cluster_stops_every_partition_copying() {
-        let config = MirrorConfig {
-            source_bootstrap: "memory:9092".into(),
-            topics_exclude: "__.*".into(),
-            source_cluster_id: "src".into(),
-            ..Default::default()
-        };
-        let f = Fixture::new(config, TOPIC, ID, 1).await;
+        let f = fixture().await;
         let tp = TopicPartition::new(TOPIC, 0);
-        let append = |from: usize| {
-            let records: Vec<_> = (from..from + 3)
-                .map(|i| record(None, Some(&format!("v{i}")), i as i64))
-                .collect();
-            f.source.append(&tp, &records, Codec::None);
-        };
+        let append = |from: usize| append_three(&f, &tp, from);
         append(0);
         let board = StatusBoard::default();
-        let _mirror = MirrorActor::new(MirrorSpec {
-            name: "m".into(),
-            source: Arc::new(f.source.clone()),
-            destination: Arc::new(f.dest.clone()),
-            coordinator: f.coordinator.clone(),
-            retry: RetryPolicy::default(),
-            refresh_interval: Duration::from_millis(50),
-            published: None,
-            history: None,
-            board: board.clone(),
-        })
-        .start();
+        let _mirror = start_mirror(&f, Duration::from_millis(50), board.clone());
         eventually("3 records", async || f.dest.records(&tp).len() == 3).await;
         // The bootstrap now reaches another cluster, which has data too.
         f.source.set_cluster_id("other");

@@ -18,8 +18,8 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use kmirror_actors::kafka::batch::{
-    classify, decode_records, merge, mergeable, prepare, AbortedTransactions, BatchAction,
-    BatchBuilder, BatchIter, Codec, OutgoingBatch, Record, RecordBatch, SourceOffsets,
+    classify, decode_records, merge, mergeable, prepare, stamp_producer, AbortedTransactions,
+    BatchAction, BatchBuilder, BatchIter, Codec, OutgoingBatch, Record, RecordBatch, SourceOffsets,
 };
 use kmirror_actors::kafka::ClientConfig;
 use kmirror_actors::props;
@@ -151,13 +151,9 @@ fn records_of(batch: &RecordBatch) -> Vec<(i64, Record)> {
 /// it, parsed back and decoded. Records kmirror did not decode (a batch
 /// passed through) need not decode: the destination broker validates them.
 fn sent(out: &OutgoingBatch) -> Vec<Record> {
-    let mut out = OutgoingBatch::new(
-        out.to_bytes().into(),
-        out.record_count,
-        out.source_offsets.clone(),
-    );
-    out.stamp(1, 0, 0);
-    let batch = RecordBatch::new(out.to_bytes()).expect("an outgoing batch re-parses");
+    let mut bytes = out.to_bytes().to_vec();
+    stamp_producer(&mut bytes, 1, 0, 0);
+    let batch = RecordBatch::new(bytes.into()).expect("an outgoing batch re-parses");
     assert!(batch.verify_crc());
     let Ok(decoded) = decode_records(&batch) else {
         return Vec::new();
