@@ -644,6 +644,25 @@ async fn load_four_partitions(
     ends
 }
 
+/// Partition `p` of `topic` opened for reading from offset 0.
+async fn open_from_start(
+    cluster: &kmirror_actors::cluster::kafka::KafkaCluster,
+    topic: &str,
+    topic_id: uuid::Uuid,
+    p: i32,
+) -> Box<dyn kmirror_actors::cluster::PartitionFetch> {
+    use kmirror_actors::cluster::SourceCluster;
+    cluster
+        .open(
+            TopicPartition::new(topic, p),
+            kmirror_events::TopicId(*topic_id.as_bytes()),
+            0,
+            -1,
+        )
+        .await
+        .unwrap()
+}
+
 /// Reads partition `p` from offset 0 to `end`, checking order; returns
 /// the records read.
 async fn read_in_order(
@@ -672,7 +691,6 @@ async fn read_in_order(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_broker_has_two_fetches_in_flight_while_copying() {
     use kmirror_actors::cluster::kafka::{KafkaCluster, FETCH_SESSIONS_PER_BROKER};
-    use kmirror_actors::cluster::SourceCluster;
 
     let bed = bed();
     let topic = unique("proto-pipe");
@@ -690,17 +708,8 @@ async fn one_broker_has_two_fetches_in_flight_while_copying() {
     ));
     let mut copies = Vec::new();
     for p in 0..4 {
-        let fetch = cluster
-            .open(
-                TopicPartition::new(&topic, p),
-                kmirror_events::TopicId(*topic_id.as_bytes()),
-                0,
-                -1,
-            )
-            .await
-            .unwrap();
-        let end = ends[p as usize];
-        copies.push(tokio::spawn(read_in_order(fetch, p, end)));
+        let fetch = open_from_start(&cluster, &topic, topic_id, p).await;
+        copies.push(tokio::spawn(read_in_order(fetch, p, ends[p as usize])));
     }
     let mut busiest = 0;
     while !copies.iter().all(|t| t.is_finished()) {
@@ -737,7 +746,6 @@ async fn one_broker_has_two_fetches_in_flight_while_copying() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_reader_sits_out_and_a_gone_one_is_forgotten() {
     use kmirror_actors::cluster::kafka::KafkaCluster;
-    use kmirror_actors::cluster::SourceCluster;
     use kmirror_actors::kafka::budget::MemoryBudget;
     use std::time::Duration;
 
@@ -768,20 +776,7 @@ async fn a_stopped_reader_sits_out_and_a_gone_one_is_forgotten() {
         )
         .with_budget(budget.clone()),
     );
-    let open = |p: i32| {
-        let (cluster, topic) = (cluster.clone(), topic.clone());
-        async move {
-            cluster
-                .open(
-                    TopicPartition::new(&topic, p),
-                    kmirror_events::TopicId(*topic_id.as_bytes()),
-                    0,
-                    -1,
-                )
-                .await
-                .unwrap()
-        }
-    };
+    let open = |p: i32| open_from_start(&cluster, &topic, topic_id, p);
     let stopped = open(3).await;
     let mut readers = Vec::new();
     for p in 0..3 {
@@ -817,5 +812,41 @@ async fn a_stopped_reader_sits_out_and_a_gone_one_is_forgotten() {
     assert_eq!(
         before, after,
         "nobody is left to read for, yet the broker is still asked"
+    );
+}
+
+/// Under a budget a fetch asks the broker for no more than a sixteenth of
+/// it: a response's frame is alive beside the data copied out of it, so
+/// frames of many megabytes raise the peak far above the data in flight.
+/// With 16 MiB and four partitions, their room alone would let a request
+/// ask for 5.3 MiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_under_a_budget_asks_for_a_sixteenth_of_it_at_most() {
+    use kmirror_actors::cluster::kafka::KafkaCluster;
+    use kmirror_actors::kafka::budget::MemoryBudget;
+
+    let bed = bed();
+    let topic = unique("proto-ask");
+    let c = client(&bed.source).await;
+    let admin = Admin::new(c.clone());
+    let ends = load_four_partitions(bed, &admin, &topic, 20_000).await;
+    let topic_id = c.metadata().topic(&topic).unwrap().topic_id;
+    let (leader, _) = c.leader(&topic, 0).await.unwrap();
+    let budget = MemoryBudget::new(16 * 1024 * 1024);
+    let cluster = std::sync::Arc::new(
+        KafkaCluster::new(c.clone(), FetchOptions::default()).with_budget(budget),
+    );
+    let mut copies = Vec::new();
+    for p in 0..4 {
+        let fetch = open_from_start(&cluster, &topic, topic_id, p).await;
+        copies.push(tokio::spawn(read_in_order(fetch, p, ends[p as usize])));
+    }
+    for (p, copy) in copies.into_iter().enumerate() {
+        assert_eq!(copy.await.unwrap(), ends[p], "partition {p} copied whole");
+    }
+    let figures = cluster.fetch_figures(leader);
+    assert!(
+        figures.largest_ask > 0 && figures.largest_ask <= 1024 * 1024,
+        "no request asks for more than 1 MiB of a 16 MiB budget: {figures:?}"
     );
 }
