@@ -682,6 +682,30 @@ async fn read_in_order(
     records
 }
 
+/// Reads each of `topic`'s four partitions from offset 0 to its end in
+/// `ends`, each in a task of its own, so that the partitions share the
+/// broker's fetch sessions as a mirror's do.
+async fn spawn_copies(
+    cluster: &kmirror_actors::cluster::kafka::KafkaCluster,
+    topic: &str,
+    topic_id: uuid::Uuid,
+    ends: &[i64],
+) -> Vec<tokio::task::JoinHandle<i64>> {
+    let mut copies = Vec::new();
+    for (p, &end) in (0..).zip(ends) {
+        let fetch = open_from_start(cluster, topic, topic_id, p).await;
+        copies.push(tokio::spawn(read_in_order(fetch, p, end)));
+    }
+    copies
+}
+
+/// Awaits the copies of [`spawn_copies`]: every partition arrived whole.
+async fn assert_copied_whole(copies: Vec<tokio::task::JoinHandle<i64>>, ends: &[i64]) {
+    for (p, copy) in copies.into_iter().enumerate() {
+        assert_eq!(copy.await.unwrap(), ends[p], "partition {p} copied whole");
+    }
+}
+
 /// The fetch is pipelined: a broker's partitions are split over
 /// `FETCH_SESSIONS_PER_BROKER` sessions, each on a connection of its own,
 /// so while one session's answer is handed out another's request is at the
@@ -699,26 +723,20 @@ async fn one_broker_has_two_fetches_in_flight_while_copying() {
     let ends = load_four_partitions(bed, &admin, &topic, 40_000).await;
     let topic_id = c.metadata().topic(&topic).unwrap().topic_id;
     let (leader, _) = c.leader(&topic, 0).await.unwrap();
-    let cluster = std::sync::Arc::new(KafkaCluster::new(
+    let cluster = KafkaCluster::new(
         c.clone(),
         FetchOptions {
             partition_max_bytes: 64 * 1024,
             ..Default::default()
         },
-    ));
-    let mut copies = Vec::new();
-    for p in 0..4 {
-        let fetch = open_from_start(&cluster, &topic, topic_id, p).await;
-        copies.push(tokio::spawn(read_in_order(fetch, p, ends[p as usize])));
-    }
+    );
+    let copies = spawn_copies(&cluster, &topic, topic_id, &ends).await;
     let mut busiest = 0;
     while !copies.iter().all(|t| t.is_finished()) {
         busiest = busiest.max(cluster.fetch_figures(leader).in_flight);
         tokio::time::sleep(std::time::Duration::from_millis(1)).await;
     }
-    for (p, copy) in copies.into_iter().enumerate() {
-        assert_eq!(copy.await.unwrap(), ends[p], "partition {p} copied whole");
-    }
+    assert_copied_whole(copies, &ends).await;
     let figures = cluster.fetch_figures(leader);
     eprintln!(
         "broker {leader}, {FETCH_SESSIONS_PER_BROKER} sessions: {figures:?}; most in flight seen while copying: {busiest}"
@@ -766,16 +784,14 @@ async fn a_stopped_reader_sits_out_and_a_gone_one_is_forgotten() {
     let topic_id = c.metadata().topic(&topic).unwrap().topic_id;
     let (leader, _) = c.leader(&topic, 0).await.unwrap();
     let budget = MemoryBudget::new(1024 * 1024);
-    let cluster = std::sync::Arc::new(
-        KafkaCluster::new(
-            c.clone(),
-            FetchOptions {
-                partition_max_bytes: 64 * 1024,
-                ..Default::default()
-            },
-        )
-        .with_budget(budget.clone()),
-    );
+    let cluster = KafkaCluster::new(
+        c.clone(),
+        FetchOptions {
+            partition_max_bytes: 64 * 1024,
+            ..Default::default()
+        },
+    )
+    .with_budget(budget.clone());
     let open = |p: i32| open_from_start(&cluster, &topic, topic_id, p);
     let stopped = open(3).await;
     let mut readers = Vec::new();
@@ -833,17 +849,9 @@ async fn a_fetch_under_a_budget_asks_for_a_sixteenth_of_it_at_most() {
     let topic_id = c.metadata().topic(&topic).unwrap().topic_id;
     let (leader, _) = c.leader(&topic, 0).await.unwrap();
     let budget = MemoryBudget::new(16 * 1024 * 1024);
-    let cluster = std::sync::Arc::new(
-        KafkaCluster::new(c.clone(), FetchOptions::default()).with_budget(budget),
-    );
-    let mut copies = Vec::new();
-    for p in 0..4 {
-        let fetch = open_from_start(&cluster, &topic, topic_id, p).await;
-        copies.push(tokio::spawn(read_in_order(fetch, p, ends[p as usize])));
-    }
-    for (p, copy) in copies.into_iter().enumerate() {
-        assert_eq!(copy.await.unwrap(), ends[p], "partition {p} copied whole");
-    }
+    let cluster = KafkaCluster::new(c.clone(), FetchOptions::default()).with_budget(budget);
+    let copies = spawn_copies(&cluster, &topic, topic_id, &ends).await;
+    assert_copied_whole(copies, &ends).await;
     let figures = cluster.fetch_figures(leader);
     assert!(
         figures.largest_ask > 0 && figures.largest_ask <= 1024 * 1024,
