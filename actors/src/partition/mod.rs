@@ -120,7 +120,7 @@ pub struct PartitionActor {
     generation: u64,
     retry_timer: Option<SpawnHandle>,
     /// The deadline of `retry_timer` when it is a FAILED partition's retry
-    /// (not STOPPING's re-entry), in epoch ms.
+    /// (not STOPPING's re-entry), in epoch ms; None once it fired.
     retry_at_ms: Option<i64>,
     /// The state epoch of the FAILED state last reported as final, so each
     /// refresh re-sending the desired state does not repeat the warning.
@@ -255,6 +255,9 @@ impl PartitionActor {
     /// desired state asks for it.
     fn enter(&mut self, ctx: &mut Context<Self>) {
         use PartitionState as S;
+        if self.state.state != S::Failed {
+            self.cancel_failed_retry(ctx);
+        }
         self.publish();
         if self.shutting_down {
             return;
@@ -283,6 +286,18 @@ impl PartitionActor {
             S::EpochFencing | S::UleRecovery => self.start_pump(ctx),
         }
         self.keep_fence_idle();
+    }
+
+    /// A FAILED partition's pending retry ends when it leaves FAILED (told
+    /// to stop or pause meanwhile): it shares `retry_timer` with STOPPING's
+    /// re-entry, which `enter` waits for, and once fired it would find the
+    /// partition FAILED no more and do nothing, leaving a stop waiting.
+    fn cancel_failed_retry(&mut self, ctx: &mut Context<Self>) {
+        if self.retry_at_ms.take().is_some() {
+            if let Some(h) = self.retry_timer.take() {
+                ctx.cancel_future(h);
+            }
+        }
     }
 
     /// A PAUSED or FAILED partition is still a mirror partition, to be
@@ -489,6 +504,7 @@ impl PartitionActor {
                     Duration::from_millis(delay_ms),
                     move |act, ctx| {
                         act.retry_timer = None;
+                        act.retry_at_ms = None;
                         act.publish();
                         // Still FAILED, and still retryable (a later
                         // failure may have made it final meanwhile).

@@ -380,6 +380,37 @@ async fn a_pending_retry_reports_when_it_fires() {
     assert!((now..=now + 30_000).contains(&at), "{at} vs now {now}");
 }
 
+/// A FAILED partition told once to stop stops, though its retry is still
+/// pending: that timer is FAILED's, not a STOPPING step's, and must not
+/// hold the stop until some later message happens to re-enter it (the
+/// MirrorActor no longer re-sends an unchanged desired state).
+#[actix::test]
+async fn a_failed_partition_told_once_to_stop_stops_with_its_retry_pending() {
+    let rig = rig().await;
+    rig.append(1, 0);
+    let actor = rig.start(RetryPolicy {
+        initial_backoff_ms: 30_000,
+        max_backoff_ms: 30_000,
+        ..RetryPolicy::default()
+    });
+    eventually("1 record", async || rig.dest.records(&rig.tp).len() == 1).await;
+    rig.dest.fail_next_produce(
+        &rig.tp,
+        KafkaError::Unknown("injected: broker not available".into()),
+    );
+    rig.append(1, 1);
+    eventually("FAILED, retry pending", async || {
+        let s = state(&actor).await;
+        s.state == PartitionState::Failed && s.next_retry_at_ms.is_some()
+    })
+    .await;
+    actor.do_send(Desire(PartitionState::Stopped));
+    eventually("STOPPED", async || {
+        state(&actor).await.state == PartitionState::Stopped
+    })
+    .await;
+}
+
 #[actix::test]
 async fn a_foreign_write_fails_the_partition_for_good() {
     let rig = rig().await;
