@@ -21,6 +21,7 @@ use kmirror_events::{
 
 use crate::cluster::{
     ensure_destination_topics, ClusterError, DestinationCluster, Doing, SourceCluster,
+    RECENT_TOPICS_AGE,
 };
 use crate::coordinator::{CoordinatorActor, CoordinatorError, Execute, ReadImage};
 use crate::failback::SourceHistory;
@@ -302,7 +303,7 @@ async fn discover(
         .map(|c| c.topic_name.as_str())
         .collect();
     let new: Vec<_> = source
-        .topics()
+        .recent_topics(RECENT_TOPICS_AGE)
         .await
         .doing(|| "list source topics".into())?
         .into_iter()

@@ -20,6 +20,7 @@ pub mod memory;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt};
 use kmirror_events::{AclEntry, TopicId, TopicRef};
@@ -209,6 +210,13 @@ pub trait HeldFence: Send + Sync {
     fn refence(&self) -> BoxFuture<'_, Result<(), KafkaError>>;
 }
 
+/// How old a topic list a periodic check takes
+/// ([`ClusterView::recent_topics`]). A mirror's discovery, metadata sync
+/// and risk samples each run every 5 s by default; an answer younger than
+/// this serves the ones that follow closely, and a new topic or grown
+/// partition count is seen at most this much later.
+pub const RECENT_TOPICS_AGE: Duration = Duration::from_secs(2);
+
 /// What kmirror reads from either cluster: identity, topics, log bounds,
 /// groups and ACLs. Source and destination answer these the same way, and a
 /// failback reads the old destination as a source, so each backend writes
@@ -217,6 +225,18 @@ pub trait ClusterView: Send + Sync {
     fn cluster_id(&self) -> BoxFuture<'_, Result<String, KafkaError>>;
     /// Every topic of the cluster (internal ones marked).
     fn topics(&self) -> BoxFuture<'_, Result<Vec<TopicInfo>, KafkaError>>;
+    /// [`Self::topics`] for a periodic check that an answer up to
+    /// `max_age` old serves as well ([`RECENT_TOPICS_AGE`]): a mirror's
+    /// discovery, its metadata sync and its risk samples each listed the
+    /// source's topics every few seconds, and at 10 000 partitions each
+    /// full metadata answer was a tenth of an idle daemon's CPU.
+    fn recent_topics(
+        &self,
+        max_age: Duration,
+    ) -> BoxFuture<'_, Result<Vec<TopicInfo>, KafkaError>> {
+        let _ = max_age;
+        self.topics()
+    }
     /// Log start and high watermark now, without waiting for them to
     /// settle: what a translated group offset is clamped to.
     fn bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>>;

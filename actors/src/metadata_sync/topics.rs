@@ -11,7 +11,7 @@ use kmirror_events::{
 };
 
 use super::{mirrored_topics, record, PartitionsGrew, Shared, SyncError};
-use crate::cluster::Doing;
+use crate::cluster::{Doing, RECENT_TOPICS_AGE};
 
 pub(super) async fn sync_configs(
     shared: &Shared,
@@ -99,7 +99,7 @@ pub(super) async fn sync_partitions(
     let result: Result<bool, SyncError> = async {
         let source: HashMap<TopicId, i32> = spec
             .source
-            .topics()
+            .recent_topics(RECENT_TOPICS_AGE)
             .await
             .doing(|| "list source topics".into())?
             .into_iter()

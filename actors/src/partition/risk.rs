@@ -26,7 +26,7 @@ use kmirror_events::{
 use super::context::Progress;
 use super::failover::{self, Scan};
 use super::position;
-use crate::cluster::{DestinationCluster, LogBounds, SourceCluster, TopicInfo};
+use crate::cluster::{DestinationCluster, LogBounds, SourceCluster, TopicInfo, RECENT_TOPICS_AGE};
 use crate::coordinator::{now_ms, CoordinatorActor};
 use crate::kafka::fetch::TopicPartition;
 
@@ -452,7 +452,7 @@ impl RiskReads {
 
     async fn flush(&self) {
         let waiting = std::mem::take(&mut self.inner.lock().unwrap().waiting);
-        let topics = match self.source.topics().await {
+        let topics = match self.source.recent_topics(RECENT_TOPICS_AGE).await {
             Ok(t) => Arc::new(t),
             Err(e) => {
                 let e = format!("describe source topics: {e}");

@@ -335,7 +335,14 @@ impl ClusterView for KafkaCluster {
     }
 
     fn topics(&self) -> BoxFuture<'_, Result<Vec<TopicInfo>, KafkaError>> {
-        Box::pin(self.topics.topics(&self.client))
+        Box::pin(self.topics.topics(&self.client, Duration::ZERO))
+    }
+
+    fn recent_topics(
+        &self,
+        max_age: Duration,
+    ) -> BoxFuture<'_, Result<Vec<TopicInfo>, KafkaError>> {
+        Box::pin(self.topics.topics(&self.client, max_age))
     }
 
     fn bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>> {
