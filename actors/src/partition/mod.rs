@@ -122,8 +122,9 @@ pub struct PartitionActor {
     /// The deadline of `retry_timer` when it is a FAILED partition's retry
     /// (not STOPPING's re-entry), in epoch ms; None once it fired.
     retry_at_ms: Option<i64>,
-    /// The state epoch of the FAILED state last reported as final, so each
-    /// refresh re-sending the desired state does not repeat the warning.
+    /// The state epoch of the FAILED state last reported as final, so a
+    /// desired state sent again (its topic changed) does not repeat the
+    /// warning.
     reported_final: Option<i32>,
     shutting_down: bool,
     shutdown_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
@@ -472,7 +473,7 @@ impl PartitionActor {
                     Err(e) => {
                         tracing::error!(partition = %act.tp, error = %e, "recording LastMirrorEpochs failed; retrying");
                         // One retry pending at a time: every desired state
-                        // the MirrorActor re-sends would start another.
+                        // the MirrorActor sends meanwhile would start another.
                         if act.retry_timer.is_none() {
                             act.retry_at_ms = None;
                             act.retry_timer = Some(ctx.run_later(STOPPING_RETRY, |act, ctx| {
@@ -488,9 +489,9 @@ impl PartitionActor {
     }
 
     /// Schedules the retry of a FAILED partition, unless one is pending:
-    /// the MirrorActor re-sends every partition its desired state at each
-    /// refresh, and restarting the timer each time would postpone a retry
-    /// longer than the refresh interval forever.
+    /// the MirrorActor sends its desired state again whenever its topic
+    /// changes, and restarting the timer each time could postpone a retry
+    /// for as long as the changes go on.
     fn schedule_retry(&mut self, ctx: &mut Context<Self>) {
         if self.retry_timer.is_some() {
             return;
