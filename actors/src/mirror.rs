@@ -104,8 +104,9 @@ pub struct MirrorActor {
     /// What each topic's partitions were last told by [`Self::reconcile`]:
     /// its partition count and desired state. A topic found as it was is
     /// skipped: every refresh reconciles, and telling 10 000 partitions
-    /// what they already knew every few seconds woke each actor for
-    /// nothing (a tenth of an idle daemon's CPU at 10 000 partitions).
+    /// what they already knew every 5 s woke each actor for nothing (an
+    /// idle daemon at 10 000 partitions used 4.6–4.9 CPU-s per minute with
+    /// it, 2.8–3.5 without).
     told: HashMap<TopicId, (i32, PartitionState)>,
     refreshing: bool,
     /// Set by [`StopMirror`]: its partitions are being shut down, and a
@@ -596,13 +597,11 @@ mod tests {
                 .unwrap();
             mirror.send(Reconcile).await.unwrap();
         };
-        let topics = vec![ID];
-        let mirror_name = || "m".to_string();
 
         tokio::time::sleep(Duration::from_millis(100)).await;
         run(Command::PauseTopics {
-            mirror: mirror_name(),
-            topics: topics.clone(),
+            mirror: "m".into(),
+            topics: vec![ID],
         })
         .await;
         eventually("PAUSED", async || state(0) == Some(PartitionState::Paused)).await;
@@ -615,8 +614,8 @@ mod tests {
         );
 
         run(Command::ResumeTopics {
-            mirror: mirror_name(),
-            topics,
+            mirror: "m".into(),
+            topics: vec![ID],
         })
         .await;
         eventually("6 records after the resume", async || {

@@ -228,8 +228,9 @@ pub trait ClusterView: Send + Sync {
     /// [`Self::topics`] for a periodic check that an answer up to
     /// `max_age` old serves as well ([`RECENT_TOPICS_AGE`]): a mirror's
     /// discovery, its metadata sync and its risk samples each listed the
-    /// source's topics every few seconds, and at 10 000 partitions each
-    /// full metadata answer was a tenth of an idle daemon's CPU.
+    /// source's topics every 5 s, three full metadata answers per mirror
+    /// that the source broker builds (every partition of the cluster) and
+    /// the daemon decodes.
     fn recent_topics(
         &self,
         max_age: Duration,
