@@ -106,7 +106,7 @@ pub struct MirrorActor {
     /// skipped: every refresh reconciles, and telling 10 000 partitions
     /// what they already knew every 5 s woke each actor for nothing (an
     /// idle daemon at 10 000 partitions used 4.6–4.9 CPU-s per minute with
-    /// it, 2.8–3.5 without).
+    /// it, 2.8–3.9 without).
     told: HashMap<TopicId, (i32, PartitionState)>,
     refreshing: bool,
     /// Set by [`StopMirror`]: its partitions are being shut down, and a
