@@ -139,7 +139,7 @@ impl MirrorActor {
         if self.stopping {
             return;
         }
-        let mut live: HashMap<TopicId, i32> = HashMap::new();
+        let mut live: HashSet<TopicId> = HashSet::new();
         let support_ule = image.mirror(&self.spec.name).is_some_and(|c| {
             c.source_properties
                 .get("mirror.support.unclean.leader.election")
@@ -153,7 +153,7 @@ impl MirrorActor {
             .unwrap_or_default();
         for entry in image.topics_of(&self.spec.name) {
             let t = &entry.change;
-            live.insert(t.topic_id, t.partition_count);
+            live.insert(t.topic_id);
             let told = (t.partition_count, t.desired_state);
             if self.told.get(&t.topic_id) == Some(&told) {
                 continue;
@@ -185,11 +185,12 @@ impl MirrorActor {
             self.told.insert(t.topic_id, told);
         }
         // Partitions whose topic left the mirror (mirror deleted, topic
-        // association cleared) stop.
+        // association cleared) stop. Every live topic is in `told` now, so
+        // a longer `told` holds a topic that left.
         if self.told.len() > live.len() {
-            self.told.retain(|id, _| live.contains_key(id));
+            self.told.retain(|id, _| live.contains(id));
             self.partitions.retain(|k, addr| {
-                let keep = live.contains_key(&k.topic_id);
+                let keep = live.contains(&k.topic_id);
                 if !keep {
                     addr.do_send(Shutdown);
                     self.spec.board.remove(k);
