@@ -12,7 +12,7 @@
 //! classification, rewrite and re-encode code; only the network is fake.
 //! Never used to claim Kafka behaviour: that is what `tests/` is for.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
@@ -787,6 +787,10 @@ struct DestPartition {
     produce_faults: VecDeque<KafkaError>,
     /// Offsets taken by transaction markers, which hold no record.
     markers: i64,
+    /// The next sequence each producer id must send, as an idempotent
+    /// leader checks it: a batch after a failed one is refused, never
+    /// appended in its place.
+    sequences: HashMap<i64, i32>,
 }
 
 impl DestPartition {
@@ -815,6 +819,8 @@ struct DestState {
     fence_producer: Option<i64>,
     /// What fenced sinks report as their leader's producer expiry.
     keep_alive: Option<crate::kafka::fence::KeepAlive>,
+    /// Set while acknowledgements are held (see `hold_acks`).
+    acks_held: Option<tokio::sync::watch::Sender<bool>>,
 }
 
 /// A destination cluster in memory.
@@ -916,6 +922,15 @@ impl MemoryDestination {
         self.with(tp, |p| p.leader_epoch = epoch);
     }
 
+    /// Holds every produce's acknowledgement until released, as a slow
+    /// leader would: the batch is appended at once, its answer waits.
+    pub fn hold_acks(&self, held: bool) {
+        let mut s = self.state.lock().unwrap();
+        s.acks_held
+            .get_or_insert_with(|| tokio::sync::watch::channel(false).0)
+            .send_replace(held);
+    }
+
     /// The next produce to `tp` fails with `error`.
     pub fn fail_next_produce(&self, tp: &TopicPartition, error: KafkaError) {
         self.with(tp, |p| p.produce_faults.push_back(error));
@@ -1007,7 +1022,12 @@ impl MemoryDestination {
         });
     }
 
-    fn produce(&self, tp: &TopicPartition, batch: OutgoingBatch) -> Result<ProduceAck, KafkaError> {
+    fn produce(
+        &self,
+        tp: &TopicPartition,
+        (producer_id, sequence): (i64, i32),
+        batch: OutgoingBatch,
+    ) -> Result<ProduceAck, KafkaError> {
         let rb = RecordBatch::new(batch.to_bytes())?;
         if !rb.verify_crc() {
             return Err(KafkaError::InvalidBatch("CRC mismatch".into()));
@@ -1017,6 +1037,16 @@ impl MemoryDestination {
             if let Some(e) = p.produce_faults.pop_front() {
                 return Err(e);
             }
+            let expected = p.sequences.entry(producer_id).or_insert(0);
+            if sequence != *expected {
+                return Err(KafkaError::ProducerFenced {
+                    partition: tp.to_string(),
+                    reason: format!(
+                        "OUT_OF_ORDER_SEQUENCE_NUMBER: sequence {sequence}, expected {expected}"
+                    ),
+                });
+            }
+            *expected += batch.record_count;
             let base = p.end();
             p.batches += 1;
             let mut stored = BytesMut::from(rb.as_bytes().as_ref());
@@ -1055,9 +1085,28 @@ impl PartitionSink for MemorySink {
     fn send(&mut self, mut batch: OutgoingBatch) -> BoxFuture<'_, Result<Ack, KafkaError>> {
         // Stamped as the real producer stamps every batch it writes.
         batch.stamp(self.producer_id, 0, self.next_sequence);
+        let sequence = self.next_sequence;
         self.next_sequence += batch.record_count;
-        let result = self.dest.produce(&self.tp, batch);
-        Box::pin(async move { Ok(Box::pin(async move { result }) as Ack) })
+        let result = self
+            .dest
+            .produce(&self.tp, (self.producer_id, sequence), batch);
+        let held = self
+            .dest
+            .state
+            .lock()
+            .unwrap()
+            .acks_held
+            .as_ref()
+            .map(|h| h.subscribe());
+        Box::pin(async move {
+            let ack = async move {
+                if let Some(mut held) = held {
+                    let _ = held.wait_for(|h| !*h).await;
+                }
+                result
+            };
+            Ok(Box::pin(ack) as Ack)
+        })
     }
 
     fn producer(&self) -> (i64, i16) {
@@ -1342,7 +1391,15 @@ impl DestinationCluster for MemoryDestination {
             let mut s = self.state.lock().unwrap();
             s.last_producer_id += 1;
             let keep_alive = s.fence_producer.and(s.keep_alive);
-            (s.fence_producer.unwrap_or(s.last_producer_id), keep_alive)
+            let producer_id = s.fence_producer.unwrap_or(s.last_producer_id);
+            // A fenced sink's producer id is the fence's, under a new
+            // epoch (which this fake leaves out): its sequences restart.
+            if let Some((_, parts)) = s.topics.get_mut(&*tp.topic) {
+                if let Some(p) = parts.get_mut(tp.partition as usize) {
+                    p.sequences.remove(&producer_id);
+                }
+            }
+            (producer_id, keep_alive)
         };
         let (producer_id, keep_alive) = producer_id;
         let sink = MemorySink {

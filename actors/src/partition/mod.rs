@@ -313,6 +313,12 @@ impl PartitionActor {
         // Only MIRRORING copies; the recovery states align first and wait.
         let copying = self.state.state == PartitionState::Mirroring;
         if let Some(p) = &mut self.pump {
+            if *p.stop.borrow() {
+                // Told to stop on the way through another state (FAILED
+                // from outside, then retried): it is finishing what is in
+                // flight, and its end (`PumpEnded`) starts the next one.
+                return;
+            }
             if copying {
                 if let Some(go) = p.may_copy.take() {
                     let _ = go.send(());
@@ -559,7 +565,9 @@ impl Handler<PumpEnded> for PartitionActor {
             return;
         }
         match msg.exit {
-            PumpExit::Stopped => self.after_pump_stopped(ctx),
+            // PAUSING and STOPPING move on; a state that wants a pump
+            // again since this one was told to stop starts the next.
+            PumpExit::Stopped => self.enter(ctx),
             PumpExit::SourceTruncated { message } => {
                 if self.spec.support_unclean_leader_election
                     && self.state.state == PartitionState::Mirroring

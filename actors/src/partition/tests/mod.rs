@@ -3,6 +3,7 @@
 //! Unclean leader elections on the source are in [`unclean`].
 
 mod fenced;
+mod sequences;
 mod unclean;
 
 use std::sync::Arc;
@@ -399,6 +400,46 @@ async fn a_failed_partition_told_once_to_stop_stops_with_its_retry_pending() {
     actor.do_send(Desire(PartitionState::Stopped));
     eventually("STOPPED", async || {
         state(&actor).await.state == PartitionState::Stopped
+    })
+    .await;
+}
+
+/// A pump told to stop (its partition FAILED from outside) may still be
+/// finishing its in-flight produce when the retry wants a pump again: that
+/// pump is not the one to copy on, and its end must start the next one,
+/// not leave the partition MIRRORING with nothing copying.
+#[actix::test]
+async fn a_retry_before_the_stopped_pump_ended_still_copies_on() {
+    let rig = rig().await;
+    rig.append(1, 0);
+    let actor = rig.start(fast_retry());
+    eventually("1 record", async || rig.dest.records(&rig.tp).len() == 1).await;
+    rig.dest.hold_acks(true);
+    rig.append(1, 1);
+    eventually("the second produced", async || {
+        rig.dest.records(&rig.tp).len() == 2
+    })
+    .await;
+    actor.do_send(Fail {
+        message: "injected: the source became another cluster".into(),
+        retryable: true,
+    });
+    eventually("FAILED, then retried", async || {
+        history(&rig.log, &rig.key)
+            .iter()
+            .any(|s| s.1 == PartitionState::Failed)
+    })
+    .await;
+    rig.dest.hold_acks(false);
+    rig.append(1, 2);
+    eventually("the third copied", async || {
+        rig.dest.records(&rig.tp).len() == 3
+    })
+    .await;
+    let expected: Vec<String> = (0..3).map(|i| format!("v{i}")).collect();
+    assert_eq!(rig.values(), expected, "nothing lost, nothing twice");
+    eventually("MIRRORING", async || {
+        state(&actor).await.state == PartitionState::Mirroring
     })
     .await;
 }
