@@ -50,25 +50,6 @@ fn positions(daemon: &Daemon, mirror: &str) -> BTreeMap<i64, i64> {
         .collect()
 }
 
-/// From the end of a fault until every partition is MIRRORING at lag 0
-/// again having copied past where it stood when the fault ended (so the
-/// lag is a fresh reading, not one from before the fault).
-fn recovered_after(daemon: &Daemon, mirror: &str, secs: u64) -> Duration {
-    let before = positions(daemon, mirror);
-    wait_secs("the mirror to catch up after the fault", secs, || {
-        partitions(daemon, mirror).is_some_and(|parts| {
-            parts.len() == PARTITIONS
-                && parts.iter().all(|p| {
-                    let part = p["partition"].as_i64().unwrap_or(-1);
-                    p["state"] == "MIRRORING"
-                        && p["lag"] == 0
-                        && p["destination_offset"].as_i64().unwrap_or(-1)
-                            > before.get(&part).copied().unwrap_or(-1)
-                })
-        })
-    })
-}
-
 /// The audit's state changes of `mirror`, and how many went to FAILED.
 fn story(audit: &str) -> (Vec<&str>, usize) {
     let changes: Vec<&str> = audit
@@ -143,7 +124,7 @@ fn restart_mid_copy(
             Side::Source => bed.source_broker(1, BrokerOp::Start),
             Side::Destination => bed.destination_broker(1, BrokerOp::Start),
         }
-        let recover = recovered_after(d, &mirror, 120);
+        let recover = recovered_after(d, &mirror, &bed.source, &topic, 120);
         println!(
             "{fault} #{}: positions before {at:?}, caught up {:.1} s after the broker was back",
             i + 1,
@@ -335,7 +316,7 @@ fn the_destination_leader_killed_mid_copy_loses_and_duplicates_nothing() {
             i + 1,
             killed.elapsed().as_secs_f64()
         );
-        let recover = recovered_after(&daemon, &mirror, 120);
+        let recover = recovered_after(&daemon, &mirror, &bed.source, &topic, 120);
         worst = worst.max(recover);
         victims.push(victim);
         fenced.push(i % PARTITIONS);

@@ -286,6 +286,47 @@ pub fn caught_up(daemon: &Daemon, mirror: &str, source: &str, topic: &str, n: us
     })
 }
 
+/// Waits up to `secs` for `check` to hold of `mirror`'s partitions as
+/// describe shows them, returning how long it took; a timeout shows each
+/// partition as last seen, so a red run says which one stuck and where.
+pub fn wait_partitions(
+    daemon: &Daemon,
+    mirror: &str,
+    what: &str,
+    secs: u64,
+    mut check: impl FnMut(&[Value]) -> bool,
+) -> Duration {
+    let start = Instant::now();
+    loop {
+        let parts = partitions(daemon, mirror);
+        if parts.as_deref().is_some_and(&mut check) {
+            return start.elapsed();
+        }
+        if start.elapsed() >= Duration::from_secs(secs) {
+            let shown: Vec<String> = parts
+                .unwrap_or_default()
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{} {} lag {} destination {} retry {} error {}",
+                        p["partition"],
+                        p["state"],
+                        p["lag"],
+                        p["destination_offset"],
+                        p["retry_attempt"],
+                        p["error"]
+                    )
+                })
+                .collect();
+            panic!(
+                "timed out after {secs} s waiting for {what}; partitions:\n  {}",
+                shown.join("\n  ")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Waits up to `secs` for `check`, returning how long it took.
 pub fn wait_secs(what: &str, secs: u64, mut check: impl FnMut() -> bool) -> Duration {
     let start = Instant::now();
@@ -299,16 +340,47 @@ pub fn wait_secs(what: &str, secs: u64, mut check: impl FnMut() -> bool) -> Dura
     start.elapsed()
 }
 
-/// The moment the destination caught up again after a fault ended, the
-/// producer still running: every partition MIRRORING at lag 0 (the
-/// pump's view of the source's high watermark) — or, with the producer
-/// stopped, the destination's end offsets equal to the source's.
-pub fn time_to_recover(daemon: &Daemon, mirror: &str, n: usize, secs: u64) -> Duration {
-    wait_secs("the mirror to catch up after the fault", secs, || {
-        partitions(daemon, mirror).is_some_and(|p| {
-            p.len() == n && p.iter().all(|p| p["state"] == "MIRRORING" && p["lag"] == 0)
-        })
-    })
+/// From now (a fault's end) until every partition of `mirror` is
+/// MIRRORING with the source's records of now all copied, the source's
+/// end offsets read by Kafka's `kafka-get-offsets`. On a live stream a
+/// "lag 0" reading can be rare under load (something is always in
+/// flight), so the target is fixed at the fault's end instead; describe is
+/// polled while the tool starts (seconds on a loaded machine), so that
+/// time does not count.
+pub fn recovered_after(
+    daemon: &Daemon,
+    mirror: &str,
+    source: &str,
+    topic: &str,
+    secs: u64,
+) -> Duration {
+    let start = Instant::now();
+    let (target, seen) = std::thread::scope(|s| {
+        let read = s.spawn(|| end_offsets(source, topic));
+        let mut seen = Vec::new();
+        while !read.is_finished() {
+            seen.push((start.elapsed(), partitions(daemon, mirror)));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        (read.join().unwrap(), seen)
+    });
+    let copied = |parts: &[Value]| {
+        parts.len() == target.len()
+            && parts.iter().all(|p| {
+                let part = p["partition"].as_i64().unwrap_or(-1) as i32;
+                p["state"] == "MIRRORING"
+                    && p["source_offset"].as_i64() >= target.get(&part).copied()
+            })
+    };
+    if let Some((at, _)) = seen
+        .iter()
+        .find(|(_, parts)| parts.as_deref().is_some_and(copied))
+    {
+        return *at;
+    }
+    let what = format!("the mirror to copy the source's ends of the fault's end {target:?}");
+    wait_partitions(daemon, mirror, &what, secs, copied);
+    start.elapsed()
 }
 
 /// `kmirror offsets translate` of every non-empty partition's first and
