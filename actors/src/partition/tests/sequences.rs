@@ -1,7 +1,8 @@
 //! Random sequences of what a partition is told and what befalls it:
 //! desired states, failures found outside it, produce and fetch faults,
-//! acknowledgements held back, destination leader moves, new records, each
-//! told once, at random moments. Whatever the order, a partition told
+//! acknowledgements held back, leader moves on either side, an unreachable
+//! source, restarts of the actor, new records, each told once, at random
+//! moments. Whatever the order, a partition told
 //! MIRRORING at the end copies every record once, in order.
 //!
 //! Nothing tells a partition its desired state twice (the MirrorActor tells
@@ -22,6 +23,11 @@ enum Step {
     HoldAcks,
     ReleaseAcks,
     MoveDestinationLeader,
+    MoveSourceLeader,
+    SourceUnreachable(bool),
+    /// The actor shut down and started again on the same log (a restart
+    /// of the daemon), told the last desired state.
+    Restart,
     Append(usize),
     Wait(u64),
 }
@@ -42,7 +48,7 @@ fn steps(seed: u64, n: usize) -> Vec<Step> {
     use PartitionState as S;
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     (0..n)
-        .map(|_| match rng.below(12) {
+        .map(|_| match rng.below(16) {
             0 => Step::Desire(S::Paused),
             1 => Step::Desire(S::Mirroring),
             2 => Step::Desire(S::Stopped),
@@ -52,7 +58,10 @@ fn steps(seed: u64, n: usize) -> Vec<Step> {
             6 => Step::HoldAcks,
             7 => Step::ReleaseAcks,
             8 => Step::MoveDestinationLeader,
-            9 | 10 => Step::Append(1 + rng.below(3) as usize),
+            9 => Step::MoveSourceLeader,
+            10 => Step::SourceUnreachable(rng.below(2) == 0),
+            11 => Step::Restart,
+            12..=14 => Step::Append(1 + rng.below(3) as usize),
             _ => Step::Wait(rng.below(40)),
         })
         .collect()
@@ -62,17 +71,22 @@ async fn play(seed: u64) {
     let rig = rig().await;
     rig.append(2, 0);
     let mut appended = 2;
-    let actor = rig.start(RetryPolicy {
+    let retry = RetryPolicy {
         initial_backoff_ms: 5,
         max_backoff_ms: 50,
         max_attempts: i16::MAX,
         ..RetryPolicy::default()
-    });
+    };
+    let mut desired = PartitionState::Mirroring;
+    let mut actor = rig.start(retry);
     let steps = steps(seed, 14);
     let mut epoch = 0;
     for step in &steps {
         match *step {
-            Step::Desire(s) => actor.do_send(Desire(s)),
+            Step::Desire(s) => {
+                desired = s;
+                actor.do_send(Desire(s));
+            }
             Step::Fail => actor.do_send(Fail {
                 message: "injected: the source became another cluster".into(),
                 retryable: true,
@@ -90,6 +104,17 @@ async fn play(seed: u64) {
                 epoch += 1;
                 rig.dest.set_leader_epoch(&rig.tp, epoch);
             }
+            Step::MoveSourceLeader => {
+                rig.source.elect_leader(&rig.tp);
+            }
+            Step::SourceUnreachable(down) => rig.source.set_unreachable(down),
+            Step::Restart => {
+                // A shutdown finishes what is in flight (the real client's
+                // request timeout ends a held produce; the fake's waits).
+                rig.dest.hold_acks(false);
+                actor.send(Shutdown).await.unwrap();
+                actor = rig.start_desiring(retry, desired);
+            }
             Step::Append(n) => {
                 rig.append(n, appended);
                 appended += n;
@@ -98,6 +123,7 @@ async fn play(seed: u64) {
         }
     }
     rig.dest.hold_acks(false);
+    rig.source.set_unreachable(false);
     actor.do_send(Desire(PartitionState::Mirroring));
     rig.append(2, appended);
     appended += 2;
@@ -124,9 +150,11 @@ async fn play(seed: u64) {
     );
 }
 
+/// Without 7eca8ae's fix (a pump told to stop handed the next state's
+/// work), seed 298 stops copying; 2 000 seeds passed with it.
 #[actix::test]
 async fn any_sequence_told_once_ends_copying_everything_once() {
-    for seed in 1..=64 {
+    for seed in 1..=320 {
         play(seed).await;
     }
 }
