@@ -764,4 +764,4 @@ impl Handler<Shutdown> for PartitionActor {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

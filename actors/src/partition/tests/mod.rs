@@ -3,7 +3,7 @@
 //! Unclean leader elections on the source are in [`unclean`].
 
 mod fenced;
-mod sequences;
+pub(crate) mod sequences;
 mod unclean;
 
 use std::sync::Arc;
