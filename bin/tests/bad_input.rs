@@ -454,7 +454,7 @@ fn a_newer_format_in_the_data_dir_is_refused_untouched() {
     let data = dir.path().join("data");
     a_log(&data);
     {
-        let db = sled::open(&data).unwrap();
+        let db = kmirror_store::open_sled_waiting(&sled::Config::new().path(&data)).unwrap();
         db.insert(b"Mformat_version", &[FORMAT_VERSION + 1])
             .unwrap();
         db.flush().unwrap();

@@ -17,7 +17,9 @@ use kmirror_events::{
 pub use mem::MemLog;
 #[doc(hidden)]
 pub use sled_log::encode_batch_blob as sled_log_blob;
-pub use sled_log::{FsyncPolicy, OpenReport, SledLog, SledOptions};
+pub use sled_log::{
+    open_waiting as open_sled_waiting, FsyncPolicy, OpenReport, SledLog, SledOptions,
+};
 pub use verify::{verify, verify_entries, VerifyReport};
 
 /// One stored record with its position and the caller-stamped time.

@@ -118,6 +118,31 @@ fn be(v: &[u8]) -> Offset {
     u64::from_be_bytes(v.try_into().unwrap_or([0; 8]))
 }
 
+/// Opens a sled db, waiting up to 5 s for the previous handle's lock.
+///
+/// sled releases its file lock only when its background threads have
+/// exited, a moment after the last handle was dropped. A reopen in the same
+/// process (a supervisor's restart, a test editing a log it just wrote)
+/// must wait that out rather than report the directory as in use. On a
+/// loaded machine those threads can take a while to be scheduled: a bare
+/// `sled::open` right after a drop failed once in CI.
+pub fn open_waiting(config: &sled::Config) -> sled::Result<sled::Db> {
+    let mut attempts = 0;
+    loop {
+        match config.open() {
+            Err(e) if is_locked(&e.to_string()) && attempts < 100 => {
+                attempts += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            done => return done,
+        }
+    }
+}
+
+fn is_locked(message: &str) -> bool {
+    message.contains("could not acquire lock") || message.contains("WouldBlock")
+}
+
 /// Encodes a batch value. Public for tests that fabricate damage.
 #[doc(hidden)]
 pub fn encode_batch_blob(entries: &[(Offset, Vec<u8>)]) -> Vec<u8> {
@@ -269,33 +294,17 @@ impl SledLog {
             .path(&path)
             .cache_capacity(opts.cache_capacity_bytes)
             .flush_every_ms(flush_every);
-        // sled releases its file lock only when its background threads have
-        // exited, a moment after the previous handle was dropped; a restart
-        // in the same process (tests, supervisor restarts) must wait that out.
-        let mut attempts = 0;
-        let db = loop {
-            match config.open() {
-                Ok(db) => break db,
-                Err(e) => {
-                    let msg = e.to_string();
-                    let locked =
-                        msg.contains("could not acquire lock") || msg.contains("WouldBlock");
-                    attempts += 1;
-                    if locked && attempts < 40 {
-                        std::thread::sleep(Duration::from_millis(50));
-                        continue;
-                    }
-                    return Err(if locked {
-                        StoreError::Locked(path.clone())
-                    } else {
-                        StoreError::Open {
-                            path: path.clone(),
-                            message: msg,
-                        }
-                    });
+        let db = open_waiting(&config).map_err(|e| {
+            let msg = e.to_string();
+            if is_locked(&msg) {
+                StoreError::Locked(path.clone())
+            } else {
+                StoreError::Open {
+                    path: path.clone(),
+                    message: msg,
                 }
             }
-        };
+        })?;
         match db.get(META_FORMAT)? {
             Some(v) => {
                 codec::check_format_version(v.first().copied().unwrap_or(0)).map_err(|_| {

@@ -170,16 +170,8 @@ fn run(i: i64) -> Record {
     )
 }
 
-/// Opens the sled db directly, waiting out the lock sled keeps for a moment
-/// after the previous handle is dropped.
 fn raw_sled(dir: &std::path::Path) -> sled::Db {
-    for _ in 0..100 {
-        if let Ok(db) = sled::open(dir) {
-            return db;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    sled::open(dir).unwrap()
+    kmirror_store::open_sled_waiting(&sled::Config::new().path(dir)).unwrap()
 }
 
 fn lkey(o: u64) -> Vec<u8> {
