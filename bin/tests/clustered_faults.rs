@@ -500,7 +500,7 @@ fn scaling_and_a_rolling_restart_under_load_lose_nothing() {
         "destination holds exactly the source's {copied} records of {topic} (0 lost, 0 duplicated)"
     );
     for (m, t, n) in &mirrors[1..] {
-        assert!(mirrored(live, m, *n, 100), "{m}");
+        wait_for(&format!("{m} copied whole"), || mirrored(live, m, *n, 100));
         assert_eq!(records_on(&bed().destination, t), 100);
     }
     for n in nodes.into_iter().flatten() {

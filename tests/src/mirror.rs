@@ -167,6 +167,11 @@ pub fn produce_with(bootstrap: &str, topic: &str, input: &str, producer_props: &
 
 /// Every record of `topic` as Kafka's console consumer prints it, sorted by
 /// partition then offset. Waits at most `timeout_ms` for the `n`th.
+///
+/// The console consumer's timeout also bounds its first poll (the group
+/// join and first fetch), and it ends with success when it runs out: a
+/// short one on a loaded machine returns too few records, silently. Give
+/// 15 s or more wherever records are expected.
 pub fn consume_sorted(bootstrap: &str, topic: &str, n: usize, timeout_ms: u32) -> Vec<String> {
     consume_sorted_with(bootstrap, topic, n, timeout_ms, &[])
 }

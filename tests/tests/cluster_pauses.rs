@@ -134,6 +134,8 @@ fn through(proxy: &FaultProxy) -> ClientConfig {
 /// A source producer writing `v-{i}` records, 5 a batch, while `running`.
 struct SourceWriter {
     running: Arc<AtomicBool>,
+    /// Set by the task when it has seen `running` false between batches.
+    parked: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     written: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
@@ -147,12 +149,20 @@ impl SourceWriter {
         let producer = IdempotentProducer::new(client).await.unwrap();
         let partition = producer.partition(topic, 0).unwrap();
         let running = Arc::new(AtomicBool::new(true));
+        let parked = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let written = Arc::new(AtomicUsize::new(0));
-        let (r, s, w) = (running.clone(), stop.clone(), written.clone());
+        let (r, pk, s, w) = (
+            running.clone(),
+            parked.clone(),
+            stop.clone(),
+            written.clone(),
+        );
         let task = tokio::spawn(async move {
             while !s.load(Ordering::SeqCst) {
-                if r.load(Ordering::SeqCst) {
+                if !r.load(Ordering::SeqCst) {
+                    pk.store(true, Ordering::SeqCst);
+                } else {
                     let first = w.load(Ordering::SeqCst);
                     let now = kmirror_actors::coordinator::now_ms();
                     let records: Vec<Record> = (0..5)
@@ -178,6 +188,7 @@ impl SourceWriter {
         });
         SourceWriter {
             running,
+            parked,
             stop,
             written,
             task,
@@ -185,18 +196,16 @@ impl SourceWriter {
     }
 
     /// Stops writing, and answers how many records were written once the
-    /// batch under way (if any) is acknowledged.
+    /// batch under way (if any) is acknowledged: the task says so itself
+    /// (a quiet spell is no proof on a loaded machine, where an ack can
+    /// come later than any wait chosen for it).
     async fn pause(&self) -> usize {
+        self.parked.store(false, Ordering::SeqCst);
         self.running.store(false, Ordering::SeqCst);
-        let mut seen = self.written.load(Ordering::SeqCst);
-        loop {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            let now = self.written.load(Ordering::SeqCst);
-            if now == seen {
-                return now;
-            }
-            seen = now;
+        while !self.parked.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        self.written.load(Ordering::SeqCst)
     }
 
     fn resume(&self) {

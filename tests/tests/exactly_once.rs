@@ -176,7 +176,7 @@ async fn a_foreign_write_above_the_last_checkpoint_is_not_taken_for_kmirrors_own
         "the error names the foreign producer: {p:#?}"
     );
     // Nothing more was appended after the foreign record.
-    let b = consume_sorted(&bed().destination, &topic, 102, 5_000);
+    let b = consume_sorted(&bed().destination, &topic, 102, 15_000);
     assert_eq!(b.len(), 101);
     node.shutdown().await;
 }

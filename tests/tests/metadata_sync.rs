@@ -280,7 +280,7 @@ async fn a_compacted_topic_with_gaps_translates_group_offsets_exactly() {
     produce(&topic, "seq:roll\troll\tv-roll\n", "none");
     let start = Instant::now();
     let surviving = loop {
-        let n = consume_sorted(&bed().source, &topic, 301, 3_000).len();
+        let n = consume_sorted(&bed().source, &topic, 301, 15_000).len();
         if n < 301 {
             break n;
         }

@@ -106,7 +106,7 @@ async fn a_compacted_source_with_gaps_translates_every_offset() {
     // Wait for the cleaner: fewer records than offsets.
     let start = Instant::now();
     let surviving = loop {
-        let rows = consume_sorted(&bed().source, &topic, 601, 3_000);
+        let rows = consume_sorted(&bed().source, &topic, 601, 15_000);
         if rows.len() < 601 {
             break rows;
         }
@@ -216,7 +216,7 @@ async fn only_committed_transactional_records_arrive() {
         .await
         .unwrap();
     wait_caught_up(&node, "mt", 1_000, Duration::from_secs(60)).await;
-    let mirrored = consume_sorted(&bed().destination, &topic, 1_001, 5_000);
+    let mirrored = consume_sorted(&bed().destination, &topic, 1_001, 15_000);
     assert_eq!(
         without_offsets(&committed),
         without_offsets(&mirrored),

@@ -199,3 +199,34 @@ pub async fn read_all(
     }
     out
 }
+
+/// One partition's producer states as its leader holds them
+/// (DescribeProducers). Kafka's `kafka-transactions describe-producers`
+/// says the same, but its JVM start can outlast a short
+/// `producer.id.expiration.ms` on a loaded machine, so a check that races
+/// the broker's expiry reads them here and prints the tool's view after.
+pub async fn producer_states(
+    c: &KafkaClient,
+    topic: &str,
+    partition: i32,
+) -> Vec<kafka_protocol::messages::describe_producers_response::ProducerState> {
+    use kafka_protocol::messages::describe_producers_request::TopicRequest;
+    use kafka_protocol::messages::{DescribeProducersRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let (leader, _) = c.leader(topic, partition).await.expect("leader");
+    let req = DescribeProducersRequest::default().with_topics(vec![TopicRequest::default()
+        .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+        .with_partition_indexes(vec![partition])]);
+    let r = c.send_to(leader, &req).await.expect("DescribeProducers");
+    let p = r
+        .topics
+        .into_iter()
+        .flat_map(|t| t.partitions)
+        .find(|p| p.partition_index == partition)
+        .expect("the partition asked for");
+    assert_eq!(
+        p.error_code, 0,
+        "DescribeProducers {topic}-{partition}: {p:?}"
+    );
+    p.active_producers
+}
