@@ -123,6 +123,17 @@ impl BaseUrl {
             .map_err(fail)?
             .next()
             .ok_or_else(|| format!("{}: no address", self.host_port))?;
+        // Once connected, a socket read timeout surfaces as WouldBlock (EAGAIN)
+        // on Linux, TimedOut elsewhere: the daemon is there but slow.
+        let no_answer = |e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!(
+                "the kmirror daemon at {}://{} did not answer within {} s",
+                self.scheme(),
+                self.host_port,
+                self.read_timeout.as_secs_f64()
+            ),
+            _ => fail(e),
+        };
         let stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(fail)?;
         stream
             .set_read_timeout(Some(self.read_timeout))
@@ -145,7 +156,7 @@ impl BaseUrl {
         }
         request.push_str("\r\n");
         if !self.https {
-            return exchange(stream, request.as_bytes(), body).map_err(fail);
+            return exchange(stream, request.as_bytes(), body).map_err(no_answer);
         }
         let tls = self.auth.tls.clone().ok_or_else(|| {
             format!(
@@ -169,7 +180,7 @@ impl BaseUrl {
             request.as_bytes(),
             body,
         )
-        .map_err(fail)
+        .map_err(no_answer)
     }
 }
 
@@ -286,6 +297,20 @@ mod tests {
         let r = read_response(&b"HTTP/1.0 200 OK\r\n\r\nall of it"[..]).unwrap();
         assert_eq!(r.body, b"all of it");
         assert!(read_response(&b"garbage"[..]).is_err());
+    }
+
+    /// A daemon that accepts but does not answer in time: the error says so,
+    /// not "cannot reach … (os error 11)", which is how the socket's read
+    /// timeout surfaces on Linux.
+    #[test]
+    fn a_silent_daemon_is_reported_as_a_timeout() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut url =
+            BaseUrl::parse(&format!("http://{}", listener.local_addr().unwrap())).unwrap();
+        url.read_timeout = Duration::from_millis(200);
+        let e = url.request("GET", "/mirrors", None).unwrap_err();
+        assert!(e.contains("did not answer within 0.2 s"), "{e}");
+        drop(listener);
     }
 
     #[test]

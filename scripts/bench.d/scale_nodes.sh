@@ -115,7 +115,7 @@ scale_nodes_run() {
   local bed="$DIR/nodes-bed" src dst i names="" target per
   say "clustered bed: a 1-broker source and a 3-broker destination in $bed"
   EXTRA_BEDS+=("$bed")
-  "$REPO/scripts/kafka" up --clusters 2 --brokers 1,3 --dir "$bed" --owner-pid $$ >"$RES/nodes-bed.env" \
+  "$REPO/scripts/kafka" up --clusters 2 --brokers 1,3 --dir "$bed" --owner-pid $$ "${BED_CONFIG[@]}" >"$RES/nodes-bed.env" \
     || die "could not start the clustered bed (see $RES/nodes-bed.env)"
   src=$(sed -n 's/^CLUSTER_1=//p' "$RES/nodes-bed.env")
   dst=$(sed -n 's/^CLUSTER_2=//p' "$RES/nodes-bed.env")
