@@ -174,17 +174,19 @@ public class BenchProbe {
             Collections.shuffle(all, new Random(17));
             byte[] value = new byte[100];
             long start = System.nanoTime(), end = start + seconds * 1_000_000_000L;
-            long sent = 0;
+            // The bench stops the trickle with SIGTERM: the count is told on
+            // the way out, however it ends.
+            var sent = new java.util.concurrent.atomic.AtomicLong();
+            Runtime.getRuntime().addShutdownHook(new Thread(
+                () -> System.out.println("sent " + sent.get() + " records over " + all.size() + " partitions")));
             while (System.nanoTime() < end) {
-                TopicPartition tp = all.get((int) (sent % all.size()));
+                TopicPartition tp = all.get((int) (sent.get() % all.size()));
                 producer.send(new org.apache.kafka.clients.producer.ProducerRecord<>(tp.topic(), tp.partition(), null, value));
-                sent++;
-                long due = start + sent * 1_000_000_000L / rate;
+                long due = start + sent.incrementAndGet() * 1_000_000_000L / rate;
                 long wait = due - System.nanoTime();
                 if (wait > 0) Thread.sleep(wait / 1_000_000, (int) (wait % 1_000_000));
             }
             producer.flush();
-            System.out.println("sent " + sent + " records over " + all.size() + " partitions");
         }
     }
 
