@@ -341,7 +341,9 @@ fn kill_minus_nine_ten_times_loses_and_duplicates_nothing() {
     produce(&topic, 0, 20_000);
     // Kafka's Java producer keeps writing during all ten kills, so every
     // kill lands while records are being fetched, produced and mapped.
-    // Long enough to outlast the ten rounds; stopped after them.
+    // Long enough to outlast the ten rounds (400 s at 5 000 records/s, where
+    // 15 000 lasted 133 s and a loaded machine's ten starts could take as
+    // long); stopped after them.
     let load = Command::new(kmirror_tests::kafka_script())
         .args([
             "tool",
@@ -353,7 +355,7 @@ fn kill_minus_nine_ten_times_loses_and_duplicates_nothing() {
             "--record-size",
             "100",
             "--throughput",
-            "15000",
+            "5000",
             "--producer-props",
         ])
         .arg(format!("bootstrap.servers={}", bed().source))
