@@ -214,7 +214,9 @@ fn rpo_equals_the_end_offset_difference_while_paused_and_watch_prints_plain_line
             .spawn()
             .unwrap(),
     );
-    std::thread::sleep(Duration::from_millis(2_000));
+    // Four intervals and more, so that two refreshes fit even when the
+    // process starts slowly.
+    std::thread::sleep(Duration::from_millis(3_000));
     let pid = watch.0.id().to_string();
     assert!(Command::new("kill")
         .args(["-INT", &pid])
