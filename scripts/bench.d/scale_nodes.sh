@@ -130,8 +130,7 @@ scale_nodes_run() {
   target=$(probe endsum "$src" "$names")
   FIG[scale_nodes.records]=$target
   nodes_round 1 "$src" "$dst" "$names" "$target"
-  "$REPO/scripts/kafka" tool kafka-topics --bootstrap-server "$dst" --delete --topic 'nodes_.*' >>"$RES/nodes-topics.log" 2>&1 \
-    || die "could not delete the destination topics (log $RES/nodes-topics.log)"
+  delete_topics "$dst" 'nodes_.*'
   local n=0
   while "$REPO/scripts/kafka" tool kafka-topics --bootstrap-server "$dst" --list 2>>"$RES/nodes-topics.log" | grep -q '^nodes_'; do
     n=$((n + 1)); [ "$n" -lt 60 ] || die "destination topics nodes_* still exist 120 s after their deletion"

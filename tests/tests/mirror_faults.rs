@@ -121,9 +121,9 @@ async fn a_retryable_fault_retries_at_growing_delays_then_mirrors() {
         }
     }
     // Each delay is at least its backoff's floor (100, 200, 400 ms, less the
-    // 20% jitter): load can only lengthen a delay, so floors hold on a busy
-    // machine where comparing neighbours (120 ms at most against 160 at
-    // least) did not.
+    // 20% jitter, less 5 ms for the two records' millisecond timestamps):
+    // load can only lengthen a delay, so floors hold on a busy machine where
+    // comparing neighbours (120 ms at most against 160 at least) did not.
     assert!(delays.len() >= 3, "{delays:?}");
     for (i, delay) in delays.iter().take(3).enumerate() {
         let floor = (80 << i) - 5;
