@@ -25,6 +25,40 @@ pub struct Response {
     pub body: Vec<u8>,
 }
 
+/// Why a request got no answer. A daemon that accepted the connection but
+/// did not answer in time is alive and busy; one that cannot be reached is
+/// not there at all: an operator (or a script reading the code) acts on the
+/// two differently, so they keep apart up to the exit message.
+#[derive(Debug)]
+pub struct TransportError {
+    pub message: String,
+    pub timed_out: bool,
+}
+
+impl TransportError {
+    fn unreachable(message: String) -> Self {
+        TransportError {
+            message,
+            timed_out: false,
+        }
+    }
+
+    /// The Kafka error name the CLI reports it under.
+    pub fn code(&self) -> &'static str {
+        if self.timed_out {
+            "REQUEST_TIMED_OUT"
+        } else {
+            "NETWORK_EXCEPTION"
+        }
+    }
+}
+
+impl std::fmt::Display for TransportError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// `http[s]://host:port[/prefix]`, split once, with what to prove to the
 /// daemon there.
 #[derive(Clone)]
@@ -97,7 +131,7 @@ impl BaseUrl {
         method: &str,
         path: &str,
         body: Option<&[u8]>,
-    ) -> Result<Response, String> {
+    ) -> Result<Response, TransportError> {
         self.request_with(method, path, body, &[])
     }
 
@@ -109,29 +143,34 @@ impl BaseUrl {
         path: &str,
         body: Option<&[u8]>,
         headers: &[(&str, &str)],
-    ) -> Result<Response, String> {
+    ) -> Result<Response, TransportError> {
         let fail = |e: std::io::Error| {
-            format!(
+            TransportError::unreachable(format!(
                 "cannot reach the kmirror daemon at {}://{}: {e}",
                 self.scheme(),
                 self.host_port
-            )
+            ))
         };
         let addr = self
             .host_port
             .to_socket_addrs()
             .map_err(fail)?
             .next()
-            .ok_or_else(|| format!("{}: no address", self.host_port))?;
+            .ok_or_else(|| {
+                TransportError::unreachable(format!("{}: no address", self.host_port))
+            })?;
         // Once connected, a socket read timeout surfaces as WouldBlock (EAGAIN)
         // on Linux, TimedOut elsewhere: the daemon is there but slow.
         let no_answer = |e: std::io::Error| match e.kind() {
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!(
-                "the kmirror daemon at {}://{} did not answer within {} s",
-                self.scheme(),
-                self.host_port,
-                self.read_timeout.as_secs_f64()
-            ),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => TransportError {
+                message: format!(
+                    "the kmirror daemon at {}://{} did not answer within {} s",
+                    self.scheme(),
+                    self.host_port,
+                    self.read_timeout.as_secs_f64()
+                ),
+                timed_out: true,
+            },
             _ => fail(e),
         };
         let stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(fail)?;
@@ -159,11 +198,11 @@ impl BaseUrl {
             return exchange(stream, request.as_bytes(), body).map_err(no_answer);
         }
         let tls = self.auth.tls.clone().ok_or_else(|| {
-            format!(
+            TransportError::unreachable(format!(
                 "{}://{}: HTTPS needs the CA that signed the daemon's certificate: set KMIRROR_ADMIN_CA (or --admin-ca) to its PEM file",
                 self.scheme(),
                 self.host_port
-            )
+            ))
         })?;
         let host = self
             .host_port
@@ -171,8 +210,9 @@ impl BaseUrl {
             .map_or(self.host_port.as_str(), |(h, _)| h)
             .trim_start_matches('[')
             .trim_end_matches(']');
-        let name = ServerName::try_from(host.to_owned())
-            .map_err(|e| format!("{}: not a TLS server name: {e}", self.host_port))?;
+        let name = ServerName::try_from(host.to_owned()).map_err(|e| {
+            TransportError::unreachable(format!("{}: not a TLS server name: {e}", self.host_port))
+        })?;
         let connection =
             rustls::ClientConnection::new(tls, name).map_err(|e| fail(std::io::Error::other(e)))?;
         exchange(
@@ -309,7 +349,8 @@ mod tests {
             BaseUrl::parse(&format!("http://{}", listener.local_addr().unwrap())).unwrap();
         url.read_timeout = Duration::from_millis(200);
         let e = url.request("GET", "/mirrors", None).unwrap_err();
-        assert!(e.contains("did not answer within 0.2 s"), "{e}");
+        assert!(e.message.contains("did not answer within 0.2 s"), "{e}");
+        assert_eq!(e.code(), "REQUEST_TIMED_OUT");
         drop(listener);
     }
 

@@ -268,7 +268,7 @@ async fn call_peer(
     })
     .await
     .map_err(|e| unreachable(e.to_string()))?
-    .map_err(unreachable)
+    .map_err(|e| unreachable(e.message))
 }
 
 /// Every other node's answer to `path`, decoded; an error answer or an

@@ -142,7 +142,7 @@ impl Client {
         let resp = self
             .base
             .request(method, path, body.as_deref())
-            .map_err(|m| NodeError::new("NETWORK_EXCEPTION", m))?;
+            .map_err(|e| NodeError::new(e.code(), e.message))?;
         if (200..300).contains(&resp.status) {
             return serde_json::from_slice(&resp.body).map_err(|_| {
                 NodeError::new(
