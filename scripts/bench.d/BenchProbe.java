@@ -12,7 +12,7 @@
 //       (cpu_ticks = utime+stime of PID from /proc/PID/stat, rss/hwm from
 //       /proc/PID/status; -1 when PID is 0 or gone) until the sum reaches
 //       TARGET (exit 0), TIMEOUT_S passes (exit 2) or PID exits (exit 3).
-//   lag SRC_BOOTSTRAP DST_BOOTSTRAP TOPIC FROM_MS TO_MS GRACE_S [TIMELINE_FILE]
+//   lag SRC_BOOTSTRAP DST_BOOTSTRAP TOPIC FROM_MS TO_MS GRACE_S [TIMELINE_FILE|-] [ISOLATIONS]
 //       consumes TOPIC from the end on both clusters (assigned partitions, no
 //       group) and, for every record whose timestamp lies in [FROM_MS, TO_MS),
 //       takes lag = wall clock when poll() handed it over - record timestamp.
@@ -41,7 +41,14 @@
 //       timestamp (second = (CreateTime - FROM_MS) / 1000) and side, source
 //       first: "side second count p50 p99 max" (ms; -1 when count is 0), from a
 //       small histogram per second (1 ms buckets below 10 s, 10 ms buckets
-//       below 60 s, beyond that the second's max).
+//       below 60 s, beyond that the second's max); "-" writes none.
+//       ISOLATIONS (default read_uncommitted) is the destination consumer's
+//       isolation.level, or a comma-separated list of them: one destination
+//       consumer each, all positioned together and paired with the one source
+//       consumer, so each sees the same records in the same window (a
+//       read_committed consumer sees a record only once the last stable offset
+//       passes it). With more than one, the destination and added lines are
+//       named "destination.ISOLATION" and "added.ISOLATION".
 //   topics BOOTSTRAP PREFIX COUNT PARTITIONS
 //       creates topics PREFIX0..PREFIX{COUNT-1} of PARTITIONS partitions each
 //       (replication factor 1), 50 topics per CreateTopics request; topics that
@@ -68,7 +75,9 @@ public class BenchProbe {
             case "endsum" -> System.out.println(new Offsets(a[1], a[2]).sum());
             case "watch" -> System.exit(watch(a[1], a[2], Long.parseLong(a[3]), Long.parseLong(a[4]),
                     Long.parseLong(a[5]), Long.parseLong(a[6])));
-            case "lag" -> lag(a[1], a[2], a[3], a[4], a[5], Long.parseLong(a[6]), a.length > 7 ? a[7] : null);
+            case "lag" -> lag(a[1], a[2], a[3], a[4], a[5], Long.parseLong(a[6]),
+                    a.length > 7 && !a[7].equals("-") ? a[7] : null,
+                    List.of((a.length > 8 ? a[8] : "read_uncommitted").split(",")));
             case "topics" -> System.out.println(topics(a[1], a[2], Integer.parseInt(a[3]), Integer.parseInt(a[4])));
             case "trickle" -> trickle(a[1], a[2], Integer.parseInt(a[3]), Integer.parseInt(a[4]), Long.parseLong(a[5]));
             default -> { System.err.println("usage: endsum|watch|lag|topics|trickle ..."); System.exit(64); }
@@ -320,6 +329,29 @@ public class BenchProbe {
         }
     }
 
+    /** The source paired with one destination consumer: its rings and the added lags of its pairs. */
+    static final class Pairing {
+        final String name;
+        final ConcurrentHashMap<Integer, Pending> pending = new ConcurrentHashMap<>();
+        final int[] histo = new int[600_001]; // 1 ms buckets up to 10 min
+        long count, max;
+
+        Pairing(String name) { this.name = name; }
+
+        /** The record of PARTITION seen by one side at NOW; counts the pair if it completes one. */
+        void seen(int partition, boolean source, long now) {
+            long added = pending.computeIfAbsent(partition, k -> new Pending()).seen(source, now);
+            if (added < 0) return;
+            synchronized (this) {
+                histo[(int) Math.min(added, histo.length - 1)]++;
+                count++;
+                max = Math.max(max, added);
+            }
+        }
+
+        synchronized String report() { return name + " " + summary(histo, count, max); }
+    }
+
     static final class Side implements Runnable {
         final String name;
         final boolean source;
@@ -327,17 +359,15 @@ public class BenchProbe {
         long from, to; // set by window() before the thread starts
         final int[] histo = new int[600_001]; // 1 ms buckets up to 10 min
         final AtomicLong count = new AtomicLong();
-        final ConcurrentHashMap<Integer, Pending> pending; // shared by both sides
-        final int[] addedHisto = new int[600_001]; // the pairs this side completed
-        long addedCount, addedMax;
+        final List<Pairing> pairings; // the source's: every destination's; a destination's: its own
         Seconds seconds; // null without a TIMELINE_FILE
         volatile boolean stop;
         long max;
 
-        Side(String name, boolean source, String bootstrap, String topic, ConcurrentHashMap<Integer, Pending> pending) {
+        Side(String name, boolean source, String bootstrap, String topic, List<Pairing> pairings, String isolation) {
             this.name = name;
             this.source = source;
-            this.pending = pending;
+            this.pairings = pairings;
             Properties p = new Properties();
             p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
             p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
@@ -346,6 +376,7 @@ public class BenchProbe {
             p.put(ConsumerConfig.FETCH_MIN_BYTES_CONFIG, "1");
             p.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "100");
             p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "2000");
+            p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
             consumer = new KafkaConsumer<>(p);
             List<TopicPartition> tps = new ArrayList<>();
             long deadline = System.currentTimeMillis() + 120_000;
@@ -372,7 +403,6 @@ public class BenchProbe {
                 ConsumerRecords<byte[], byte[]> rs = consumer.poll(Duration.ofMillis(100));
                 long now = System.currentTimeMillis();
                 for (TopicPartition tp : rs.partitions()) {
-                    Pending q = pending.computeIfAbsent(tp.partition(), k -> new Pending());
                     for (ConsumerRecord<byte[], byte[]> r : rs.records(tp)) {
                         long ts = r.timestamp();
                         if (ts < from || ts >= to) continue;
@@ -381,12 +411,7 @@ public class BenchProbe {
                         max = Math.max(max, lag);
                         count.incrementAndGet();
                         if (seconds != null) seconds.add((int) ((ts - from) / 1000), lag);
-                        long added = q.seen(source, now);
-                        if (added >= 0) {
-                            addedHisto[(int) Math.min(added, addedHisto.length - 1)]++;
-                            addedCount++;
-                            addedMax = Math.max(addedMax, added);
-                        }
+                        for (Pairing pairing : pairings) pairing.seen(tp.partition(), source, now);
                     }
                 }
             }
@@ -403,43 +428,49 @@ public class BenchProbe {
     }
 
     static void lag(String srcBoot, String dstBoot, String topic, String fromArg, String toArg, long graceS,
-            String timeline) throws Exception {
-        ConcurrentHashMap<Integer, Pending> pending = new ConcurrentHashMap<>();
-        Side src = new Side("source", true, srcBoot, topic, pending);
-        Side dst = new Side("destination", false, dstBoot, topic, pending);
+            String timeline, List<String> isolations) throws Exception {
+        boolean one = isolations.size() == 1;
+        List<Pairing> pairings = new ArrayList<>();
+        for (String iso : isolations) pairings.add(new Pairing(one ? "added" : "added." + iso));
+        Side src = new Side("source", true, srcBoot, topic, pairings, "read_uncommitted");
+        List<Side> dsts = new ArrayList<>();
+        for (int i = 0; i < isolations.size(); i++) {
+            String iso = isolations.get(i);
+            dsts.add(new Side(one ? "destination" : "destination." + iso, false, dstBoot, topic,
+                    List.of(pairings.get(i)), iso));
+        }
         long positioned = System.currentTimeMillis();
         long from = fromArg.startsWith("+") ? positioned + Long.parseLong(fromArg.substring(1)) : Long.parseLong(fromArg);
         long to = toArg.startsWith("+") ? from + Long.parseLong(toArg.substring(1)) : Long.parseLong(toArg);
-        src.window(from, to, timeline != null);
-        dst.window(from, to, timeline != null);
-        System.err.println("lag: both consumers positioned at the end of " + topic);
+        List<Side> sides = new ArrayList<>(List.of(src));
+        sides.addAll(dsts);
+        for (Side side : sides) side.window(from, to, timeline != null);
+        System.err.println("lag: all consumers positioned at the end of " + topic);
         System.out.println("ready " + from + " " + to);
         System.out.flush();
-        Thread ts = new Thread(src), td = new Thread(dst);
-        ts.start();
-        td.start();
+        List<Thread> threads = new ArrayList<>();
+        for (Side side : sides) threads.add(new Thread(side));
+        for (Thread t : threads) t.start();
         long hardEnd = to + graceS * 1000;
         while (System.currentTimeMillis() < hardEnd) {
             long now = System.currentTimeMillis();
             // The source consumer is caught up a second or two after TO_MS; after that,
-            // stop as soon as the destination has as many window records as the source.
-            if (now > to + 3000 && src.count.get() > 0 && dst.count.get() >= src.count.get()) break;
+            // stop as soon as every destination has as many window records as the source.
+            long want = src.count.get();
+            if (now > to + 3000 && want > 0 && dsts.stream().allMatch(d -> d.count.get() >= want)) break;
             sleep(100);
         }
-        src.stop = true;
-        dst.stop = true;
-        ts.join();
-        td.join();
+        for (Side side : sides) side.stop = true;
+        for (Thread t : threads) t.join();
         System.out.println(src.report(0));
-        System.out.println(dst.report(Math.max(0, src.count.get() - dst.count.get())));
-        int[] added = new int[src.addedHisto.length];
-        for (int i = 0; i < added.length; i++) added[i] = src.addedHisto[i] + dst.addedHisto[i];
-        System.out.println("added " + summary(added, src.addedCount + dst.addedCount, Math.max(src.addedMax, dst.addedMax)));
+        for (int i = 0; i < dsts.size(); i++) {
+            System.out.println(dsts.get(i).report(Math.max(0, src.count.get() - dsts.get(i).count.get())));
+            System.out.println(pairings.get(i).report());
+        }
         System.out.flush();
         if (timeline != null) {
             try (java.io.PrintWriter w = new java.io.PrintWriter(Files.newBufferedWriter(Path.of(timeline)))) {
-                src.seconds.write(w, src.name);
-                dst.seconds.write(w, dst.name);
+                for (Side side : sides) side.seconds.write(w, side.name);
                 if (w.checkError()) throw new java.io.IOException("write failed");
             } catch (Exception e) {
                 System.err.println("lag: could not write " + timeline + ": " + e);
