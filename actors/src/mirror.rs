@@ -25,6 +25,7 @@ use crate::cluster::{
 };
 use crate::coordinator::{CoordinatorActor, CoordinatorError, Execute, ReadImage};
 use crate::failback::SourceHistory;
+use crate::kafka::Jitter;
 use crate::metadata_sync::{
     GetSyncMetrics, MetadataSyncActor, PartitionsGrew, StopSync, SyncMetrics, SyncSpec,
 };
@@ -87,6 +88,8 @@ pub struct MirrorSpec {
     pub destination: Arc<dyn DestinationCluster>,
     pub coordinator: Addr<CoordinatorActor>,
     pub retry: RetryPolicy,
+    /// Handed to every partition ([`PartitionSpec::jitter`]).
+    pub jitter: Jitter,
     pub refresh_interval: Duration,
     /// Where a partition being stopped waits for its LastMirrorEpochs to
     /// reach the state topic (None: nothing is published, as in tests).
@@ -169,6 +172,7 @@ impl MirrorActor {
                         destination: self.spec.destination.clone(),
                         coordinator: self.spec.coordinator.clone(),
                         retry: self.spec.retry,
+                        jitter: self.spec.jitter.clone(),
                         desired: t.desired_state,
                         support_unclean_leader_election: support_ule,
                         final_sync: self.sync.clone().map(Addr::recipient),
@@ -542,6 +546,7 @@ mod tests {
             destination: Arc::new(f.dest.clone()),
             coordinator: f.coordinator.clone(),
             retry: RetryPolicy::default(),
+            jitter: Arc::new(rand::random),
             refresh_interval,
             published: None,
             history: None,

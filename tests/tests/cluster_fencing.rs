@@ -495,6 +495,7 @@ async fn a_paused_partitions_fence_outlives_the_leaders_producer_expiry() {
             state_topic_partitions: 1,
             shard: Some(0),
             member: "B".into(),
+            ..NodeSettings::default()
         },
     )
     .await

@@ -91,6 +91,7 @@ impl Shard {
                 state_topic_partitions: 1,
                 shard: Some(0),
                 member: member.to_string(),
+                ..NodeSettings::default()
             },
         )
         .await

@@ -36,7 +36,7 @@ use crate::coordinator::{
     Appended, Applied, CoordinatorActor, CoordinatorError, Execute, ReadImage,
 };
 use crate::failback::SourceHistory;
-use crate::kafka::KafkaError;
+use crate::kafka::{Jitter, KafkaError};
 use crate::mirror::{MirrorActor, MirrorSpec, StopMirror};
 use crate::partition::StatusBoard;
 use crate::publisher::{PublisherSpec, StatePublisher};
@@ -70,6 +70,9 @@ pub struct NodeSettings {
     /// Who this node is to the others (a clustered node's advertised admin
     /// URL): named in the `ShardRelease` it leaves when a shard goes.
     pub member: String,
+    /// Where a FAILED partition's retry jitter comes from
+    /// ([`crate::partition::PartitionSpec::jitter`]).
+    pub jitter: Jitter,
 }
 
 impl Default for NodeSettings {
@@ -80,6 +83,7 @@ impl Default for NodeSettings {
             state_topic_partitions: crate::state_topic::DEFAULT_PARTITIONS,
             shard: None,
             member: "kmirror".to_string(),
+            jitter: Arc::new(rand::random),
         }
     }
 }
@@ -387,6 +391,7 @@ impl Node {
             destination: self.inner.destination.clone(),
             coordinator: self.inner.coordinator.clone(),
             retry,
+            jitter: self.inner.settings.jitter.clone(),
             refresh_interval: self.inner.settings.refresh_interval,
             published: self.inner.publisher.as_ref().map(|p| p.clone().recipient()),
             history: Some(Arc::new(SourceHistory::new(

@@ -29,7 +29,7 @@ impl PartitionActor {
         if self.retry_timer.is_some() {
             return;
         }
-        let jitter: f64 = rand::random();
+        let jitter = (self.spec.jitter)();
         match self.spec.retry.decide(&self.state, jitter) {
             RetryDecision::RetryAfter { delay_ms, target } => {
                 tracing::info!(partition = %self.tp, attempt = self.state.retry_attempt, delay_ms, %target, "retrying failed partition");

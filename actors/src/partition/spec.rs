@@ -9,6 +9,7 @@ use super::{board::StatusBoard, risk};
 use crate::cluster::{DestinationCluster, SourceCluster};
 use crate::coordinator::CoordinatorActor;
 use crate::failback::SourceHistory;
+use crate::kafka::Jitter;
 use crate::metadata_sync::FinalSync;
 use crate::publisher::WaitPublished;
 
@@ -20,6 +21,9 @@ pub struct PartitionSpec {
     pub destination: Arc<dyn DestinationCluster>,
     pub coordinator: Addr<CoordinatorActor>,
     pub retry: RetryPolicy,
+    /// Spreads the retries of partitions that failed together (the
+    /// node's, injected so tests can make a retry's delay exact).
+    pub jitter: Jitter,
     /// The topic's desired state when the actor starts.
     pub desired: PartitionState,
     /// `mirror.support.unclean.leader.election` (a mirror property here:
