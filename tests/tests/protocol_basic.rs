@@ -48,6 +48,37 @@ async fn connects_and_reads_metadata() {
     );
 }
 
+/// Partitions that all find their leader moved (thousands aligning on a
+/// topic whose logs the broker is still creating) each ask for the topic's
+/// metadata: the asks made while a refresh waits share the next one. Each
+/// was a request of its own, one after another, and a refresh of a topic
+/// of 6 000 partitions costs that many partitions to decode: a start of
+/// such a topic took two minutes to align.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refreshes_asked_together_share_one_request() {
+    let c = client(&bed().source).await;
+    let topic = unique("proto-md-flight");
+    create(&Admin::new(c.clone()), &topic, 3, &[]).await;
+    let topics = [topic.clone()];
+    let before = c.metadata_requests();
+    let mut asks = tokio::task::JoinSet::new();
+    for _ in 0..64 {
+        let (c, topics) = (c.clone(), topics.clone());
+        asks.spawn(async move { c.refresh_metadata(Some(&topics)).await });
+    }
+    while let Some(md) = asks.join_next().await {
+        assert_eq!(
+            md.unwrap().unwrap().topic(&topic).unwrap().partitions.len(),
+            3
+        );
+    }
+    let sent = c.metadata_requests() - before;
+    assert!(sent <= 2, "64 asks at once sent {sent} Metadata requests");
+    // One asked after those answered refreshes on its own.
+    c.refresh_metadata(Some(&topics)).await.unwrap();
+    assert_eq!(c.metadata_requests() - before, sent + 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fetch_smoke_ten_thousand_records() {
     let bed = bed();

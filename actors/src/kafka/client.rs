@@ -8,7 +8,7 @@
 //! partitions' work across its I/O threads anyway. Create a second client for
 //! traffic that must not queue behind fetches (e.g. admin calls).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -135,6 +135,25 @@ struct Slot {
     last_failure: Option<(Instant, KafkaError)>,
 }
 
+/// The newest metadata refresh that answered: when it was sent and which
+/// topics it read.
+struct Refreshed {
+    started: Instant,
+    /// `None`: every topic.
+    topics: Option<BTreeSet<String>>,
+}
+
+impl Refreshed {
+    /// Whether this refresh read everything a refresh of `wanted` would.
+    fn covers(&self, wanted: Option<&[String]>) -> bool {
+        match (&self.topics, wanted) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(read), Some(wanted)) => wanted.iter().all(|t| read.contains(t)),
+        }
+    }
+}
+
 /// A connection's place: (broker node id, lane).
 type Lane = (i32, u8);
 
@@ -145,7 +164,12 @@ struct Inner {
     /// other lanes a producer's or a fetch session's own (see
     /// [`KafkaClient::lane_connection`]).
     slots: Mutex<HashMap<Lane, Arc<tokio::sync::Mutex<Slot>>>>,
-    refresh: tokio::sync::Mutex<()>,
+    /// Held while a refresh is in flight: one at a time, and a caller that
+    /// waited may take the answer of the refresh it waited for
+    /// ([`KafkaClient::refresh_metadata`]).
+    refresh: tokio::sync::Mutex<Option<Refreshed>>,
+    /// Metadata requests sent, ever: what `kmirror` pays for its refreshes.
+    metadata_requests: std::sync::atomic::AtomicU64,
     timer: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -186,7 +210,8 @@ impl KafkaClient {
                 config,
                 metadata: RwLock::new(Arc::new(ClusterMetadata::empty())),
                 slots: Mutex::new(HashMap::new()),
-                refresh: tokio::sync::Mutex::new(()),
+                refresh: tokio::sync::Mutex::new(None),
+                metadata_requests: Default::default(),
                 timer: Mutex::new(None),
             }),
         };
@@ -216,11 +241,26 @@ impl KafkaClient {
     /// Reloads metadata. `None` loads every topic and replaces the topic map
     /// (topics deleted on the cluster disappear); `Some(topics)` updates only
     /// those (a topic that no longer exists is removed).
+    ///
+    /// A caller whose refresh would read nothing that one sent after it
+    /// asked has not read takes that answer, as fresh as its own: when the
+    /// partitions of a topic all find their leader moved at once (thousands
+    /// aligning while the broker still creates their logs), each asks for
+    /// the topic, and one request after another — each decoding every
+    /// partition of it — was O(partitions²). A burst now costs two.
     pub async fn refresh_metadata(
         &self,
         topics: Option<&[String]>,
     ) -> Result<Arc<ClusterMetadata>> {
-        let _guard = self.inner.refresh.lock().await;
+        let asked = Instant::now();
+        let mut newest = self.inner.refresh.lock().await;
+        if newest
+            .as_ref()
+            .is_some_and(|r| r.started >= asked && r.covers(topics))
+        {
+            return Ok(self.metadata());
+        }
+        let started = Instant::now();
         let req = MetadataRequest::default()
             .with_topics(topics.map(|ts| {
                 ts.iter()
@@ -231,6 +271,9 @@ impl KafkaClient {
                     .collect()
             }))
             .with_allow_auto_topic_creation(false);
+        self.inner
+            .metadata_requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (conn, resp) = self
             .send_to_any_with(|c| {
                 let v = c
@@ -311,7 +354,18 @@ impl KafkaClient {
         }
         let md = Arc::new(md);
         *self.inner.metadata.write().unwrap() = md.clone();
+        *newest = Some(Refreshed {
+            started,
+            topics: topics.map(|t| t.iter().cloned().collect()),
+        });
         Ok(md)
+    }
+
+    /// Metadata requests this client has sent.
+    pub fn metadata_requests(&self) -> u64 {
+        self.inner
+            .metadata_requests
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Leader node and leader epoch of a partition, refreshing the topic's
