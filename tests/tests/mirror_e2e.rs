@@ -8,7 +8,7 @@ use kmirror_tests::mirror::{
     consume_sorted, consume_sorted_with, lines, mirror_props, node, open_log, produce,
     produce_with, wait_caught_up, without_offsets,
 };
-use kmirror_tests::{bed, create_topic, unique, wire};
+use kmirror_tests::{bed, create_topic, kafka_tool_ok, unique, wire};
 
 #[actix::test]
 async fn eight_partitions_every_codec_identical_through_kafkas_own_consumer() {
@@ -354,4 +354,51 @@ async fn an_idle_partitions_first_record_needs_no_log_write_before_its_produce()
     let a = consume_sorted(&bed().source, &topic, 1, 30_000);
     let b = consume_sorted(&bed().destination, &topic, 1, 30_000);
     assert_eq!(a, b);
+}
+
+/// One start of many topics creates each on the destination with its own
+/// source's partition count and explicit configs (read several topics at a
+/// time, so one topic's answer must never reach another), and grows the
+/// one made beforehand with too few partitions; Kafka's own tools read
+/// them back.
+#[actix::test]
+async fn a_start_of_many_topics_creates_each_as_its_source_is() {
+    let prefix = unique("e2e-many");
+    let topics: Vec<String> = (0..12).map(|i| format!("{prefix}-{i}")).collect();
+    for (i, topic) in topics.iter().enumerate() {
+        let retention = format!("retention.ms={}", 3_600_000 + i);
+        create_topic(&bed().source, topic, 1 + (i % 3) as u32, &[&retention]);
+    }
+    create_topic(&bed().destination, &topics[5], 1, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    node.create_mirror("many", mirror_props()).await.unwrap();
+    let started = node
+        .start_topics("many", &[format!("{prefix}-.*")], &[], None)
+        .await
+        .unwrap();
+    assert_eq!(started.topics.len(), 12, "{started:?}");
+    let described = kafka_tool_ok(
+        "kafka-topics",
+        &["--bootstrap-server", &bed().destination, "--describe"],
+    );
+    for (i, topic) in topics.iter().enumerate() {
+        let head = described
+            .lines()
+            .find(|l| l.starts_with(&format!("Topic: {topic}\t")))
+            .unwrap_or_else(|| panic!("{topic} not on the destination: {described}"));
+        assert!(
+            head.contains(&format!("PartitionCount: {}", 1 + i % 3)),
+            "{head}"
+        );
+        assert!(
+            head.contains(&format!("retention.ms={}", 3_600_000 + i)) || i == 5,
+            "{head}"
+        );
+        assert!(
+            head.contains("message.timestamp.before.max.ms=9223372036854775807") || i == 5,
+            "{head}"
+        );
+    }
+    node.shutdown().await;
 }
