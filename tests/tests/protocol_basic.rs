@@ -12,6 +12,10 @@ use kmirror_actors::kafka::fetch::{
 };
 use kmirror_actors::kafka::produce::IdempotentProducer;
 
+use std::sync::Arc;
+
+use kmirror_actors::cluster::kafka::KafkaCluster;
+use kmirror_actors::cluster::ClusterView;
 use kmirror_tests::{bed, kafka_tool_ok, unique};
 use protocol_common::*;
 
@@ -77,6 +81,47 @@ async fn refreshes_asked_together_share_one_request() {
     // One asked after those answered refreshes on its own.
     c.refresh_metadata(Some(&topics)).await.unwrap();
     assert_eq!(c.metadata_requests() - before, sent + 1);
+}
+
+/// Partitions aligning together ask for their log bounds one each; the
+/// asks share batches (two ListOffsets per leader each), and every
+/// partition gets its own bounds, as a lone ListOffsets reads them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bounds_asked_together_share_batches() {
+    let c = client(&bed().source).await;
+    let admin = Admin::new(c.clone());
+    let topic = unique("proto-bounds");
+    create(&admin, &topic, 40, &[]).await;
+    kmirror_tests::mirror::produce(&topic, &kmirror_tests::mirror::lines(300, "b"), "none");
+    let tp = |p| TopicPartition::new(&topic, p);
+    let cluster = Arc::new(KafkaCluster::new(c.clone(), FetchOptions::default()));
+    let mut asks = tokio::task::JoinSet::new();
+    for p in 0..40 {
+        let (cluster, tp) = (cluster.clone(), tp(p));
+        asks.spawn(async move { (tp.partition, cluster.bounds(&tp).await) });
+    }
+    let mut ends = Vec::new();
+    while let Some(ask) = asks.join_next().await {
+        let (p, bounds) = ask.unwrap();
+        let bounds = bounds.unwrap();
+        let alone = |spec| admin.list_offset(&topic, p, spec, IsolationLevel::ReadUncommitted);
+        let (start, end) = (
+            alone(OffsetSpec::Earliest).await.unwrap(),
+            alone(OffsetSpec::Latest).await.unwrap(),
+        );
+        assert_eq!(
+            (bounds.log_start, bounds.end, bounds.leader_epoch),
+            (start.offset, end.offset, end.leader_epoch),
+            "partition {p}"
+        );
+        ends.push(end.offset);
+    }
+    assert_eq!(ends.iter().sum::<i64>(), 300, "every record counted once");
+    assert!(
+        cluster.bounds_batches() <= 3,
+        "40 asks at once went in {} batches",
+        cluster.bounds_batches()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,10 +29,12 @@ use crate::kafka::lease::Lease;
 use crate::kafka::produce::{IdempotentProducer, PartitionProducer, ProduceLanes};
 use crate::kafka::{KafkaClient, KafkaError};
 
+mod bounds;
 mod fenced;
 mod fetcher;
 mod topics;
 
+use bounds::BoundsFlight;
 pub use fetcher::FetchFigures;
 use fetcher::{broker_fetcher, BrokerFetches, KafkaPartitionFetch, Register, PARTITION_BUFFER};
 use topics::TopicsFlight;
@@ -89,6 +91,29 @@ async fn bounds(admin: &Admin, tp: &TopicPartition) -> Result<LogBounds, KafkaEr
         end: end.offset,
         leader_epoch: end.leader_epoch,
     })
+}
+
+/// Both ends of a partition's log, in a batch with the other partitions
+/// asked for meanwhile ([`BoundsFlight`]). A partition the batch could not
+/// answer for a reason a retry may mend (a moved leader, a dropped
+/// connection) is asked alone, with [`Admin`]'s retries, as before.
+async fn batched_bounds(
+    flight: &Arc<BoundsFlight>,
+    admin: &Admin,
+    tp: &TopicPartition,
+) -> Result<LogBounds, KafkaError> {
+    let batch_admin = admin.clone();
+    let batched = flight
+        .bounds(tp, move |tps| async move {
+            bounds_many(&batch_admin, &tps).await
+        })
+        .await;
+    match batched {
+        Err(e) if e.needs_metadata_refresh() || matches!(e, KafkaError::Unknown(_)) => {
+            bounds(admin, tp).await
+        }
+        answer => answer,
+    }
 }
 
 /// Both ends of many partitions' logs: two requests per leader.
@@ -248,6 +273,8 @@ pub struct KafkaCluster {
     fenced: Option<Fenced>,
     /// `topics` shared by callers that ask together (see [`TopicsFlight`]).
     topics: TopicsFlight,
+    /// `bounds` of single partitions sent together (see [`BoundsFlight`]).
+    bounds: Arc<BoundsFlight>,
     /// The produce dispatchers every sink's producer shares (see
     /// [`ProduceLanes`]).
     lanes: ProduceLanes,
@@ -275,8 +302,15 @@ impl KafkaCluster {
             budget: None,
             fenced: None,
             topics: TopicsFlight::default(),
+            bounds: Arc::default(),
             lanes: ProduceLanes::default(),
         }
+    }
+
+    /// Batches of single-partition log-bounds asks sent so far: what many
+    /// alignments at once cost this cluster (see [`BoundsFlight`]).
+    pub fn bounds_batches(&self) -> u64 {
+        self.bounds.batches()
     }
 
     /// Reads as a source within `budget` (see [`crate::kafka::budget`]).
@@ -347,7 +381,7 @@ impl ClusterView for KafkaCluster {
 
     fn bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>> {
         let tp = tp.clone();
-        Box::pin(async move { bounds(&self.admin, &tp).await })
+        Box::pin(async move { batched_bounds(&self.bounds, &self.admin, &tp).await })
     }
 
     fn bounds_many<'a>(
@@ -570,7 +604,7 @@ impl DestinationCluster for KafkaCluster {
         Box::pin(async move {
             let deadline = tokio::time::Instant::now() + SETTLE_TIMEOUT;
             loop {
-                let b = bounds(&self.admin, &tp).await?;
+                let b = batched_bounds(&self.bounds, &self.admin, &tp).await?;
                 // For the current epoch the leader answers with its log end
                 // offset, which is ahead of the high watermark while a batch
                 // is appended but not yet replicated.

@@ -606,9 +606,16 @@ impl Admin {
                 });
             }
         }
-        for i in retry {
+        // Each asked again alone, with its retries; all at once, as their
+        // own asks would have been (a moved leader refuses a whole batch,
+        // and one after another they waited a backoff each).
+        let retried = futures_util::future::join_all(retry.iter().map(|&i| {
             let (topic, partition) = &partitions[i];
-            out[i] = Some(self.list_offset(topic, *partition, spec, isolation).await);
+            self.list_offset(topic, *partition, spec, isolation)
+        }))
+        .await;
+        for (i, r) in retry.into_iter().zip(retried) {
+            out[i] = Some(r);
         }
         out.into_iter()
             .map(|r| r.unwrap_or_else(|| Err(KafkaError::Unknown("ListOffsets: no answer".into()))))
