@@ -168,8 +168,10 @@ struct Inner {
     /// waited may take the answer of the refresh it waited for
     /// ([`KafkaClient::refresh_metadata`]).
     refresh: tokio::sync::Mutex<Option<Refreshed>>,
-    /// Metadata requests sent, ever: what `kmirror` pays for its refreshes.
-    metadata_requests: std::sync::atomic::AtomicU64,
+    /// Requests sent through the shared calls (metadata refreshes,
+    /// `send_to`, `send_any`), by API key: what kmirror's own bookkeeping
+    /// costs the brokers (produce and fetch lanes are not counted here).
+    sent: Sent,
     timer: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -211,7 +213,7 @@ impl KafkaClient {
                 metadata: RwLock::new(Arc::new(ClusterMetadata::empty())),
                 slots: Mutex::new(HashMap::new()),
                 refresh: tokio::sync::Mutex::new(None),
-                metadata_requests: Default::default(),
+                sent: Sent::default(),
                 timer: Mutex::new(None),
             }),
         };
@@ -271,9 +273,7 @@ impl KafkaClient {
                     .collect()
             }))
             .with_allow_auto_topic_creation(false);
-        self.inner
-            .metadata_requests
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.sent.count(MetadataRequest::KEY);
         let (conn, resp) = self
             .send_to_any_with(|c| {
                 let v = c
@@ -361,30 +361,54 @@ impl KafkaClient {
         Ok(md)
     }
 
-    /// Metadata requests this client has sent.
-    pub fn metadata_requests(&self) -> u64 {
-        self.inner
-            .metadata_requests
-            .load(std::sync::atomic::Ordering::Relaxed)
+    /// Requests of API `R` this client has sent through its shared calls
+    /// (metadata refreshes, [`KafkaClient::send_to`], [`KafkaClient::send_any`]).
+    pub fn requests_sent<R: Request>(&self) -> u64 {
+        self.inner.sent.of(R::KEY)
     }
 
     /// Leader node and leader epoch of a partition, refreshing the topic's
     /// metadata once if it is unknown or leaderless.
     pub async fn leader(&self, topic: &str, partition: i32) -> Result<(i32, i32)> {
-        for attempt in 0..2 {
-            let md = self.metadata();
-            if let Some(p) = md.topic(topic).and_then(|t| t.partition(partition)) {
-                if p.leader >= 0 {
-                    return Ok((p.leader, p.leader_epoch));
-                }
-            }
-            if attempt == 0 {
-                self.refresh_metadata(Some(&[topic.to_owned()])).await?;
+        self.leaders(&[(topic, partition)])
+            .await
+            .pop()
+            .expect("one answer per partition asked")
+    }
+
+    /// [`KafkaClient::leader`] of many partitions, in the order asked, from
+    /// one snapshot: the topics of those without a known leader are
+    /// refreshed once, together. A batch of thousands asked one by one
+    /// would refresh a leaderless partition's topic each, one refresh after
+    /// another (none could share the one before it).
+    pub async fn leaders(&self, partitions: &[(&str, i32)]) -> Vec<Result<(i32, i32)>> {
+        fn known(md: &ClusterMetadata, topic: &str, partition: i32) -> Option<(i32, i32)> {
+            let p = md.topic(topic)?.partition(partition)?;
+            (p.leader >= 0).then_some((p.leader, p.leader_epoch))
+        }
+        let mut md = self.metadata();
+        let unknown: BTreeSet<String> = partitions
+            .iter()
+            .filter(|(t, p)| known(&md, t, *p).is_none())
+            .map(|(t, _)| t.to_string())
+            .collect();
+        let mut refresh_failed = None;
+        if !unknown.is_empty() {
+            let topics: Vec<String> = unknown.into_iter().collect();
+            match self.refresh_metadata(Some(&topics)).await {
+                Ok(fresh) => md = fresh,
+                Err(e) => refresh_failed = Some(e),
             }
         }
-        Err(KafkaError::Unknown(format!(
-            "leader for {topic}-{partition}"
-        )))
+        partitions
+            .iter()
+            .map(|(t, p)| {
+                known(&md, t, *p).ok_or_else(|| match &refresh_failed {
+                    Some(e) => e.duplicate(),
+                    None => KafkaError::Unknown(format!("leader for {t}-{p}")),
+                })
+            })
+            .collect()
     }
 
     /// The connection to broker `node_id`, connecting (with exponential
@@ -532,6 +556,7 @@ impl KafkaClient {
     /// failure). For RPCs that every broker forwards or answers.
     pub async fn send_any<R: Request + Clone>(&self, req: &R) -> Result<R::Response> {
         self.send_to_any_with(|c| {
+            self.inner.sent.count(R::KEY);
             let c = c.clone();
             let req = req.clone();
             async move { c.send(&req).await }
@@ -542,13 +567,39 @@ impl KafkaClient {
 
     /// Sends a request to broker `node_id`.
     pub async fn send_to<R: Request>(&self, node_id: i32, req: &R) -> Result<R::Response> {
-        self.connection(node_id).await?.send(req).await
+        let conn = self.connection(node_id).await?;
+        self.inner.sent.count(R::KEY);
+        conn.send(req).await
     }
 
     /// The backoff before retry number `attempt` (0-based): see
     /// [`ClientConfig::retry_delay`].
     pub fn retry_backoff(&self, attempt: u32) -> Duration {
         self.inner.config.retry_delay(attempt)
+    }
+}
+
+/// A counter per API key.
+struct Sent([std::sync::atomic::AtomicU64; 128]);
+
+impl Default for Sent {
+    fn default() -> Self {
+        Sent(std::array::from_fn(|_| Default::default()))
+    }
+}
+
+impl Sent {
+    fn count(&self, api: i16) {
+        if let Some(c) = usize::try_from(api).ok().and_then(|i| self.0.get(i)) {
+            c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    fn of(&self, api: i16) -> u64 {
+        usize::try_from(api)
+            .ok()
+            .and_then(|i| self.0.get(i))
+            .map_or(0, |c| c.load(std::sync::atomic::Ordering::Relaxed))
     }
 }
 

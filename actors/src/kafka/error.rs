@@ -268,6 +268,14 @@ impl KafkaError {
         }
     }
 
+    /// Whether a retry after a metadata refresh may find the partition
+    /// served: our view of its leader is stale, or we know none yet
+    /// (`Unknown` is what `KafkaClient::leader` answers for a partition that
+    /// Metadata lists without a leader, or not at all — a topic just made).
+    pub fn awaits_leader(&self) -> bool {
+        self.needs_metadata_refresh() || matches!(self, KafkaError::Unknown(_))
+    }
+
     /// Whether the error means our view of leaders is stale.
     pub fn needs_metadata_refresh(&self) -> bool {
         matches!(

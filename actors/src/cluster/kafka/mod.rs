@@ -20,7 +20,7 @@ use super::{
     DestinationCluster, GroupAnswers, GroupListing, GroupOffsets, HeldFence, LogBounds,
     PartitionFetch, PartitionSink, SourceCluster, TopicInfo,
 };
-use crate::kafka::admin::{AclFilter, Admin, AlterConfigOp, ConfigResource, NewTopic, OffsetSpec};
+use crate::kafka::admin::{AclFilter, Admin, AlterConfigOp, ConfigResource, NewTopic};
 use crate::kafka::batch::{OutgoingBatch, RecordBatch};
 use crate::kafka::budget::MemoryBudget;
 use crate::kafka::fence::{KeepAlive, ProducerFence};
@@ -34,7 +34,7 @@ mod fenced;
 mod fetcher;
 mod topics;
 
-use bounds::BoundsFlight;
+use bounds::{batched_bounds, batched_settling, bounds_many_retrying, LeaderFlights, Settling};
 pub use fetcher::FetchFigures;
 use fetcher::{broker_fetcher, BrokerFetches, KafkaPartitionFetch, Register, PARTITION_BUFFER};
 use topics::TopicsFlight;
@@ -69,80 +69,6 @@ struct Fetchers {
 /// How long a settled-bounds check waits for the destination's high
 /// watermark to reach its log end before giving up (retryable).
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
-async fn bounds(admin: &Admin, tp: &TopicPartition) -> Result<LogBounds, KafkaError> {
-    let start = admin
-        .list_offset(
-            &tp.topic,
-            tp.partition,
-            OffsetSpec::Earliest,
-            IsolationLevel::ReadUncommitted,
-        )
-        .await?;
-    let end = admin
-        .list_offset(
-            &tp.topic,
-            tp.partition,
-            OffsetSpec::Latest,
-            IsolationLevel::ReadUncommitted,
-        )
-        .await?;
-    Ok(LogBounds {
-        log_start: start.offset,
-        end: end.offset,
-        leader_epoch: end.leader_epoch,
-    })
-}
-
-/// Both ends of a partition's log, in a batch with the other partitions
-/// asked for meanwhile ([`BoundsFlight`]). A partition the batch could not
-/// answer for a reason a retry may mend (a moved leader, a dropped
-/// connection) is asked alone, with [`Admin`]'s retries, as before.
-async fn batched_bounds(
-    flight: &Arc<BoundsFlight>,
-    admin: &Admin,
-    tp: &TopicPartition,
-) -> Result<LogBounds, KafkaError> {
-    let batch_admin = admin.clone();
-    let batched = flight
-        .bounds(tp, move |tps| async move {
-            bounds_many(&batch_admin, &tps).await
-        })
-        .await;
-    match batched {
-        Err(e) if e.needs_metadata_refresh() || matches!(e, KafkaError::Unknown(_)) => {
-            bounds(admin, tp).await
-        }
-        answer => answer,
-    }
-}
-
-/// Both ends of many partitions' logs: two requests per leader.
-async fn bounds_many(admin: &Admin, tps: &[TopicPartition]) -> Vec<Result<LogBounds, KafkaError>> {
-    let asked: Vec<(String, i32)> = tps
-        .iter()
-        .map(|tp| (tp.topic.to_string(), tp.partition))
-        .collect();
-    let (starts, ends) = tokio::join!(
-        admin.list_offsets_many(
-            &asked,
-            OffsetSpec::Earliest,
-            IsolationLevel::ReadUncommitted
-        ),
-        admin.list_offsets_many(&asked, OffsetSpec::Latest, IsolationLevel::ReadUncommitted),
-    );
-    starts
-        .into_iter()
-        .zip(ends)
-        .map(|(start, end)| {
-            let (start, end) = (start?, end?);
-            Ok(LogBounds {
-                log_start: start.offset,
-                end: end.offset,
-                leader_epoch: end.leader_epoch,
-            })
-        })
-        .collect()
-}
 
 async fn list_groups(admin: &Admin) -> Result<Vec<GroupListing>, KafkaError> {
     Ok(admin
@@ -273,8 +199,10 @@ pub struct KafkaCluster {
     fenced: Option<Fenced>,
     /// `topics` shared by callers that ask together (see [`TopicsFlight`]).
     topics: TopicsFlight,
-    /// `bounds` of single partitions sent together (see [`BoundsFlight`]).
-    bounds: Arc<BoundsFlight>,
+    /// `bounds` of single partitions sent together (see [`bounds::BoundsFlight`]).
+    bounds: LeaderFlights,
+    /// `settled_bounds`' asks, sent together likewise.
+    settling: LeaderFlights<Settling>,
     /// The produce dispatchers every sink's producer shares (see
     /// [`ProduceLanes`]).
     lanes: ProduceLanes,
@@ -302,15 +230,10 @@ impl KafkaCluster {
             budget: None,
             fenced: None,
             topics: TopicsFlight::default(),
-            bounds: Arc::default(),
+            bounds: LeaderFlights::default(),
+            settling: LeaderFlights::default(),
             lanes: ProduceLanes::default(),
         }
-    }
-
-    /// Batches of single-partition log-bounds asks sent so far: what many
-    /// alignments at once cost this cluster (see [`BoundsFlight`]).
-    pub fn bounds_batches(&self) -> u64 {
-        self.bounds.batches()
     }
 
     /// Reads as a source within `budget` (see [`crate::kafka::budget`]).
@@ -388,7 +311,7 @@ impl ClusterView for KafkaCluster {
         &'a self,
         tps: &'a [TopicPartition],
     ) -> BoxFuture<'a, Vec<Result<LogBounds, KafkaError>>> {
-        Box::pin(bounds_many(&self.admin, tps))
+        Box::pin(bounds_many_retrying(&self.admin, tps))
     }
 
     fn list_groups(&self) -> BoxFuture<'_, Result<Vec<GroupListing>, KafkaError>> {
@@ -604,15 +527,9 @@ impl DestinationCluster for KafkaCluster {
         Box::pin(async move {
             let deadline = tokio::time::Instant::now() + SETTLE_TIMEOUT;
             loop {
-                let b = batched_bounds(&self.bounds, &self.admin, &tp).await?;
-                // For the current epoch the leader answers with its log end
-                // offset, which is ahead of the high watermark while a batch
-                // is appended but not yet replicated.
-                let (_, log_end) = self
-                    .admin
-                    .offset_for_leader_epoch(&tp.topic, tp.partition, b.leader_epoch)
-                    .await?;
-                if log_end <= b.end || b.leader_epoch < 0 {
+                let Settling { bounds: b, log_end } =
+                    batched_settling(&self.settling, &self.admin, &tp).await?;
+                if log_end <= b.end {
                     return Ok(b);
                 }
                 if tokio::time::Instant::now() > deadline {

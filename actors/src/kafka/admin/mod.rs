@@ -8,29 +8,22 @@
 //! errors come back as [`KafkaError::Broker`] naming the RPC and resource.
 //! Leader-routed calls retry once after a metadata refresh when leadership
 //! moved. This file holds the [`Admin`] handle, the routing helpers and the
-//! topic, config, offset and cluster RPCs; group and ACL RPCs live beside it
-//! because each is a family with its own types and routing.
+//! topic, config and cluster RPCs; log offsets (`offsets.rs`), group and ACL
+//! RPCs live beside it because each is a family with its own types and
+//! routing.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
-use kafka_protocol::messages::delete_records_request::{
-    DeleteRecordsPartition, DeleteRecordsTopic,
-};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::offset_for_leader_epoch_request::{
-    OffsetForLeaderPartition, OffsetForLeaderTopic,
-};
 use kafka_protocol::messages::{
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
-    DescribeClusterRequest, DescribeConfigsRequest, IncrementalAlterConfigsRequest,
-    ListOffsetsRequest, OffsetForLeaderEpochRequest, TopicName,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeClusterRequest,
+    DescribeConfigsRequest, IncrementalAlterConfigsRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
@@ -41,9 +34,11 @@ use super::fetch::IsolationLevel;
 
 mod acls;
 mod groups;
+mod offsets;
 
 pub use acls::{AclBinding, AclFilter};
 pub use groups::{CommittedOffset, GroupDescription, ListedGroup};
+pub use offsets::{ListedOffset, OffsetSpec};
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_owned())
@@ -128,28 +123,6 @@ pub enum AlterConfigOp {
     Subtract(String, String),
 }
 
-/// Which offset ListOffsets should return.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OffsetSpec {
-    /// Log start offset.
-    Earliest,
-    /// Log end offset (high watermark, or LSO under read_committed).
-    Latest,
-    /// First offset whose timestamp is ≥ the given ms.
-    Timestamp(i64),
-}
-
-/// A ListOffsets answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ListedOffset {
-    /// Offset (-1 if no record matches a timestamp query).
-    pub offset: i64,
-    /// Timestamp of that record (-1 for earliest/latest).
-    pub timestamp: i64,
-    /// Leader epoch of that offset.
-    pub leader_epoch: i32,
-}
-
 /// DescribeCluster's answer.
 #[derive(Debug, Clone)]
 pub struct ClusterDescription {
@@ -193,10 +166,23 @@ impl Admin {
         F: Fn(i32, i32) -> Fut,
         Fut: Future<Output = Result<T>>,
     {
+        self.again_while_moved(topic, || async {
+            let (leader, epoch) = self.client.leader(topic, partition).await?;
+            f(leader, epoch).await
+        })
+        .await
+    }
+
+    /// Runs `ask`, and again after a refresh of `topic`'s metadata and a
+    /// backoff (up to 3 times) while it answers that leadership moved.
+    async fn again_while_moved<T, F, Fut>(&self, topic: &str, ask: F) -> Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
         let mut attempt = 0;
         loop {
-            let (leader, epoch) = self.client.leader(topic, partition).await?;
-            match f(leader, epoch).await {
+            match ask().await {
                 Err(e) if attempt < 3 && e.needs_metadata_refresh() => {
                     self.client
                         .refresh_metadata(Some(&[topic.to_owned()]))
@@ -307,11 +293,7 @@ impl Admin {
             waiting = waiting
                 .into_iter()
                 .zip(listed)
-                .filter(|(_, r)| {
-                    r.as_ref().is_err_and(|e| {
-                        e.needs_metadata_refresh() || matches!(e, KafkaError::Unknown(_))
-                    })
-                })
+                .filter(|(_, r)| r.as_ref().is_err_and(KafkaError::awaits_leader))
                 .map(|(tp, _)| tp)
                 .collect();
             if !waiting.is_empty() {
@@ -464,203 +446,6 @@ impl Admin {
         Ok(())
     }
 
-    /// ListOffsets for one partition, on its leader.
-    pub async fn list_offset(
-        &self,
-        topic: &str,
-        partition: i32,
-        spec: OffsetSpec,
-        isolation: IsolationLevel,
-    ) -> Result<ListedOffset> {
-        let ts = match spec {
-            OffsetSpec::Earliest => -2,
-            OffsetSpec::Latest => -1,
-            OffsetSpec::Timestamp(t) => t,
-        };
-        self.on_leader(topic, partition, |leader, epoch| async move {
-            let req = ListOffsetsRequest::default()
-                .with_replica_id((-1).into())
-                .with_isolation_level(matches!(isolation, IsolationLevel::ReadCommitted) as i8)
-                .with_timeout_ms(self.timeout_ms())
-                .with_topics(vec![ListOffsetsTopic::default()
-                    .with_name(topic_name(topic))
-                    .with_partitions(vec![ListOffsetsPartition::default()
-                        .with_partition_index(partition)
-                        .with_current_leader_epoch(epoch)
-                        .with_timestamp(ts)])]);
-            let resp = self.client.send_to(leader, &req).await?;
-            let p = resp
-                .topics
-                .into_iter()
-                .flat_map(|t| t.partitions)
-                .find(|p| p.partition_index == partition)
-                .ok_or_else(|| {
-                    KafkaError::Protocol("ListOffsets response without our partition".into())
-                })?;
-            KafkaError::check(
-                p.error_code,
-                || format!("ListOffsets {topic}-{partition}"),
-                None,
-            )?;
-            Ok(ListedOffset {
-                offset: p.offset,
-                timestamp: p.timestamp,
-                leader_epoch: p.leader_epoch,
-            })
-        })
-        .await
-    }
-
-    /// ListOffsets for many partitions: one request per leader (from the
-    /// cached metadata), so a sample of thousands of partitions costs a
-    /// request per broker, not one per partition. Answers in the order
-    /// asked, each partition on its own; one whose leader moved is asked
-    /// again alone through [`Self::list_offset`], which refreshes metadata.
-    pub async fn list_offsets_many(
-        &self,
-        partitions: &[(String, i32)],
-        spec: OffsetSpec,
-        isolation: IsolationLevel,
-    ) -> Vec<Result<ListedOffset>> {
-        let ts = match spec {
-            OffsetSpec::Earliest => -2,
-            OffsetSpec::Latest => -1,
-            OffsetSpec::Timestamp(t) => t,
-        };
-        let mut out: Vec<Option<Result<ListedOffset>>> = partitions.iter().map(|_| None).collect();
-        let mut by_leader: BTreeMap<i32, Vec<(usize, i32)>> = BTreeMap::new();
-        for (i, (topic, partition)) in partitions.iter().enumerate() {
-            match self.client.leader(topic, *partition).await {
-                Ok((leader, epoch)) => by_leader.entry(leader).or_default().push((i, epoch)),
-                Err(e) => out[i] = Some(Err(e)),
-            }
-        }
-        let requests = by_leader.into_iter().map(|(leader, asked)| async move {
-            let mut topics: BTreeMap<&str, Vec<ListOffsetsPartition>> = BTreeMap::new();
-            for &(i, epoch) in &asked {
-                let (topic, partition) = &partitions[i];
-                topics.entry(topic).or_default().push(
-                    ListOffsetsPartition::default()
-                        .with_partition_index(*partition)
-                        .with_current_leader_epoch(epoch)
-                        .with_timestamp(ts),
-                );
-            }
-            let req = ListOffsetsRequest::default()
-                .with_replica_id((-1).into())
-                .with_isolation_level(matches!(isolation, IsolationLevel::ReadCommitted) as i8)
-                .with_timeout_ms(self.timeout_ms())
-                .with_topics(
-                    topics
-                        .into_iter()
-                        .map(|(t, ps)| {
-                            ListOffsetsTopic::default()
-                                .with_name(topic_name(t))
-                                .with_partitions(ps)
-                        })
-                        .collect(),
-                );
-            (asked, self.client.send_to(leader, &req).await)
-        });
-        let mut retry = Vec::new();
-        for (asked, resp) in futures_util::future::join_all(requests).await {
-            let resp = match resp {
-                Ok(r) => r,
-                Err(e) => {
-                    for (i, _) in asked {
-                        out[i] = Some(Err(e.duplicate()));
-                    }
-                    continue;
-                }
-            };
-            let mut answers = std::collections::HashMap::new();
-            for t in resp.topics {
-                for p in t.partitions {
-                    answers.insert((t.name.0.to_string(), p.partition_index), p);
-                }
-            }
-            for (i, _) in asked {
-                let (topic, partition) = &partitions[i];
-                let Some(p) = answers.remove(&(topic.clone(), *partition)) else {
-                    out[i] = Some(Err(KafkaError::Protocol(format!(
-                        "ListOffsets response without {topic}-{partition}"
-                    ))));
-                    continue;
-                };
-                let checked = KafkaError::check(
-                    p.error_code,
-                    || format!("ListOffsets {topic}-{partition}"),
-                    None,
-                );
-                out[i] = Some(match checked {
-                    Err(e) if e.needs_metadata_refresh() => {
-                        retry.push(i);
-                        continue;
-                    }
-                    Err(e) => Err(e),
-                    Ok(()) => Ok(ListedOffset {
-                        offset: p.offset,
-                        timestamp: p.timestamp,
-                        leader_epoch: p.leader_epoch,
-                    }),
-                });
-            }
-        }
-        // Each asked again alone, with its retries; all at once, as their
-        // own asks would have been (a moved leader refuses a whole batch,
-        // and one after another they waited a backoff each).
-        let retried = futures_util::future::join_all(retry.iter().map(|&i| {
-            let (topic, partition) = &partitions[i];
-            self.list_offset(topic, *partition, spec, isolation)
-        }))
-        .await;
-        for (i, r) in retry.into_iter().zip(retried) {
-            out[i] = Some(r);
-        }
-        out.into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(KafkaError::Unknown("ListOffsets: no answer".into()))))
-            .collect()
-    }
-
-    /// OffsetForLeaderEpoch: the end offset of `leader_epoch` on the current
-    /// leader, as `(epoch, end offset)` — the largest epoch ≤ the one asked
-    /// and where it ended. This is how divergence after a leader change is found.
-    pub async fn offset_for_leader_epoch(
-        &self,
-        topic: &str,
-        partition: i32,
-        leader_epoch: i32,
-    ) -> Result<(i32, i64)> {
-        self.on_leader(topic, partition, |leader, current| async move {
-            let req = OffsetForLeaderEpochRequest::default()
-                .with_replica_id((-1).into())
-                .with_topics(vec![OffsetForLeaderTopic::default()
-                    .with_topic(topic_name(topic))
-                    .with_partitions(vec![OffsetForLeaderPartition::default()
-                        .with_partition(partition)
-                        .with_current_leader_epoch(current)
-                        .with_leader_epoch(leader_epoch)])]);
-            let resp = self.client.send_to(leader, &req).await?;
-            let p = resp
-                .topics
-                .into_iter()
-                .flat_map(|t| t.partitions)
-                .find(|p| p.partition == partition)
-                .ok_or_else(|| {
-                    KafkaError::Protocol(
-                        "OffsetForLeaderEpoch response without our partition".into(),
-                    )
-                })?;
-            KafkaError::check(
-                p.error_code,
-                || format!("OffsetForLeaderEpoch {topic}-{partition}"),
-                None,
-            )?;
-            Ok((p.leader_epoch, p.end_offset))
-        })
-        .await
-    }
-
     /// DescribeCluster.
     pub async fn describe_cluster(&self) -> Result<ClusterDescription> {
         let resp = self
@@ -686,40 +471,5 @@ impl Admin {
                 })
                 .collect(),
         })
-    }
-
-    /// DeleteRecords: moves the log start offset of a partition to
-    /// `before_offset` (-1: the high watermark). Returns the new low watermark.
-    pub async fn delete_records(
-        &self,
-        topic: &str,
-        partition: i32,
-        before_offset: i64,
-    ) -> Result<i64> {
-        self.on_leader(topic, partition, |leader, _| async move {
-            let req = DeleteRecordsRequest::default()
-                .with_topics(vec![DeleteRecordsTopic::default()
-                    .with_name(topic_name(topic))
-                    .with_partitions(vec![DeleteRecordsPartition::default()
-                        .with_partition_index(partition)
-                        .with_offset(before_offset)])])
-                .with_timeout_ms(self.timeout_ms());
-            let resp = self.client.send_to(leader, &req).await?;
-            let p = resp
-                .topics
-                .into_iter()
-                .flat_map(|t| t.partitions)
-                .find(|p| p.partition_index == partition)
-                .ok_or_else(|| {
-                    KafkaError::Protocol("DeleteRecords response without our partition".into())
-                })?;
-            KafkaError::check(
-                p.error_code,
-                || format!("DeleteRecords {topic}-{partition}"),
-                None,
-            )?;
-            Ok(p.low_watermark)
-        })
-        .await
     }
 }

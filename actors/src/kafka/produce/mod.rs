@@ -387,10 +387,7 @@ impl Driver {
                             self.sent += 1;
                         }
                         Err(e) => {
-                            if e.is_retriable()
-                                || e.needs_metadata_refresh()
-                                || matches!(e, KafkaError::Unknown(_))
-                            {
+                            if e.is_retriable() || e.awaits_leader() {
                                 retry_at = Some(self.schedule_retry(&e).await);
                             } else {
                                 self.fail_all(e);
@@ -471,7 +468,7 @@ impl Driver {
 
     async fn schedule_retry(&mut self, e: &KafkaError) -> tokio::time::Instant {
         tracing::debug!(partition = %self.tp, error = %e, attempt = self.attempts, "produce retry");
-        if e.needs_metadata_refresh() || matches!(e, KafkaError::Unknown(_)) {
+        if e.awaits_leader() {
             self.node = None;
             let topics = [self.tp.topic.to_string()];
             let _ = Box::pin(self.client.refresh_metadata(Some(&topics))).await;
