@@ -135,12 +135,19 @@ struct Slot {
     last_failure: Option<(Instant, KafkaError)>,
 }
 
-/// The newest metadata refresh that answered: when it was sent and which
-/// topics it read.
+/// A metadata refresh: when it was sent and which topics it read.
 struct Refreshed {
     started: Instant,
     /// `None`: every topic.
     topics: Option<BTreeSet<String>>,
+}
+
+/// The newest refresh that answered, and the newest that failed (with its
+/// error), for the callers that waited while they were sent.
+#[derive(Default)]
+struct Refreshes {
+    answered: Option<Refreshed>,
+    failed: Option<(Refreshed, KafkaError)>,
 }
 
 impl Refreshed {
@@ -167,7 +174,7 @@ struct Inner {
     /// Held while a refresh is in flight: one at a time, and a caller that
     /// waited may take the answer of the refresh it waited for
     /// ([`KafkaClient::refresh_metadata`]).
-    refresh: tokio::sync::Mutex<Option<Refreshed>>,
+    refresh: tokio::sync::Mutex<Refreshes>,
     /// Requests sent through the shared calls (metadata refreshes,
     /// `send_to`, `send_any`), by API key: what kmirror's own bookkeeping
     /// costs the brokers (produce and fetch lanes are not counted here).
@@ -212,7 +219,7 @@ impl KafkaClient {
                 config,
                 metadata: RwLock::new(Arc::new(ClusterMetadata::empty())),
                 slots: Mutex::new(HashMap::new()),
-                refresh: tokio::sync::Mutex::new(None),
+                refresh: tokio::sync::Mutex::default(),
                 sent: Sent::default(),
                 timer: Mutex::new(None),
             }),
@@ -249,20 +256,44 @@ impl KafkaClient {
     /// partitions of a topic all find their leader moved at once (thousands
     /// aligning while the broker still creates their logs), each asks for
     /// the topic, and one request after another — each decoding every
-    /// partition of it — was O(partitions²). A burst now costs two.
+    /// partition of it — was O(partitions²). A burst now costs two. So
+    /// does a failure: a caller that waited while a refresh failed gets its
+    /// error, where each took its turn to fail again (a request timeout
+    /// each, one after another, while a broker did not answer).
     pub async fn refresh_metadata(
         &self,
         topics: Option<&[String]>,
     ) -> Result<Arc<ClusterMetadata>> {
         let asked = Instant::now();
         let mut newest = self.inner.refresh.lock().await;
-        if newest
-            .as_ref()
-            .is_some_and(|r| r.started >= asked && r.covers(topics))
-        {
-            return Ok(self.metadata());
+        if let Some(r) = &newest.answered {
+            if r.started >= asked && r.covers(topics) {
+                return Ok(self.metadata());
+            }
         }
-        let started = Instant::now();
+        if let Some((r, e)) = &newest.failed {
+            if r.started >= asked && r.covers(topics) {
+                return Err(e.duplicate());
+            }
+        }
+        let refresh = Refreshed {
+            started: Instant::now(),
+            topics: topics.map(|t| t.iter().cloned().collect()),
+        };
+        match self.load_metadata(topics).await {
+            Ok(md) => {
+                newest.answered = Some(refresh);
+                Ok(md)
+            }
+            Err(e) => {
+                newest.failed = Some((refresh, e.duplicate()));
+                Err(e)
+            }
+        }
+    }
+
+    /// One Metadata request, its answer made the current snapshot.
+    async fn load_metadata(&self, topics: Option<&[String]>) -> Result<Arc<ClusterMetadata>> {
         let req = MetadataRequest::default()
             .with_topics(topics.map(|ts| {
                 ts.iter()
@@ -354,10 +385,6 @@ impl KafkaClient {
         }
         let md = Arc::new(md);
         *self.inner.metadata.write().unwrap() = md.clone();
-        *newest = Some(Refreshed {
-            started,
-            topics: topics.map(|t| t.iter().cloned().collect()),
-        });
         Ok(md)
     }
 
@@ -611,5 +638,99 @@ async fn metadata_timer(inner: Weak<Inner>, period: Duration) {
         if let Err(e) = client.refresh_metadata(None).await {
             tracing::warn!(error = %e, "periodic metadata refresh failed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::{BufMut, Bytes, BytesMut};
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+    use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
+    use kafka_protocol::messages::{ApiVersionsResponse, MetadataResponse, RequestHeader};
+    use kafka_protocol::protocol::{decode_request_header_from_buffer, Decodable, Encodable};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::*;
+
+    async fn write<M: Encodable>(s: &mut TcpStream, corr: i32, m: &M, v: i16) {
+        let mut body = BytesMut::new();
+        body.put_i32(corr);
+        m.encode(&mut body, v).unwrap();
+        let mut frame = BytesMut::new();
+        frame.put_i32(body.len() as i32);
+        frame.extend_from_slice(&body);
+        s.write_all(&frame).await.unwrap();
+    }
+
+    /// A broker that answers a Metadata request for every topic (itself
+    /// the only broker) and never one that names topics.
+    async fn serve(port: u16, mut s: TcpStream) {
+        loop {
+            let Ok(n) = s.read_i32().await else { return };
+            let mut b = vec![0u8; n as usize];
+            if s.read_exact(&mut b).await.is_err() {
+                return;
+            }
+            let mut f = Bytes::from(b);
+            let h: RequestHeader = decode_request_header_from_buffer(&mut f).unwrap();
+            let (corr, v) = (h.correlation_id, h.request_api_version);
+            match h.request_api_key {
+                18 => {
+                    let r = ApiVersionsResponse::default().with_api_keys(
+                        [(18, 3), (3, 8)]
+                            .into_iter()
+                            .map(|(k, hi)| {
+                                ApiVersion::default().with_api_key(k).with_max_version(hi)
+                            })
+                            .collect(),
+                    );
+                    write(&mut s, corr, &r, 0).await;
+                }
+                3 if MetadataRequest::decode(&mut f, v).unwrap().topics.is_none() => {
+                    let r = MetadataResponse::default().with_brokers(vec![
+                        MetadataResponseBroker::default()
+                            .with_node_id(1.into())
+                            .with_host(StrBytes::from_static_str("127.0.0.1"))
+                            .with_port(i32::from(port)),
+                    ]);
+                    write(&mut s, corr, &r, v).await;
+                }
+                3 => {}
+                k => panic!("fake broker: unexpected api {k}"),
+            }
+        }
+    }
+
+    /// Callers that waited while a refresh failed get its error. Each used
+    /// to send its own after it, one after another, and wait out a request
+    /// timeout each while the broker did not answer.
+    #[tokio::test]
+    async fn callers_that_waited_while_a_refresh_failed_get_its_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((s, _)) = listener.accept().await {
+                tokio::spawn(serve(port, s));
+            }
+        });
+        let client = KafkaClient::connect(ClientConfig {
+            request_timeout: Duration::from_millis(300),
+            ..ClientConfig::plaintext(&format!("127.0.0.1:{port}"))
+        })
+        .await
+        .unwrap();
+        let before = client.requests_sent::<MetadataRequest>();
+        let asks: Vec<_> = (0..8)
+            .map(|_| {
+                let client = client.clone();
+                tokio::spawn(async move { client.refresh_metadata(Some(&["silent".into()])).await })
+            })
+            .collect();
+        for ask in futures_util::future::join_all(asks).await {
+            assert!(ask.unwrap().is_err());
+        }
+        let sent = client.requests_sent::<MetadataRequest>() - before;
+        assert!(sent <= 2, "8 callers sent {sent} Metadata requests");
     }
 }
