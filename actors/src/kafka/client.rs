@@ -643,37 +643,19 @@ async fn metadata_timer(inner: Weak<Inner>, period: Duration) {
 
 #[cfg(test)]
 mod tests {
-    use bytes::{BufMut, Bytes, BytesMut};
     use kafka_protocol::messages::api_versions_response::ApiVersion;
     use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
-    use kafka_protocol::messages::{ApiVersionsResponse, MetadataResponse, RequestHeader};
-    use kafka_protocol::protocol::{decode_request_header_from_buffer, Decodable, Encodable};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use kafka_protocol::messages::{ApiVersionsResponse, MetadataResponse};
+    use kafka_protocol::protocol::Decodable;
     use tokio::net::{TcpListener, TcpStream};
 
     use super::*;
-
-    async fn write<M: Encodable>(s: &mut TcpStream, corr: i32, m: &M, v: i16) {
-        let mut body = BytesMut::new();
-        body.put_i32(corr);
-        m.encode(&mut body, v).unwrap();
-        let mut frame = BytesMut::new();
-        frame.put_i32(body.len() as i32);
-        frame.extend_from_slice(&body);
-        s.write_all(&frame).await.unwrap();
-    }
+    use crate::kafka::fake_wire::{read_request, write_response};
 
     /// A broker that answers a Metadata request for every topic (itself
     /// the only broker) and never one that names topics.
     async fn serve(port: u16, mut s: TcpStream) {
-        loop {
-            let Ok(n) = s.read_i32().await else { return };
-            let mut b = vec![0u8; n as usize];
-            if s.read_exact(&mut b).await.is_err() {
-                return;
-            }
-            let mut f = Bytes::from(b);
-            let h: RequestHeader = decode_request_header_from_buffer(&mut f).unwrap();
+        while let Some((h, mut f)) = read_request(&mut s).await {
             let (corr, v) = (h.correlation_id, h.request_api_version);
             match h.request_api_key {
                 18 => {
@@ -685,7 +667,7 @@ mod tests {
                             })
                             .collect(),
                     );
-                    write(&mut s, corr, &r, 0).await;
+                    write_response(&mut s, corr, &r, 0).await;
                 }
                 3 if MetadataRequest::decode(&mut f, v).unwrap().topics.is_none() => {
                     let r = MetadataResponse::default().with_brokers(vec![
@@ -694,7 +676,7 @@ mod tests {
                             .with_host(StrBytes::from_static_str("127.0.0.1"))
                             .with_port(i32::from(port)),
                     ]);
-                    write(&mut s, corr, &r, v).await;
+                    write_response(&mut s, corr, &r, v).await;
                 }
                 3 => {}
                 k => panic!("fake broker: unexpected api {k}"),

@@ -49,6 +49,8 @@ pub mod client;
 pub mod config;
 pub mod conn;
 pub mod error;
+#[cfg(test)]
+mod fake_wire;
 pub mod fence;
 pub mod fetch;
 pub mod lease;

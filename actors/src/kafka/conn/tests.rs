@@ -1,31 +1,14 @@
 //! Framing, correlation and version negotiation against an in-process
 //! fake broker (the real broker is exercised in `tests/tests/protocol_*`).
 use super::*;
+use crate::kafka::fake_wire::{read_request, write_response};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
 use kafka_protocol::messages::{
     ApiVersionsResponse, MetadataRequest, MetadataResponse, RequestHeader, TopicName,
 };
-use kafka_protocol::protocol::decode_request_header_from_buffer;
 use tokio::net::TcpListener;
-
-async fn read_frame(s: &mut TcpStream) -> Option<Bytes> {
-    let n = s.read_i32().await.ok()?;
-    let mut b = vec![0u8; n as usize];
-    s.read_exact(&mut b).await.ok()?;
-    Some(Bytes::from(b))
-}
-
-async fn write_response<M: Encodable>(s: &mut TcpStream, corr: i32, m: &M, version: i16) {
-    let mut body = BytesMut::new();
-    body.put_i32(corr);
-    m.encode(&mut body, version).unwrap();
-    let mut frame = BytesMut::new();
-    frame.put_i32(body.len() as i32);
-    frame.extend_from_slice(&body);
-    s.write_all(&frame).await.unwrap();
-}
 
 /// Answers ApiVersions v>0 with UNSUPPORTED_VERSION (as a v0 body),
 /// then v0 normally; collects 3 Metadata requests and answers them in
@@ -33,8 +16,7 @@ async fn write_response<M: Encodable>(s: &mut TcpStream, corr: i32, m: &M, versi
 async fn fake_broker(listener: TcpListener) {
     let (mut s, _) = listener.accept().await.unwrap();
     let mut held: Vec<(RequestHeader, String)> = Vec::new();
-    while let Some(mut f) = read_frame(&mut s).await {
-        let h: RequestHeader = decode_request_header_from_buffer(&mut f).unwrap();
+    while let Some((h, mut f)) = read_request(&mut s).await {
         match h.request_api_key {
             18 if h.request_api_version > 0 => {
                 let r = ApiVersionsResponse::default().with_error_code(35);

@@ -5,7 +5,7 @@
 use super::*;
 use crate::kafka::batch::{encode_batch, Codec, Record, RecordBatch};
 use crate::kafka::config::ClientConfig;
-use bytes::{BufMut, BytesMut};
+use crate::kafka::fake_wire::{read_request, write_response};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -14,11 +14,10 @@ use kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use kafka_protocol::messages::produce_response::TopicProduceResponse;
 use kafka_protocol::messages::{
     ApiVersionsResponse, InitProducerIdResponse, MetadataResponse, ProduceRequest, ProduceResponse,
-    RequestHeader, TopicName,
+    TopicName,
 };
-use kafka_protocol::protocol::{decode_request_header_from_buffer, Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::{Decodable, StrBytes};
 use std::sync::atomic::AtomicUsize;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 #[derive(Default)]
@@ -49,25 +48,8 @@ impl Fake {
     }
 }
 
-async fn write<M: Encodable>(s: &mut TcpStream, corr: i32, m: &M, v: i16) {
-    let mut body = BytesMut::new();
-    body.put_i32(corr);
-    m.encode(&mut body, v).unwrap();
-    let mut f = BytesMut::new();
-    f.put_i32(body.len() as i32);
-    f.extend_from_slice(&body);
-    s.write_all(&f).await.unwrap();
-}
-
 async fn serve(fake: Arc<Fake>, mut s: TcpStream) {
-    loop {
-        let Ok(n) = s.read_i32().await else { return };
-        let mut b = vec![0u8; n as usize];
-        if s.read_exact(&mut b).await.is_err() {
-            return;
-        }
-        let mut f = Bytes::from(b);
-        let h: RequestHeader = decode_request_header_from_buffer(&mut f).unwrap();
+    while let Some((h, mut f)) = read_request(&mut s).await {
         let (corr, v) = (h.correlation_id, h.request_api_version);
         match h.request_api_key {
             18 => {
@@ -82,7 +64,7 @@ async fn serve(fake: Arc<Fake>, mut s: TcpStream) {
                         })
                         .collect(),
                 );
-                write(&mut s, corr, &r, 0).await;
+                write_response(&mut s, corr, &r, 0).await;
             }
             3 => {
                 let r = MetadataResponse::default()
@@ -99,7 +81,7 @@ async fn serve(fake: Arc<Fake>, mut s: TcpStream) {
                             .with_leader_id(1.into())
                             .with_replica_nodes(vec![1.into()])
                             .with_isr_nodes(vec![1.into()])])]);
-                write(&mut s, corr, &r, v).await;
+                write_response(&mut s, corr, &r, v).await;
             }
             22 => {
                 let r = InitProducerIdResponse::default()
@@ -107,7 +89,7 @@ async fn serve(fake: Arc<Fake>, mut s: TcpStream) {
                         (1000 + fake.inits.fetch_add(1, Ordering::SeqCst) as i64).into(),
                     )
                     .with_producer_epoch(0);
-                write(&mut s, corr, &r, v).await;
+                write_response(&mut s, corr, &r, v).await;
             }
             0 => {
                 let req = ProduceRequest::decode(&mut f, v).unwrap();
@@ -153,7 +135,7 @@ async fn serve(fake: Arc<Fake>, mut s: TcpStream) {
                         .with_responses(vec![TopicProduceResponse::default()
                             .with_name(TopicName(StrBytes::from_static_str("t")))
                             .with_partition_responses(parts)]);
-                write(&mut s, corr, &r, v).await;
+                write_response(&mut s, corr, &r, v).await;
             }
             k => panic!("fake broker: unexpected api {k}"),
         }
