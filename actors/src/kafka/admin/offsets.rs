@@ -4,7 +4,8 @@
 //! the caller deciding what to ask again: the alignment of thousands of
 //! partitions at once asks them in batches).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 
 use kafka_protocol::messages::delete_records_request::{
     DeleteRecordsPartition, DeleteRecordsTopic,
@@ -43,21 +44,19 @@ pub struct ListedOffset {
     pub leader_epoch: i32,
 }
 
-/// The asked partitions' indexes grouped by leader, each with the leader
-/// epoch the request names; a partition without a leader gets its error in
-/// `out` at once.
-fn by_leader<T>(
-    leaders: Vec<Result<(i32, i32)>>,
-    out: &mut [Option<Result<T>>],
-) -> BTreeMap<i32, Vec<(usize, i32)>> {
-    let mut grouped: BTreeMap<i32, Vec<(usize, i32)>> = BTreeMap::new();
-    for (i, leader) in leaders.into_iter().enumerate() {
-        match leader {
-            Ok((leader, epoch)) => grouped.entry(leader).or_default().push((i, epoch)),
-            Err(e) => out[i] = Some(Err(e)),
-        }
-    }
-    grouped
+/// Each partition's answer by (topic, partition): its value, or the error
+/// its code names.
+fn checked<T>(
+    api: &str,
+    answered: impl Iterator<Item = (String, i32, i16, T)>,
+) -> HashMap<(String, i32), Result<T>> {
+    answered
+        .map(|(topic, partition, code, value)| {
+            let answer = KafkaError::check(code, || format!("{api} {topic}-{partition}"), None)
+                .map(|()| value);
+            ((topic, partition), answer)
+        })
+        .collect()
 }
 
 impl Admin {
@@ -97,87 +96,49 @@ impl Admin {
             OffsetSpec::Latest => -1,
             OffsetSpec::Timestamp(t) => t,
         };
-        let mut out: Vec<Option<Result<ListedOffset>>> = partitions.iter().map(|_| None).collect();
-        let leaders = self
-            .client
-            .leaders(
-                &partitions
-                    .iter()
-                    .map(|(t, p)| (t.as_str(), *p))
-                    .collect::<Vec<_>>(),
-            )
-            .await;
-        let requests = by_leader(leaders, &mut out)
-            .into_iter()
-            .map(|(leader, asked)| async move {
-                let mut topics: BTreeMap<&str, Vec<ListOffsetsPartition>> = BTreeMap::new();
-                for &(i, epoch) in &asked {
-                    let (topic, partition) = &partitions[i];
-                    topics.entry(topic).or_default().push(
-                        ListOffsetsPartition::default()
-                            .with_partition_index(*partition)
-                            .with_current_leader_epoch(epoch)
-                            .with_timestamp(ts),
-                    );
-                }
-                let req = ListOffsetsRequest::default()
-                    .with_replica_id((-1).into())
-                    .with_isolation_level(matches!(isolation, IsolationLevel::ReadCommitted) as i8)
-                    .with_timeout_ms(self.timeout_ms())
-                    .with_topics(
-                        topics
-                            .into_iter()
-                            .map(|(t, ps)| {
-                                ListOffsetsTopic::default()
-                                    .with_name(topic_name(t))
-                                    .with_partitions(ps)
-                            })
-                            .collect(),
-                    );
-                (asked, self.client.send_to(leader, &req).await)
-            });
-        for (asked, resp) in futures_util::future::join_all(requests).await {
-            let resp = match resp {
-                Ok(r) => r,
-                Err(e) => {
-                    for (i, _) in asked {
-                        out[i] = Some(Err(e.duplicate()));
-                    }
-                    continue;
-                }
-            };
-            let mut answers = std::collections::HashMap::new();
-            for t in resp.topics {
-                for p in t.partitions {
-                    answers.insert((t.name.0.to_string(), p.partition_index), p);
-                }
-            }
-            for (i, _) in asked {
+        let asked: Vec<(&str, i32)> = partitions.iter().map(|(t, p)| (t.as_str(), *p)).collect();
+        self.on_leaders("ListOffsets", &asked, |leader, on_leader| async move {
+            let mut topics: BTreeMap<&str, Vec<ListOffsetsPartition>> = BTreeMap::new();
+            for (i, current) in on_leader {
                 let (topic, partition) = &partitions[i];
-                let Some(p) = answers.remove(&(topic.clone(), *partition)) else {
-                    out[i] = Some(Err(KafkaError::Protocol(format!(
-                        "ListOffsets response without {topic}-{partition}"
-                    ))));
-                    continue;
-                };
-                let checked = KafkaError::check(
-                    p.error_code,
-                    || format!("ListOffsets {topic}-{partition}"),
-                    None,
+                topics.entry(topic).or_default().push(
+                    ListOffsetsPartition::default()
+                        .with_partition_index(*partition)
+                        .with_current_leader_epoch(current)
+                        .with_timestamp(ts),
                 );
-                out[i] = Some(match checked {
-                    Err(e) => Err(e),
-                    Ok(()) => Ok(ListedOffset {
-                        offset: p.offset,
-                        timestamp: p.timestamp,
-                        leader_epoch: p.leader_epoch,
-                    }),
-                });
             }
-        }
-        out.into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(KafkaError::Unknown("ListOffsets: no answer".into()))))
-            .collect()
+            let req = ListOffsetsRequest::default()
+                .with_replica_id((-1).into())
+                .with_isolation_level(matches!(isolation, IsolationLevel::ReadCommitted) as i8)
+                .with_timeout_ms(self.timeout_ms())
+                .with_topics(
+                    topics
+                        .into_iter()
+                        .map(|(t, ps)| {
+                            ListOffsetsTopic::default()
+                                .with_name(topic_name(t))
+                                .with_partitions(ps)
+                        })
+                        .collect(),
+                );
+            let resp = self.client.send_to(leader, &req).await?;
+            Ok(checked(
+                "ListOffsets",
+                resp.topics.into_iter().flat_map(|t| {
+                    let topic = t.name.0.to_string();
+                    t.partitions.into_iter().map(move |p| {
+                        let listed = ListedOffset {
+                            offset: p.offset,
+                            timestamp: p.timestamp,
+                            leader_epoch: p.leader_epoch,
+                        };
+                        (topic.clone(), p.partition_index, p.error_code, listed)
+                    })
+                }),
+            ))
+        })
+        .await
     }
 
     /// OffsetForLeaderEpoch: the end offset of `leader_epoch` on the current
@@ -207,84 +168,104 @@ impl Admin {
         &self,
         asked: &[(String, i32, i32)],
     ) -> Vec<Result<(i32, i64)>> {
-        let mut out: Vec<Option<Result<(i32, i64)>>> = asked.iter().map(|_| None).collect();
-        let leaders = self
-            .client
-            .leaders(
-                &asked
-                    .iter()
-                    .map(|(t, p, _)| (t.as_str(), *p))
-                    .collect::<Vec<_>>(),
-            )
-            .await;
-        let requests =
-            by_leader(leaders, &mut out)
-                .into_iter()
-                .map(|(leader, on_leader)| async move {
-                    let mut topics: BTreeMap<&str, Vec<OffsetForLeaderPartition>> = BTreeMap::new();
-                    for &(i, current) in &on_leader {
-                        let (topic, partition, epoch) = &asked[i];
-                        topics.entry(topic).or_default().push(
-                            OffsetForLeaderPartition::default()
-                                .with_partition(*partition)
-                                .with_current_leader_epoch(current)
-                                .with_leader_epoch(*epoch),
-                        );
-                    }
-                    let req = OffsetForLeaderEpochRequest::default()
-                        .with_replica_id((-1).into())
-                        .with_topics(
-                            topics
-                                .into_iter()
-                                .map(|(t, ps)| {
-                                    OffsetForLeaderTopic::default()
-                                        .with_topic(topic_name(t))
-                                        .with_partitions(ps)
-                                })
-                                .collect(),
-                        );
-                    (on_leader, self.client.send_to(leader, &req).await)
-                });
-        for (on_leader, resp) in futures_util::future::join_all(requests).await {
-            let mut answers = std::collections::HashMap::new();
-            match resp {
-                Ok(resp) => {
-                    for t in resp.topics {
-                        for p in t.partitions {
-                            answers.insert((t.topic.0.to_string(), p.partition), p);
-                        }
-                    }
+        let partitions: Vec<(&str, i32)> = asked.iter().map(|(t, p, _)| (t.as_str(), *p)).collect();
+        self.on_leaders(
+            "OffsetForLeaderEpoch",
+            &partitions,
+            |leader, on_leader| async move {
+                let mut topics: BTreeMap<&str, Vec<OffsetForLeaderPartition>> = BTreeMap::new();
+                for (i, current) in on_leader {
+                    let (topic, partition, epoch) = &asked[i];
+                    topics.entry(topic).or_default().push(
+                        OffsetForLeaderPartition::default()
+                            .with_partition(*partition)
+                            .with_current_leader_epoch(current)
+                            .with_leader_epoch(*epoch),
+                    );
                 }
+                let req = OffsetForLeaderEpochRequest::default()
+                    .with_replica_id((-1).into())
+                    .with_topics(
+                        topics
+                            .into_iter()
+                            .map(|(t, ps)| {
+                                OffsetForLeaderTopic::default()
+                                    .with_topic(topic_name(t))
+                                    .with_partitions(ps)
+                            })
+                            .collect(),
+                    );
+                let resp = self.client.send_to(leader, &req).await?;
+                Ok(checked(
+                    "OffsetForLeaderEpoch",
+                    resp.topics.into_iter().flat_map(|t| {
+                        let topic = t.topic.0.to_string();
+                        t.partitions.into_iter().map(move |p| {
+                            let end = (p.leader_epoch, p.end_offset);
+                            (topic.clone(), p.partition, p.error_code, end)
+                        })
+                    }),
+                ))
+            },
+        )
+        .await
+    }
+
+    /// Sends `send(leader, its partitions)` once per leader of the
+    /// partitions asked, all at once; each request names, per partition,
+    /// its index in `asked` and the leader epoch to check. Leaders come
+    /// from one metadata snapshot ([`KafkaClient::leaders`]). `send`
+    /// answers by (topic, partition); the answers come back in the order
+    /// asked, a partition without a leader, whose request failed or that
+    /// its answer left out getting an error.
+    async fn on_leaders<T, F, Fut>(
+        &self,
+        api: &str,
+        asked: &[(&str, i32)],
+        send: F,
+    ) -> Vec<Result<T>>
+    where
+        F: Fn(i32, Vec<(usize, i32)>) -> Fut,
+        Fut: Future<Output = Result<HashMap<(String, i32), Result<T>>>>,
+    {
+        let mut out: Vec<Option<Result<T>>> = asked.iter().map(|_| None).collect();
+        let mut grouped: BTreeMap<i32, Vec<(usize, i32)>> = BTreeMap::new();
+        for (i, leader) in self.client.leaders(asked).await.into_iter().enumerate() {
+            match leader {
+                Ok((leader, epoch)) => grouped.entry(leader).or_default().push((i, epoch)),
+                Err(e) => out[i] = Some(Err(e)),
+            }
+        }
+        let requests = grouped.into_iter().map(|(leader, on_leader)| {
+            let indexes: Vec<usize> = on_leader.iter().map(|&(i, _)| i).collect();
+            let answer = send(leader, on_leader);
+            async move { (indexes, answer.await) }
+        });
+        for (indexes, answer) in futures_util::future::join_all(requests).await {
+            match answer {
                 Err(e) => {
-                    for (i, _) in on_leader {
+                    for i in indexes {
                         out[i] = Some(Err(e.duplicate()));
                     }
-                    continue;
                 }
-            }
-            for (i, _) in on_leader {
-                let (topic, partition, _) = &asked[i];
-                out[i] = Some(match answers.remove(&(topic.clone(), *partition)) {
-                    None => Err(KafkaError::Protocol(format!(
-                        "OffsetForLeaderEpoch response without {topic}-{partition}"
-                    ))),
-                    Some(p) => KafkaError::check(
-                        p.error_code,
-                        || format!("OffsetForLeaderEpoch {topic}-{partition}"),
-                        None,
-                    )
-                    .map(|()| (p.leader_epoch, p.end_offset)),
-                });
+                Ok(mut answers) => {
+                    for i in indexes {
+                        let (topic, partition) = asked[i];
+                        out[i] = Some(
+                            answers
+                                .remove(&(topic.to_owned(), partition))
+                                .unwrap_or_else(|| {
+                                    Err(KafkaError::Protocol(format!(
+                                        "{api} response without {topic}-{partition}"
+                                    )))
+                                }),
+                        );
+                    }
+                }
             }
         }
         out.into_iter()
-            .map(|r| {
-                r.unwrap_or_else(|| {
-                    Err(KafkaError::Unknown(
-                        "OffsetForLeaderEpoch: no answer".into(),
-                    ))
-                })
-            })
+            .map(|r| r.expect("every partition asked is answered or refused above"))
             .collect()
     }
 
