@@ -3,19 +3,24 @@
 //! an in-memory log fed the same records), its StateValidationOffset lock,
 //! a load that survives the broker compacting the partition meanwhile, how
 //! long 10 000 partitions' state takes to load, and that Kafka's own
-//! console consumer reads the records.
+//! console consumer reads the records; and that `StateFollower` reads every
+//! shard to the image a load gives (while the broker compacts, and across
+//! a killed leader), and keeps up.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use kmirror_actors::state_log::{KafkaLog, StateLogOptions};
+use kmirror_actors::kafka::{ClientConfig, KafkaClient};
+use kmirror_actors::state_log::{FollowedState, KafkaLog, StateFollower, StateLogOptions};
 use kmirror_events::{
     LastMirrorEpochsValue, MirrorConfig, MirrorConfigKey, MirrorPartitionKey,
-    MirrorPartitionStateValue, MirrorTopicStateChange, MirrorTopicStateKey, OffsetMapRun,
-    OffsetMapRunKey, PartitionState, Record, StateValidation, TopicId,
+    MirrorPartitionStateValue, MirrorStateImage, MirrorTopicStateChange, MirrorTopicStateKey,
+    OffsetMapRun, OffsetMapRunKey, PartitionState, Record, StateValidation, TopicId,
 };
 use kmirror_store::{EventLog, MemLog, StoreError};
-use kmirror_tests::{bed, create_topic, kafka_tool_ok, unique};
+use kmirror_tests::{
+    bed, create_topic, kafka_tool_ok, kafka_tool_stdin, unique, BrokerOp, PrivateBed,
+};
 
 fn options(topic: &str, partitions: i32) -> StateLogOptions {
     StateLogOptions {
@@ -295,6 +300,9 @@ fn a_load_while_the_broker_compacts_gives_the_newest_image() {
         ("min.compaction.lag.ms".into(), "0".into()),
     ]);
     let log = KafkaLog::open(&opts, 0).expect("open");
+    // A follower reads along while the cleaner rewrites the segments.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let follower = rt.block_on(StateFollower::start(&opts)).expect("follow");
     let mem = MemLog::new();
     let id = TopicId([3; 16]);
     let keys: Vec<_> = (0..50)
@@ -332,6 +340,17 @@ fn a_load_while_the_broker_compacts_gives_the_newest_image() {
     println!(
         "{rounds} rounds, {appended} records appended; {loads} loads while compacting, the smallest read {fewest} records"
     );
+    let followed = rt
+        .block_on(follower.wait_for(Duration::from_secs(10), |s| {
+            s.shard(0).unwrap().has_read(appended)
+        }))
+        .expect("the follower read every round");
+    assert_eq!(
+        followed.shard(0).unwrap().image,
+        want,
+        "the follower folds to the newest state"
+    );
+    rt.block_on(follower.close());
     assert!(
         fewest < appended,
         "the broker compacted the partition during the loads ({fewest} of {appended} left)"
@@ -376,4 +395,182 @@ fn ten_thousand_partitions_of_state_load() {
     assert_eq!(r.records, 30_000);
     assert_eq!(image, std::mem::take(&mut mem).load_image().unwrap());
     assert_eq!(image.offset_maps().count(), 10_000);
+}
+
+/// Every node follows every shard read-only (`StateFollower`), the way the
+/// KIP's partition leaders and coordinators read each other's records: a
+/// shard followed from its log start folds to the image a load of the
+/// partition gives, a new record is seen within a fetch wait, and a record
+/// nothing can decode (written by Kafka's own console producer) stops its
+/// shard alone.
+#[test]
+fn a_follower_reads_every_shard_and_keeps_up() {
+    let topic = unique("state-follow");
+    let opts = options(&topic, 3);
+    let logs = [
+        KafkaLog::open(&opts, 1).expect("open 1"),
+        KafkaLog::open(&opts, 2).expect("open 2"),
+    ];
+    for (log, mirror) in logs.iter().zip(["east", "west"]) {
+        for (i, batch) in history(mirror).iter().enumerate() {
+            log.append(1_700_000_000_000 + i as i64, batch).unwrap();
+        }
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let follower = rt.block_on(StateFollower::start(&opts)).expect("follow");
+    let caught_up = |s: &FollowedState| s.shards.iter().all(|s| s.caught_up());
+    let state = rt
+        .block_on(follower.wait_for(Duration::from_secs(30), |s| caught_up(s)))
+        .expect("every shard read within 30 s");
+    assert_eq!(state.shards.len(), 3);
+    assert_eq!(state.shards[0].image, MirrorStateImage::default());
+    assert_eq!(state.shards[0].next, 0);
+    for (p, log) in [(1, &logs[0]), (2, &logs[1])] {
+        let shard = state.shard(p).unwrap();
+        assert_eq!(shard.next, log.end_offset(), "shard {p} read to its end");
+        assert_eq!(
+            shard.image,
+            log.load_image().unwrap(),
+            "shard {p} folds to the image a load gives"
+        );
+    }
+
+    // A new record is followed within a fetch wait and a round trip.
+    let mut latencies = Vec::new();
+    for round in 0..5 {
+        let key = MirrorPartitionKey::new("east", TopicId([7; 16]), 0);
+        let t = Instant::now();
+        logs[0].append(round, &[epochs(&key, 100 + round)]).unwrap();
+        let end = logs[0].end_offset();
+        rt.block_on(follower.wait_for(Duration::from_secs(10), |s| {
+            s.shard(1).unwrap().has_read(end)
+        }))
+        .expect("the new record followed within 10 s");
+        latencies.push(t.elapsed());
+    }
+    println!("append to followed: {latencies:?}");
+    let state = follower.watch().borrow().clone();
+    assert_eq!(state.shard(1).unwrap().image, logs[0].load_image().unwrap());
+
+    // A record nothing can decode stops its shard, and only that one.
+    let out = kafka_tool_stdin(
+        "kafka-console-producer",
+        &[
+            "--bootstrap-server",
+            &bed().destination,
+            "--topic",
+            &topic,
+            "--property",
+            "parse.key=true",
+        ],
+        b"not-a-key\tnot-a-record\n",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let state = rt
+        .block_on(follower.wait_for(Duration::from_secs(30), |s| {
+            s.shards.iter().any(|s| s.error.is_some())
+        }))
+        .expect("the bad record is read within 30 s");
+    let stopped: Vec<usize> = (0..3)
+        .filter(|&p| state.shards[p].error.is_some())
+        .collect();
+    assert_eq!(stopped.len(), 1, "one shard stopped: {state:?}");
+    let error = state.shards[stopped[0]].error.clone().unwrap();
+    assert!(error.contains("undecodable record"), "{error}");
+    // The others go on: a shard that still follows sees its next record.
+    let (p, log) = if stopped[0] == 1 {
+        (2, &logs[1])
+    } else {
+        (1, &logs[0])
+    };
+    log.append(9, &[config("north")]).unwrap();
+    let end = log.end_offset();
+    let state = rt
+        .block_on(follower.wait_for(Duration::from_secs(10), |s| {
+            s.shard(p).unwrap().has_read(end)
+        }))
+        .expect("the other shards still followed");
+    assert_eq!(state.shard(p).unwrap().image, log.load_image().unwrap());
+    rt.block_on(follower.close());
+}
+
+/// A destination broker leading a shard is killed: the follower finds the
+/// new leaders and reads on from where it was, to the image a load of each
+/// partition gives (destination of 3 brokers, the state topic at RF 3).
+#[test]
+fn a_follower_reads_on_after_a_shard_leader_is_killed() {
+    let bed = PrivateBed::with_brokers(1, 3);
+    let topic = unique("state-follow-kill");
+    let opts = StateLogOptions {
+        topic: topic.clone(),
+        partitions: 3,
+        ..StateLogOptions::new(&bed.destination)
+    };
+    let mirrors = ["east", "west", "north"];
+    let logs: Vec<KafkaLog> = (0..3)
+        .map(|p| KafkaLog::open(&opts, p).expect("open"))
+        .collect();
+    for (log, mirror) in logs.iter().zip(mirrors) {
+        for (i, batch) in history(mirror).iter().enumerate() {
+            log.append(i as i64, batch).unwrap();
+        }
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let follower = rt.block_on(StateFollower::start(&opts)).expect("follow");
+    rt.block_on(follower.wait_for(Duration::from_secs(30), |s| {
+        s.shards.iter().all(|s| s.caught_up())
+    }))
+    .expect("every shard read");
+
+    let leader = rt.block_on(async {
+        let config = ClientConfig::from_properties(&opts.client).unwrap();
+        let client = KafkaClient::connect(config).await.unwrap();
+        client.leader(&topic, 0).await.unwrap().0
+    });
+    println!("killing broker {leader}, the leader of shard 0");
+    bed.destination_broker(leader as usize, BrokerOp::Kill);
+    drop(logs);
+    let killed = Instant::now();
+    // Each shard written again by a log reopened on the new leaders.
+    let mut ends = Vec::new();
+    let mut logs = Vec::new();
+    for (p, mirror) in mirrors.iter().enumerate() {
+        // Until the controller fenced the killed broker, its partitions
+        // still name it leader: the log's owner opens again, as a node does.
+        let log = loop {
+            match KafkaLog::open(&opts, p as i32) {
+                Ok(log) => break log,
+                Err(e) if killed.elapsed() < Duration::from_secs(30) => {
+                    println!("shard {p} not open yet: {e}");
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                Err(e) => panic!("shard {p} not open 30 s after the kill: {e}"),
+            }
+        };
+        log.append(99, &[config(&format!("{mirror}-after"))])
+            .unwrap();
+        ends.push(log.end_offset());
+        logs.push(log);
+    }
+    let state = rt
+        .block_on(follower.wait_for(Duration::from_secs(60), |s| {
+            (0..3).all(|p| s.shard(p).unwrap().has_read(ends[p as usize]))
+        }))
+        .expect("every shard followed on the new leaders within 60 s");
+    println!(
+        "every shard followed to its new record {:.1} s after the kill",
+        killed.elapsed().as_secs_f64()
+    );
+    for (p, log) in logs.iter().enumerate() {
+        assert_eq!(
+            state.shards[p].image,
+            log.load_image().unwrap(),
+            "shard {p} folds to the image a load gives"
+        );
+    }
+    rt.block_on(follower.close());
 }

@@ -44,9 +44,14 @@ use crate::kafka::produce::{IdempotentProducer, PartitionProducer};
 use crate::kafka::{KafkaClient, KafkaError, ResponseError};
 use crate::state_topic::{encode, DEFAULT_PARTITIONS, DEFAULT_STATE_TOPIC};
 
+mod follower;
 mod reader;
 
-use reader::{bounded, bounded_connect, partition_bounds, PartitionReader, RawRecord};
+pub use follower::{FollowedShard, FollowedState, StateFollower};
+
+use reader::{
+    bounded, bounded_connect, connect_to_topic, partition_bounds, PartitionReader, RawRecord,
+};
 
 /// Builds the producer the log writes through, inside the log's runtime
 /// (whose client it is given). The default is a fresh idempotent producer;
@@ -238,18 +243,7 @@ impl KafkaLog {
         let started = Instant::now();
         let (client, partitions, bounds) = runtime
             .block_on(async {
-                let client = bounded_connect(&options.client).await?;
-                let md = bounded(
-                    &client,
-                    "Metadata",
-                    client.refresh_metadata(Some(std::slice::from_ref(&options.topic))),
-                )
-                .await
-                .map_err(|e| e.to_string())?;
-                let Some(t) = md.topic(&options.topic) else {
-                    return Err(format!("no topic {} on the cluster", options.topic));
-                };
-                let n = t.partitions.len() as i32;
+                let (client, n) = connect_to_topic(options).await?;
                 let wanted: Vec<i32> = match partition {
                     Some(p) if p < 0 || p >= n => {
                         return Err(format!(

@@ -77,6 +77,27 @@ pub(super) async fn bounded_connect(
         .map_err(|e| e.to_string())
 }
 
+/// A client of its own to the cluster of an existing state topic, and the
+/// topic's partition count; a missing topic is an error (nothing reading
+/// creates one).
+pub(super) async fn connect_to_topic(
+    options: &super::StateLogOptions,
+) -> Result<(KafkaClient, i32), String> {
+    let client = bounded_connect(&options.client).await?;
+    let md = bounded(
+        &client,
+        "Metadata",
+        client.refresh_metadata(Some(std::slice::from_ref(&options.topic))),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let Some(t) = md.topic(&options.topic) else {
+        return Err(format!("no topic {} on the cluster", options.topic));
+    };
+    let partitions = t.partitions.len() as i32;
+    Ok((client, partitions))
+}
+
 /// The partition's log start offset and high watermark.
 pub(super) async fn partition_bounds(
     client: &KafkaClient,
