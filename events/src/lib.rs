@@ -38,7 +38,9 @@ pub use pattern::{
 pub use record::*;
 pub use retry::{RetryDecision, RetryPolicy};
 pub use risk::{retention_margin, RetentionInputs, RetentionMargin, RiskSettings};
-pub use routing::{coordinator_partition, java_string_hash_code, kafka_abs};
+pub use routing::{
+    coordinator_partition, java_string_hash_code, kafka_abs, partition_state_partition,
+};
 pub use state::{is_valid_transition, next_state, retry_target, PartitionState};
 pub use sync::{
     group_offset_target, is_active_group_state, verify_interval, AclEntry, AclRules, SyncSettings,

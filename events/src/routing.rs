@@ -1,5 +1,7 @@
 //! Coordinator routing, bit-for-bit as Kafka computes it.
 
+use crate::{MirrorPartitionKey, TopicId};
+
 /// Java's `String.hashCode()`: `s[0]*31^(n-1) + … + s[n-1]` over UTF-16 code
 /// units with wrapping `int` arithmetic. Must match Java exactly, because a
 /// Kafka-hosted `__mirror_state` and Java tools place a mirror by this hash.
@@ -30,6 +32,45 @@ pub fn coordinator_partition(mirror_name: &str, partitions: i32) -> i32 {
         "mirror.state.topic.num.partitions must be > 0"
     );
     kafka_abs(java_string_hash_code(mirror_name)) % partitions
+}
+
+/// Kafka's `Uuid.hashCode()`: the two halves of the id (big-endian, as
+/// `Uuid` reads them from 16 bytes) xored, then the two halves of that.
+pub fn java_uuid_hash_code(id: &TopicId) -> i32 {
+    let most = i64::from_be_bytes(id.0[..8].try_into().expect("8 bytes"));
+    let least = i64::from_be_bytes(id.0[8..].try_into().expect("8 bytes"));
+    let h = most ^ least;
+    ((h >> 32) as i32) ^ (h as i32)
+}
+
+/// The `hashCode()` Kafka's message generator writes for a key of
+/// `(MirrorName string, TopicId uuid, Partition int32)`, such as the KIP's
+/// `MirrorPartitionStateKey` and `LastMirrorEpochsKey`: `31 * h + field`
+/// over the fields in order, from 0.
+pub fn partition_key_hash_code(key: &MirrorPartitionKey) -> i32 {
+    [
+        java_string_hash_code(&key.mirror_name),
+        java_uuid_hash_code(&key.topic_id),
+        key.partition,
+    ]
+    .into_iter()
+    .fold(0i32, |h, f| h.wrapping_mul(31).wrapping_add(f))
+}
+
+/// The `__mirror_state` partition of one mirror partition's own records:
+/// `abs(key.hashCode()) % partitions` over its composite key, as the KIP's
+/// later prototypes route partition-state records "so a mirror with many
+/// partitions does not bottleneck on one node" — where the mirror's
+/// topic-level records stay at [`coordinator_partition`].
+///
+/// # Panics
+/// If `partitions` is not positive, as [`coordinator_partition`].
+pub fn partition_state_partition(key: &MirrorPartitionKey, partitions: i32) -> i32 {
+    assert!(
+        partitions > 0,
+        "mirror.state.topic.num.partitions must be > 0"
+    );
+    kafka_abs(partition_key_hash_code(key)) % partitions
 }
 
 #[cfg(test)]
