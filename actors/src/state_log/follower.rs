@@ -106,7 +106,7 @@ impl StateFollower {
     /// start. The topic must exist (the follower creates nothing); a
     /// missing topic, or a cluster that cannot be reached, is an error.
     pub async fn start(options: &StateLogOptions) -> Result<Self, String> {
-        let (client, shards) = connect_to_topic(options).await?;
+        let (client, shards) = connect_to_topic(&options.client, &options.topic).await?;
         let initial = FollowedState {
             shards: (0..shards).map(|_| Arc::default()).collect(),
             answers: 0,

@@ -243,7 +243,7 @@ impl KafkaLog {
         let started = Instant::now();
         let (client, partitions, bounds) = runtime
             .block_on(async {
-                let (client, n) = connect_to_topic(options).await?;
+                let (client, n) = connect_to_topic(&options.client, &options.topic).await?;
                 let wanted: Vec<i32> = match partition {
                     Some(p) if p < 0 || p >= n => {
                         return Err(format!(

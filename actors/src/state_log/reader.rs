@@ -81,18 +81,16 @@ pub(super) async fn bounded_connect(
 /// topic's partition count; a missing topic is an error (nothing reading
 /// creates one).
 pub(super) async fn connect_to_topic(
-    options: &super::StateLogOptions,
+    props: &BTreeMap<String, String>,
+    topic: &str,
 ) -> Result<(KafkaClient, i32), String> {
-    let client = bounded_connect(&options.client).await?;
-    let md = bounded(
-        &client,
-        "Metadata",
-        client.refresh_metadata(Some(std::slice::from_ref(&options.topic))),
-    )
-    .await
-    .map_err(|e| e.to_string())?;
-    let Some(t) = md.topic(&options.topic) else {
-        return Err(format!("no topic {} on the cluster", options.topic));
+    let client = bounded_connect(props).await?;
+    let topics = [topic.to_string()];
+    let md = bounded(&client, "Metadata", client.refresh_metadata(Some(&topics)))
+        .await
+        .map_err(|e| e.to_string())?;
+    let Some(t) = md.topic(topic) else {
+        return Err(format!("no topic {topic} on the cluster"));
     };
     let partitions = t.partitions.len() as i32;
     Ok((client, partitions))
