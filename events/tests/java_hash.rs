@@ -108,9 +108,11 @@ fn matches_the_jdk() {
 /// A mirror partition's own records route by their composite key as the
 /// KIP's prototype does: the message generator's `hashCode()` of
 /// `(MirrorName, TopicId, Partition)` — `31 * h + field` from 0, the form
-/// every generated Kafka message class has — over Kafka's own
-/// `org.apache.kafka.common.Uuid` (from the jars `scripts/kafka` fetches),
-/// whose byte order and `toString` must also be ours.
+/// every generated Kafka message class has. Checked against Kafka's own
+/// classes (from the jars `scripts/kafka` fetches): `Uuid`, whose byte
+/// order and `toString` must also be ours, and the generated `TopicRecord`
+/// (Name, TopicId), the key's first two fields; the last step,
+/// `31 * h + partition`, is written out.
 #[test]
 fn partition_keys_route_as_kafka_hashes_them() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -168,6 +170,7 @@ fn partition_keys_route_as_kafka_hashes_them() {
         "Keys",
         &format!(
             r#"import org.apache.kafka.common.Uuid;
+import org.apache.kafka.common.metadata.TopicRecord;
 public class Keys {{
   static int abs(int n) {{ return (n == Integer.MIN_VALUE) ? 0 : Math.abs(n); }}
   public static void main(String[] a) {{
@@ -176,9 +179,9 @@ public class Keys {{
     for (String[] r : rows) {{
       Uuid id = new Uuid(Long.parseLong(r[1]), Long.parseLong(r[2]));
       int partition = Integer.parseInt(r[3]);
-      int h = 0;
-      h = 31 * h + (r[0] == null ? 0 : r[0].hashCode());
-      h = 31 * h + id.hashCode();
+      // Kafka's generated TopicRecord is (Name string, TopicId uuid): its
+      // hashCode is the first two steps, as the generator writes them.
+      int h = new TopicRecord().setName(r[0]).setTopicId(id).hashCode();
       h = 31 * h + partition;
       System.out.println(id + " " + id.hashCode() + " " + h + " " + (abs(h) % 50) + " " + (abs(h) % 7));
     }}

@@ -15,7 +15,7 @@ use kmirror_actors::state_log::{FollowedState, KafkaLog, StateFollower, StateLog
 use kmirror_events::{
     LastMirrorEpochsValue, MirrorConfig, MirrorConfigKey, MirrorPartitionKey,
     MirrorPartitionStateValue, MirrorStateImage, MirrorTopicStateChange, MirrorTopicStateKey,
-    OffsetMapRun, OffsetMapRunKey, PartitionState, Record, StateValidation, TopicId,
+    Offset, OffsetMapRun, OffsetMapRunKey, PartitionState, Record, StateValidation, TopicId,
 };
 use kmirror_store::{EventLog, MemLog, StoreError};
 use kmirror_tests::{
@@ -132,6 +132,20 @@ impl TombstoneOfState for MirrorPartitionKey {
     fn tombstone_of_state(self) -> Record {
         Record::MirrorPartitionState(self, None)
     }
+}
+
+/// Waits (at most `secs`) until `follower` has read shard `p` below `end`;
+/// the state it then published.
+fn read_to(
+    rt: &tokio::runtime::Runtime,
+    follower: &StateFollower,
+    p: i32,
+    end: Offset,
+    secs: u64,
+) -> Option<std::sync::Arc<FollowedState>> {
+    rt.block_on(follower.wait_for(Duration::from_secs(secs), |s| {
+        s.shard(p).unwrap().has_read(end)
+    }))
 }
 
 #[test]
@@ -340,17 +354,20 @@ fn a_load_while_the_broker_compacts_gives_the_newest_image() {
     println!(
         "{rounds} rounds, {appended} records appended; {loads} loads while compacting, the smallest read {fewest} records"
     );
-    let followed = rt
-        .block_on(follower.wait_for(Duration::from_secs(10), |s| {
-            s.shard(0).unwrap().has_read(appended)
-        }))
-        .expect("the follower read every round");
-    assert_eq!(
-        followed.shard(0).unwrap().image,
-        want,
-        "the follower folds to the newest state"
-    );
-    rt.block_on(follower.close());
+    // The follower that read along, and one started now: it reads the
+    // compacted segments, where a fetch can answer a merged batch starting
+    // below its position.
+    let late = rt.block_on(StateFollower::start(&opts)).expect("follow");
+    for (which, f) in [("read along", follower), ("started late", late)] {
+        let followed = read_to(&rt, &f, 0, appended, 10)
+            .unwrap_or_else(|| panic!("the follower that {which} read every round"));
+        assert_eq!(
+            followed.shard(0).unwrap().image,
+            want,
+            "the follower that {which} folds to the newest state"
+        );
+        rt.block_on(f.close());
+    }
     assert!(
         fewest < appended,
         "the broker compacted the partition during the loads ({fewest} of {appended} left)"
@@ -395,6 +412,22 @@ fn ten_thousand_partitions_of_state_load() {
     assert_eq!(r.records, 30_000);
     assert_eq!(image, std::mem::take(&mut mem).load_image().unwrap());
     assert_eq!(image.offset_maps().count(), 10_000);
+
+    // A follower reads the same from the start, to the same image.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let t = Instant::now();
+    let follower = rt
+        .block_on(StateFollower::start(&options(&topic, 1)))
+        .expect("follow");
+    let end = log.end_offset();
+    let state = read_to(&rt, &follower, 0, end, 60)
+        .expect("the follower read 10 000 partitions' state within 60 s");
+    println!(
+        "10 000 partitions: followed from the start in {:?}",
+        t.elapsed()
+    );
+    assert_eq!(state.shard(0).unwrap().image, image);
+    rt.block_on(follower.close());
 }
 
 /// Every node follows every shard read-only (`StateFollower`), the way the
@@ -472,15 +505,19 @@ fn a_follower_reads_every_shard_and_keeps_up() {
     );
     let state = rt
         .block_on(follower.wait_for(Duration::from_secs(30), |s| {
-            s.shards.iter().any(|s| s.error.is_some())
+            s.shards.iter().any(|s| s.stopped.is_some())
         }))
         .expect("the bad record is read within 30 s");
     let stopped: Vec<usize> = (0..3)
-        .filter(|&p| state.shards[p].error.is_some())
+        .filter(|&p| state.shards[p].stopped.is_some())
         .collect();
     assert_eq!(stopped.len(), 1, "one shard stopped: {state:?}");
-    let error = state.shards[stopped[0]].error.clone().unwrap();
-    assert!(error.contains("undecodable record"), "{error}");
+    let bad = &state.shards[stopped[0]];
+    let error = bad.stopped.clone().unwrap();
+    assert!(
+        error.contains(&format!("record at offset {} is damaged", bad.next)),
+        "stopped at the bad record, with nothing of its answer folded: {error}"
+    );
     // The others go on: a shard that still follows sees its next record.
     let (p, log) = if stopped[0] == 1 {
         (2, &logs[1])
@@ -489,18 +526,16 @@ fn a_follower_reads_every_shard_and_keeps_up() {
     };
     log.append(9, &[config("north")]).unwrap();
     let end = log.end_offset();
-    let state = rt
-        .block_on(follower.wait_for(Duration::from_secs(10), |s| {
-            s.shard(p).unwrap().has_read(end)
-        }))
-        .expect("the other shards still followed");
+    let state = read_to(&rt, &follower, p, end, 10).expect("the other shards still followed");
     assert_eq!(state.shard(p).unwrap().image, log.load_image().unwrap());
     rt.block_on(follower.close());
 }
 
 /// A destination broker leading a shard is killed: the follower finds the
 /// new leaders and reads on from where it was, to the image a load of each
-/// partition gives (destination of 3 brokers, the state topic at RF 3).
+/// partition gives (destination of 3 brokers, the state topic at RF 3). At
+/// RF 1 the shard has no leader until the broker is back: the others are
+/// followed meanwhile, and it again after.
 #[test]
 fn a_follower_reads_on_after_a_shard_leader_is_killed() {
     let bed = PrivateBed::with_brokers(1, 3);
@@ -572,5 +607,80 @@ fn a_follower_reads_on_after_a_shard_leader_is_killed() {
             "shard {p} folds to the image a load gives"
         );
     }
+    rt.block_on(follower.close());
+    bed.destination_broker(leader as usize, BrokerOp::Start);
+
+    // At replication factor 1 a killed leader leaves its shard with no
+    // leader at all: the others are followed meanwhile, and the shard
+    // again once its broker is back.
+    let topic = unique("state-follow-leaderless");
+    let opts = StateLogOptions {
+        topic: topic.clone(),
+        partitions: 3,
+        replication_factor: 1,
+        ..StateLogOptions::new(&bed.destination)
+    };
+    let logs: Vec<KafkaLog> = (0..3)
+        .map(|p| KafkaLog::open(&opts, p).expect("open"))
+        .collect();
+    for (log, mirror) in logs.iter().zip(mirrors) {
+        log.append(1, &[config(mirror)]).unwrap();
+    }
+    let follower = rt.block_on(StateFollower::start(&opts)).expect("follow");
+    rt.block_on(follower.wait_for(Duration::from_secs(30), |s| {
+        s.shards.iter().all(|s| s.caught_up())
+    }))
+    .expect("every shard read");
+    let leaders: Vec<i32> = rt.block_on(async {
+        let config = ClientConfig::from_properties(&opts.client).unwrap();
+        let client = KafkaClient::connect(config).await.unwrap();
+        let mut out = Vec::new();
+        for p in 0..3 {
+            out.push(client.leader(&topic, p).await.unwrap().0);
+        }
+        out
+    });
+    let victim = leaders[0];
+    println!("leaders {leaders:?}; killing broker {victim}");
+    bed.destination_broker(victim as usize, BrokerOp::Kill);
+    // Until the controller fences the broker, metadata still names it.
+    rt.block_on(follower.wait_for(Duration::from_secs(60), |s| {
+        s.shards[0]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.starts_with("no leader"))
+    }))
+    .expect("the follower saw shard 0 without a leader within 60 s");
+    let others: Vec<usize> = (0..3).filter(|&p| leaders[p] != victim).collect();
+    for &p in &others {
+        logs[p].append(2, &[config("while-leaderless")]).unwrap();
+    }
+    let ends: Vec<Offset> = logs.iter().map(|l| l.end_offset()).collect();
+    rt.block_on(follower.wait_for(Duration::from_secs(30), |s| {
+        others.iter().all(|&p| s.shards[p].has_read(ends[p]))
+    }))
+    .expect("the shards with a leader followed while another has none");
+    drop(logs);
+    bed.destination_broker(victim as usize, BrokerOp::Start);
+    let back = Instant::now();
+    let log = loop {
+        match KafkaLog::open(&opts, 0) {
+            Ok(log) => break log,
+            Err(e) if back.elapsed() < Duration::from_secs(60) => {
+                println!("shard 0 not open yet: {e}");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => panic!("shard 0 not open 60 s after its broker came back: {e}"),
+        }
+    };
+    log.append(3, &[config("back")]).unwrap();
+    let end = log.end_offset();
+    let state = read_to(&rt, &follower, 0, end, 60)
+        .expect("the leaderless shard followed again once its broker is back");
+    println!(
+        "shard 0 followed again {:.1} s after its broker was started",
+        back.elapsed().as_secs_f64()
+    );
+    assert_eq!(state.shards[0].image, log.load_image().unwrap());
     rt.block_on(follower.close());
 }

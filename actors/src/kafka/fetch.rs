@@ -340,6 +340,37 @@ impl FetchSession {
         self.changed.clear();
     }
 
+    /// Tells the broker to forget the session, with a request at the final
+    /// epoch (−1) as Kafka's consumer sends on close: a broker keeps
+    /// incremental sessions in one cache that every client shares
+    /// (`max.incremental.fetch.session.cache.slots`), and one left behind
+    /// holds its slot until evicted. Costs nothing if no session is open.
+    pub async fn close(&mut self) -> Result<()> {
+        if self.session_id == 0 {
+            return Ok(());
+        }
+        let (id, version) = (self.session_id, self.session_version);
+        self.reset_session();
+        let conn = self.client.lane_connection(self.node_id, self.lane).await?;
+        let req = FetchRequest::default()
+            .with_session_id(id)
+            .with_session_epoch(-1)
+            .with_max_wait_ms(0)
+            .with_min_bytes(0)
+            .with_max_bytes(self.options.max_bytes);
+        let resp = conn
+            .send_versioned(&req, version, conn.request_timeout())
+            .await?;
+        match KafkaError::from_code(
+            resp.error_code,
+            format!("closing the fetch session of broker {}", self.node_id),
+            None,
+        ) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
     pub fn options(&self) -> &FetchOptions {
         &self.options
     }

@@ -12,7 +12,9 @@ use kmirror_store::{LogEntry, Result, StoreError};
 
 use crate::kafka::admin::{Admin, OffsetSpec};
 use crate::kafka::batch::decode_records;
-use crate::kafka::fetch::{FetchError, FetchOptions, FetchSession, IsolationLevel, TopicPartition};
+use crate::kafka::fetch::{
+    FetchError, FetchOptions, FetchSession, FetchedPartition, IsolationLevel, TopicPartition,
+};
 use crate::kafka::{KafkaClient, KafkaError};
 use crate::state_topic::decode_stamped;
 
@@ -121,6 +123,40 @@ pub(super) async fn partition_bounds(
         out[i] = listed.offset.max(0) as Offset;
     }
     Ok((out[0], out[1]))
+}
+
+/// The records of a fetched answer in `[at, end)`, and the offset after its
+/// last complete batch (at least `at`). Control batches are skipped (a
+/// fencing transaction's marker takes an offset there), and so are records
+/// below `at` in a batch that starts before it (the batch holding the
+/// position, or one the cleaner merged): nothing is read twice.
+pub(super) fn records_of(
+    fetched: &FetchedPartition,
+    at: Offset,
+    end: Offset,
+) -> Result<(Vec<RawRecord>, Offset), KafkaError> {
+    let mut out = Vec::new();
+    let mut next = at;
+    for batch in fetched.batches() {
+        let batch = batch?;
+        next = next.max(batch.next_offset() as Offset);
+        if batch.is_control() || (batch.next_offset() as Offset) <= at {
+            continue;
+        }
+        for r in decode_records(&batch)?.records {
+            let offset = (batch.base_offset() + r.offset_delta as i64) as Offset;
+            if offset < at || offset >= end {
+                continue;
+            }
+            out.push(RawRecord {
+                offset,
+                timestamp: r.timestamp,
+                key: r.key,
+                value: r.value,
+            });
+        }
+    }
+    Ok((out, next))
 }
 
 /// Reads `[at, end)` of one partition in chunks of at most `fetch_bytes`
@@ -241,27 +277,7 @@ impl PartitionReader {
                     )))
                 }
             };
-            let mut out = Vec::new();
-            let mut next = self.at;
-            for batch in fetched.batches() {
-                let batch = batch?;
-                next = next.max(batch.next_offset() as Offset);
-                if batch.is_control() || (batch.next_offset() as Offset) <= self.at {
-                    continue;
-                }
-                for r in decode_records(&batch)?.records {
-                    let offset = (batch.base_offset() + r.offset_delta as i64) as Offset;
-                    if offset < self.at || offset >= self.end {
-                        continue;
-                    }
-                    out.push(RawRecord {
-                        offset,
-                        timestamp: r.timestamp,
-                        key: r.key,
-                        value: r.value,
-                    });
-                }
-            }
+            let (out, next) = records_of(&fetched, self.at, self.end)?;
             if next <= self.at {
                 self.nothing().await?;
                 continue;
