@@ -245,7 +245,7 @@ impl MirrorActor {
             }
             None
         };
-        ctx.spawn(work.into_actor(self).then(|changed, act, _ctx| {
+        ctx.spawn(work.into_actor(self).then(|changed, act, ctx| {
             act.refreshing = false;
             if let Some(e) = changed {
                 for p in act.partitions.values() {
@@ -255,15 +255,7 @@ impl MirrorActor {
                     });
                 }
             }
-            act.spec
-                .coordinator
-                .send(ReadImage)
-                .into_actor(act)
-                .map(|image, act, ctx| {
-                    if let Ok(image) = image {
-                        act.reconcile(&image, ctx);
-                    }
-                })
+            act.handle(Reconcile, ctx)
         }));
     }
 }
@@ -376,6 +368,15 @@ impl Actor for MirrorActor {
             })
             .start(),
         );
+        // The partitions start from the log at once, not after the first
+        // refresh: its source identity check waits on the source, and a
+        // source that does not answer (the disaster itself) would keep them
+        // — and a describe or a stop of them — waiting a request timeout or
+        // more. Nothing is copied from a wrong cluster meanwhile: alignment
+        // checks each source topic's id, and the check, when it answers,
+        // fails them if the cluster changed.
+        let first = self.handle(Reconcile, ctx);
+        ctx.spawn(first);
         self.refresh(ctx);
         ctx.run_interval(self.spec.refresh_interval, |act, ctx| act.refresh(ctx));
         // Spawned in this context: it ends when the mirror stops.

@@ -18,7 +18,7 @@ use kmirror_actors::cluster::kafka::KafkaCluster;
 use kmirror_actors::cluster::SourceCluster;
 use kmirror_actors::kafka::budget::MemoryBudget;
 use kmirror_actors::kafka::fetch::FetchOptions;
-use kmirror_actors::kafka::{KafkaClient, KafkaError};
+use kmirror_actors::kafka::{ClientConfig, KafkaClient, KafkaError};
 use kmirror_actors::node::{Node, NodeSettings, SourceConnector};
 use kmirror_store::{EventLog, SledLog, SledOptions};
 use rustls::ServerConfig;
@@ -314,7 +314,7 @@ fn source_connector(budget: Arc<MemoryBudget>) -> SourceConnector {
         let budget = budget.clone();
         Box::pin(async move {
             let (client_props, fetch) = source_properties(&properties)?;
-            let client = KafkaClient::from_properties(&client_props).await?;
+            let client = KafkaClient::connect_lazy(ClientConfig::from_properties(&client_props)?)?;
             Ok(
                 Arc::new(KafkaCluster::new(client, fetch).with_budget(budget))
                     as Arc<dyn SourceCluster>,

@@ -31,7 +31,7 @@ pub fn connector_through(proxy: Option<Arc<FaultProxy>>) -> SourceConnector {
             if let Some(p) = &proxy {
                 p.route(&mut config);
             }
-            let client = KafkaClient::connect(config).await?;
+            let client = KafkaClient::connect_lazy(config)?;
             Ok(Arc::new(KafkaCluster::new(client, FetchOptions::default()))
                 as Arc<dyn SourceCluster>)
         })

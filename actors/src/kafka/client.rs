@@ -211,10 +211,42 @@ impl KafkaClient {
     /// Connects to one of the bootstrap servers and loads the cluster metadata
     /// (all topics). Starts the `metadata.max.age.ms` refresh timer.
     pub async fn connect(config: ClientConfig) -> Result<Self> {
+        let client = Self::unconnected(config)?;
+        client.refresh_metadata(None).await?;
+        client.start_metadata_timer();
+        Ok(client)
+    }
+
+    /// [`KafkaClient::connect`] for a cluster that may be down: nothing
+    /// waits for it to answer. Metadata loads in the background, then on
+    /// the `metadata.max.age.ms` timer and at every caller's own refresh,
+    /// so a caller meets the cluster's absence as the error of its own
+    /// request. A mirror's source is the cluster a disaster takes away, and
+    /// a daemon restarted during the outage must still start, describe and
+    /// fail over — at once, not after a request timeout per mirror. Only a
+    /// configuration error fails here; a TLS or authentication failure
+    /// shows at the first request.
+    pub fn connect_lazy(config: ClientConfig) -> Result<Self> {
+        let client = Self::unconnected(config)?;
+        let first = client.clone();
+        tokio::spawn(async move {
+            if let Err(e) = first.refresh_metadata(None).await {
+                tracing::warn!(
+                    bootstrap = ?first.inner.config.bootstrap_servers,
+                    error = %e,
+                    "cluster not reachable yet; its clients ask again"
+                );
+            }
+        });
+        client.start_metadata_timer();
+        Ok(client)
+    }
+
+    fn unconnected(config: ClientConfig) -> Result<Self> {
         if config.bootstrap_servers.is_empty() {
             return Err(KafkaError::config("bootstrap.servers", "is empty"));
         }
-        let client = KafkaClient {
+        Ok(KafkaClient {
             inner: Arc::new(Inner {
                 config,
                 metadata: RwLock::new(Arc::new(ClusterMetadata::empty())),
@@ -223,13 +255,14 @@ impl KafkaClient {
                 sent: Sent::default(),
                 timer: Mutex::new(None),
             }),
-        };
-        client.refresh_metadata(None).await?;
-        let weak = Arc::downgrade(&client.inner);
-        let period = client.inner.config.metadata_max_age;
+        })
+    }
+
+    fn start_metadata_timer(&self) {
+        let weak = Arc::downgrade(&self.inner);
+        let period = self.inner.config.metadata_max_age;
         let handle = tokio::spawn(metadata_timer(weak, period));
-        *client.inner.timer.lock().unwrap() = Some(handle);
-        Ok(client)
+        *self.inner.timer.lock().unwrap() = Some(handle);
     }
 
     /// Parses Kafka client properties and connects.

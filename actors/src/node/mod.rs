@@ -43,7 +43,11 @@ use crate::publisher::{PublisherSpec, StatePublisher};
 
 /// Builds a source cluster from a mirror's Kafka-style properties
 /// (`bootstrap.servers`, `security.protocol`, …). A function, so tests can
-/// hand in in-memory clusters.
+/// hand in in-memory clusters. It must not need the cluster to answer
+/// (over Kafka: `KafkaClient::connect_lazy`): a node starts every mirror of
+/// its log with it, and a source that is down — the disaster kmirror is
+/// for — must not keep a restarted node from starting, describing and
+/// failing over. Only a bad configuration is an error.
 pub type SourceConnector = Arc<
     dyn Fn(
             BTreeMap<String, String>,

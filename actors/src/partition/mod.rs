@@ -119,6 +119,13 @@ pub struct PartitionActor {
     pump: Option<RunningPump>,
     idle_fence: Option<IdleFence>,
     generation: u64,
+    /// The last pump ended having drained what it sent and checkpointed
+    /// (Stopped, EpochMoved): its progress is where the copy stands. One
+    /// that failed may have failed before alignment (its progress never
+    /// set) or left batches to land after it; a stop then reads the
+    /// position from the map and the destination (`stopped_position`), as
+    /// for a partition no pump ran for here.
+    position_known: bool,
     retry_timer: Option<SpawnHandle>,
     /// The deadline of `retry_timer` when it is a FAILED partition's retry
     /// (not STOPPING's re-entry), in epoch ms; None once it fired.
@@ -172,6 +179,7 @@ impl PartitionActor {
             pump: None,
             idle_fence: None,
             generation: 0,
+            position_known: false,
             retry_timer: None,
             retry_at_ms: None,
             reported_final: None,
@@ -328,6 +336,7 @@ impl PartitionActor {
             return;
         }
         self.generation += 1;
+        self.position_known = false;
         self.publish();
         let generation = self.generation;
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -394,10 +403,13 @@ impl PartitionActor {
                 let (source, destination) = (spec.source.clone(), spec.destination.clone());
                 let (coordinator, final_sync) = (spec.coordinator.clone(), spec.final_sync.clone());
                 let published = spec.published.clone();
-                // A pump that ran in this process knows the position it
-                // left; otherwise (PAUSED or FAILED since start-up) the map
-                // and the destination say where the copy stands.
-                let ran = (self.generation > 0).then(|| self.progress.lock().unwrap().clone());
+                // A pump that ended cleanly here knows the position it
+                // left; otherwise (PAUSED or FAILED since start-up, or its
+                // pump failed) the map and the destination say where the
+                // copy stands.
+                let ran = self
+                    .position_known
+                    .then(|| self.progress.lock().unwrap().clone());
                 let fut = async move {
                     let p = match ran {
                         Some(p) => p,
@@ -556,6 +568,7 @@ impl Handler<PumpEnded> for PartitionActor {
             return;
         }
         self.pump = None;
+        self.position_known = matches!(msg.exit, PumpExit::Stopped | PumpExit::EpochMoved { .. });
         self.keep_fence_idle();
         if self.shutting_down {
             for w in self.shutdown_waiters.drain(..) {
@@ -717,9 +730,9 @@ impl Handler<PreviewFailover> for PartitionActor {
         let (key, tp) = (spec.key.clone(), self.tp.clone());
         let (source, destination) = (spec.source.clone(), spec.destination.clone());
         let coordinator = spec.coordinator.clone();
-        // As STOPPING would read it: a copy that ran here knows its
-        // position; otherwise the map and the destination say.
-        let ran = (self.generation > 0).then(|| status.progress.clone());
+        // As STOPPING would read it: a copy running or ended cleanly here
+        // knows its position; otherwise the map and the destination say.
+        let ran = (self.pump.is_some() || self.position_known).then(|| status.progress.clone());
         Box::pin(async move {
             let position = match ran {
                 Some(p) => Ok(p),
