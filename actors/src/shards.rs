@@ -127,10 +127,19 @@ impl Shards {
     pub async fn reconcile(&self, owned: &BTreeSet<i32>) -> Vec<(i32, NodeError)> {
         let (stopping, acquired) = {
             let mut running = self.running.lock().await;
+            // A shard whose log takes no more records (an append's outcome
+            // unknown) is stopped and started again: opening its log anew
+            // fences the old writer, reloads, and aligns from what landed.
             let revoked: Vec<i32> = running
-                .keys()
-                .filter(|s| !owned.contains(s))
-                .copied()
+                .iter()
+                .filter(|(s, node)| {
+                    let broken = node.log_broken();
+                    if let Some(why) = &broken {
+                        tracing::warn!(shard = *s, error = %why, "shard log unwritable; reopening the shard");
+                    }
+                    !owned.contains(s) || broken.is_some()
+                })
+                .map(|(s, _)| *s)
                 .collect();
             let stopping: Vec<(i32, Node)> = revoked
                 .iter()
@@ -185,6 +194,23 @@ impl Shards {
         .await
     }
 
+    /// Resolves once the log of a running shard takes no more records
+    /// ([`Node::log_failed`]): [`Shards::reconcile`] then reopens it.
+    /// Pending while no shard runs.
+    pub async fn log_failed(&self) -> i32 {
+        let nodes = self.nodes().await;
+        if nodes.is_empty() {
+            return std::future::pending().await;
+        }
+        let waits = nodes.into_iter().map(|(shard, node)| {
+            Box::pin(async move {
+                node.log_failed().await;
+                shard
+            })
+        });
+        futures_util::future::select_all(waits).await.0
+    }
+
     /// Stops every shard (a node leaving the cluster).
     pub async fn shutdown(&self) {
         self.reconcile(&BTreeSet::new()).await;
@@ -196,13 +222,21 @@ mod tests {
     use std::collections::BTreeMap;
     use std::time::Duration;
 
-    use kmirror_store::MemLog;
+    use kmirror_events::{MirrorStateImage, Offset, Record, RecordKey, StateValidation};
+    use kmirror_store::{CompactStats, LogEntry, MemLog};
 
     use super::*;
     use crate::cluster::memory::{MemoryDestination, MemorySource};
     use crate::cluster::SourceCluster;
 
     fn shards(logs: Arc<std::sync::Mutex<BTreeMap<i32, Arc<MemLog>>>>) -> Shards {
+        shards_opening(Arc::new(move |shard| {
+            let log = logs.lock().unwrap().entry(shard).or_default().clone();
+            Box::pin(async move { Ok(log as Arc<dyn EventLog>) })
+        }))
+    }
+
+    fn shards_opening(open_log: ShardLogOpener) -> Shards {
         let source: Arc<dyn SourceCluster> = Arc::new(MemorySource::new("src"));
         Shards::new(ShardsSpec {
             destination: Arc::new(MemoryDestination::new("dst")),
@@ -215,11 +249,126 @@ mod tests {
                 state_topic_partitions: 4,
                 ..NodeSettings::default()
             },
-            open_log: Arc::new(move |shard| {
-                let log = logs.lock().unwrap().entry(shard).or_default().clone();
-                Box::pin(async move { Ok(log as Arc<dyn EventLog>) })
-            }),
+            open_log,
         })
+    }
+
+    /// A memory log that breaks as a Kafka log does once an append's
+    /// outcome is unknown: that append and every later one are refused
+    /// until the log is opened again (a new `Breakable` on the same log).
+    struct Breakable {
+        log: Arc<MemLog>,
+        break_next: Arc<std::sync::atomic::AtomicBool>,
+        broken: std::sync::atomic::AtomicBool,
+    }
+
+    impl Breakable {
+        fn refuse(&self) -> kmirror_store::Result<()> {
+            use std::sync::atomic::Ordering::SeqCst;
+            if self.break_next.swap(false, SeqCst) {
+                self.broken.store(true, SeqCst);
+            }
+            if self.broken.load(SeqCst) {
+                return Err(kmirror_store::StoreError::Unwritable {
+                    partition: "test-0".into(),
+                    message: "no acknowledgement".into(),
+                });
+            }
+            Ok(())
+        }
+    }
+
+    impl EventLog for Breakable {
+        fn append(&self, ts: i64, batch: &[Record]) -> kmirror_store::Result<Offset> {
+            self.refuse()?;
+            self.log.append(ts, batch)
+        }
+        fn append_if_unchanged(
+            &self,
+            ts: i64,
+            validation: &StateValidation,
+            batch: &[Record],
+        ) -> kmirror_store::Result<Offset> {
+            self.refuse()?;
+            self.log.append_if_unchanged(ts, validation, batch)
+        }
+        fn read(&self, from: Offset) -> kmirror_store::Result<kmirror_store::LogIter<'_>> {
+            self.log.read(from)
+        }
+        fn latest(&self, key: &RecordKey) -> kmirror_store::Result<Option<LogEntry>> {
+            self.log.latest(key)
+        }
+        fn end_offset(&self) -> Offset {
+            self.log.end_offset()
+        }
+        fn compact(&self, now: i64, retention: i64) -> kmirror_store::Result<CompactStats> {
+            self.log.compact(now, retention)
+        }
+        fn write_snapshot(&self, image: &MirrorStateImage) -> kmirror_store::Result<()> {
+            self.log.write_snapshot(image)
+        }
+        fn latest_snapshot(&self) -> kmirror_store::Result<Option<MirrorStateImage>> {
+            self.log.latest_snapshot()
+        }
+        fn flush(&self) -> kmirror_store::Result<()> {
+            self.log.flush()
+        }
+    }
+
+    #[actix::test]
+    async fn a_shard_whose_log_broke_is_reopened_and_takes_records_again() {
+        let log = Arc::new(MemLog::new());
+        let break_next = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let opened = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let shards = shards_opening({
+            let (log, break_next, opened) = (log.clone(), break_next.clone(), opened.clone());
+            Arc::new(move |_shard| {
+                opened.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let log: Arc<dyn EventLog> = Arc::new(Breakable {
+                    log: log.clone(),
+                    break_next: break_next.clone(),
+                    broken: false.into(),
+                });
+                Box::pin(async move { Ok(log) })
+            })
+        });
+        let home = shards.shard_of("m");
+        let other = (0..)
+            .map(|i| format!("m{i}"))
+            .find(|n| shards.shard_of(n) == home)
+            .unwrap();
+        let owned = BTreeSet::from([home]);
+        assert!(shards.reconcile(&owned).await.is_empty());
+        let node = shards.node_for("m").await.unwrap();
+        node.create_mirror("m", props()).await.unwrap();
+
+        break_next.store(true, std::sync::atomic::Ordering::SeqCst);
+        let err = node.create_mirror(&other, props()).await.unwrap_err();
+        assert_eq!(err.code, "KAFKA_STORAGE_ERROR", "{err:?}");
+        let failed = tokio::time::timeout(Duration::from_secs(5), shards.log_failed())
+            .await
+            .expect("the broken log is reported");
+        assert_eq!(failed, home);
+        assert!(
+            node.create_mirror(&other, props()).await.is_err(),
+            "the broken log takes nothing more"
+        );
+
+        assert!(shards.reconcile(&owned).await.is_empty());
+        assert_eq!(
+            opened.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "reopened once"
+        );
+        let node = shards.node_for(&other).await.unwrap();
+        node.create_mirror(&other, props()).await.unwrap();
+        let listed = node.list_mirrors().await;
+        assert_eq!(
+            listed.len(),
+            2,
+            "both mirrors, the first from the log: {listed:?}"
+        );
+        shards.shutdown().await;
     }
 
     fn props() -> BTreeMap<String, String> {

@@ -235,6 +235,8 @@ async fn follow(mut f: Follow, mut stop: watch::Receiver<bool>) {
         tokio::select! {
             changed = f.membership.changed() => if changed.is_err() { return },
             () = retry => {}
+            // A shard whose log broke is reopened by the next reconcile.
+            _ = f.shards.log_failed() => {}
             _ = stop.wait_for(|s| *s) => return,
         }
     }

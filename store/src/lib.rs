@@ -83,6 +83,11 @@ pub enum StoreError {
     /// read or write it; `partition` is `topic-partition`.
     #[error("state topic partition {partition}: {message}")]
     Broker { partition: String, message: String },
+    /// A log kept in a Kafka partition takes no more appends until it is
+    /// opened again: an append's outcome is unknown (its produce failed or
+    /// timed out after it was sent), and with it the log's next offset.
+    #[error("state topic partition {partition}: {message}")]
+    Unwritable { partition: String, message: String },
 }
 
 impl StoreError {
@@ -94,12 +99,13 @@ impl StoreError {
         }
     }
 
-    /// The store itself failed (an I/O error such as a full disk): sled
-    /// keeps such an error and fails every later write of this process
-    /// with it, so the log cannot take another record until it is opened
-    /// again. Refusals and a clustered log's broker errors are not this.
+    /// The store cannot take another record until it is opened again: an
+    /// I/O error such as a full disk (sled keeps it and fails every later
+    /// write of this process with it), or a Kafka log whose append's
+    /// outcome is unknown. Refusals and a clustered log's other broker
+    /// errors (it was not reachable, nothing was sent) are not this.
     pub fn is_storage_failure(&self) -> bool {
-        matches!(self, StoreError::Sled(_))
+        matches!(self, StoreError::Sled(_) | StoreError::Unwritable { .. })
     }
 }
 

@@ -466,6 +466,11 @@ impl Node {
         }
     }
 
+    /// [`Node::log_failed`]'s failure if it already happened.
+    pub fn log_broken(&self) -> Option<String> {
+        self.inner.log_failure.borrow().clone()
+    }
+
     /// Graceful stop: every partition stops fetching, finishes what is in
     /// flight, makes its map durable; the log is flushed. A shard then
     /// appends its `ShardRelease` last (see [`Node::release`]).

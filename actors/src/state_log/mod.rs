@@ -356,10 +356,12 @@ impl KafkaLog {
             return Ok(base);
         }
         if let Some(why) = &w.broken {
-            return Err(broker_error(
-                &self.tp,
-                format!("appends refused since an earlier one failed ({why}); reopen the log"),
-            ));
+            return Err(StoreError::Unwritable {
+                partition: self.tp.to_string(),
+                message: format!(
+                    "appends refused since an earlier one failed ({why}); reopen the log"
+                ),
+            });
         }
         let records: Vec<crate::kafka::batch::Record> = batch
             .iter()
@@ -407,7 +409,10 @@ impl KafkaLog {
         };
         if let Some(why) = failed {
             w.broken = Some(why.clone());
-            return Err(broker_error(&self.tp, why));
+            return Err(StoreError::Unwritable {
+                partition: self.tp.to_string(),
+                message: why,
+            });
         }
         for (i, r) in batch.iter().enumerate() {
             w.index.insert(
