@@ -18,6 +18,7 @@ use std::time::Duration;
 use kmirror_actors::cluster::kafka::KafkaCluster;
 use kmirror_actors::kafka::fence::{acquire, fence_partitions};
 use kmirror_actors::kafka::fetch::{FetchOptions, TopicPartition};
+use kmirror_actors::kafka::lease::Lease;
 use kmirror_actors::kafka::membership::{
     HeldUnits, MemberMetadata, MemberSettings, Membership, MembershipHandle,
 };
@@ -162,6 +163,7 @@ impl Clustered {
         let follower = actix::spawn(follow(
             Follow {
                 membership: membership.membership(),
+                lease: membership.lease(),
                 held: membership.held_reporter(),
                 shards: shards.clone(),
                 status: status_tx,
@@ -193,6 +195,9 @@ impl Clustered {
 /// What the follower works with.
 struct Follow {
     membership: watch::Receiver<Membership>,
+    /// Granted each assignment's term before the shards are made to follow
+    /// it (see `Lease::grant`).
+    lease: Lease,
     held: HeldUnits,
     shards: Shards,
     status: watch::Sender<ClusterStatus>,
@@ -202,13 +207,32 @@ struct Follow {
 /// Makes the running shards follow the membership, and publishes who owns
 /// what for routing and `kmirror cluster status`, until `stop`.
 async fn follow(mut f: Follow, mut stop: watch::Receiver<bool>) {
+    // The lease term the running shards were started in.
+    let mut started_in: Option<u64> = None;
     loop {
         let m = f.membership.borrow_and_update().clone();
+        // Shards are opened and fenced only on the strength of this
+        // assignment: should the member be out of the group before it
+        // takes one, the taking fails (a shard the group gave on meanwhile
+        // would otherwise be fenced away from its new owner).
+        f.lease.grant(m.lease_term);
         let owned: BTreeSet<i32> = m
             .assignment
             .iter()
             .filter_map(|u| shard_of_unit(u))
             .collect();
+        if started_in.is_some_and(|t| t != m.lease_term) {
+            // Out of the group and back since the running shards started,
+            // without this follower seeing the empty assignment between:
+            // their producers hold tickets of the old term and can write
+            // nothing more. Stopped here, those still owned start afresh.
+            tracing::warn!(
+                "this member was out of the group since its shards started; restarting them"
+            );
+            f.shards.reconcile(&BTreeSet::new()).await;
+            f.held.report(BTreeSet::new());
+        }
+        started_in = Some(m.lease_term);
         // Routing follows the assignment at once: a request for a shard
         // still starting here is answered COORDINATOR_LOAD_IN_PROGRESS, one
         // for a shard that went is forwarded to its new owner.
@@ -219,7 +243,10 @@ async fn follow(mut f: Follow, mut stop: watch::Receiver<bool>) {
         let running = f.shards.owned().await;
         let kept: BTreeSet<i32> = running.intersection(&owned).copied().collect();
         f.shards.reconcile(&kept).await;
-        f.held.report(kept.iter().map(|s| unit(*s)).collect());
+        // What is being started counts as held: a revocation arriving
+        // meanwhile makes the member wait for it to be let go before it
+        // rejoins, not give it on while this node may still fence it.
+        f.held.report(owned.iter().map(|s| unit(*s)).collect());
         let failed = f.shards.reconcile(&owned).await;
         f.held
             .report(f.shards.owned().await.into_iter().map(unit).collect());

@@ -39,6 +39,9 @@ struct LeaseInner {
     until_ms: AtomicU64,
     /// One more every time the member was out of the group.
     term: AtomicU64,
+    /// The term of the assignment its holder acts on ([`Lease::grant`]);
+    /// `u64::MAX` until one is granted.
+    granted: AtomicU64,
     changed: tokio::sync::Notify,
 }
 
@@ -49,6 +52,7 @@ impl Default for Lease {
                 origin: std::time::Instant::now(),
                 until_ms: AtomicU64::new(0),
                 term: AtomicU64::new(0),
+                granted: AtomicU64::new(u64::MAX),
                 changed: tokio::sync::Notify::new(),
             }),
         }
@@ -72,12 +76,37 @@ impl Lease {
         self.inner.changed.notify_waiters();
     }
 
-    /// Ok once the lease runs (waiting at most `limit` for a renewal), else
+    /// The current term: it moves on each time the member is out.
+    pub fn term(&self) -> u64 {
+        self.inner.term.load(Ordering::SeqCst)
+    }
+
+    /// The holder acts on the assignment published in `term` (its
+    /// `Membership::lease_term`): what [`Lease::before_taking`] checks
+    /// against, so that nothing is taken on the strength of an assignment
+    /// the member lost since, even if it has joined again.
+    pub fn grant(&self, term: u64) {
+        self.inner.granted.store(term, Ordering::SeqCst);
+    }
+
+    /// Ok once the lease runs (waiting at most `limit` for a renewal) and
+    /// the member has not been out since the assignment granted
+    /// ([`Lease::grant`]; the current term if none was), else
     /// [`KafkaError::Fenced`] naming `resource`: what a node checks before it
     /// takes anything from another, since a pause between the group's
-    /// assignment and the fence may have let the group give it on.
+    /// assignment and the fence may have let the group give it on — and a
+    /// member expelled and back again may no longer own what it was about
+    /// to take.
     pub async fn before_taking(&self, resource: &str, limit: Duration) -> Result<()> {
-        if self.ticket().may_send(limit).await {
+        let granted = match self.inner.granted.load(Ordering::SeqCst) {
+            u64::MAX => self.term(),
+            term => term,
+        };
+        let ticket = LeaseTicket {
+            lease: self.clone(),
+            term: granted,
+        };
+        if ticket.may_send(limit).await {
             return Ok(());
         }
         Err(KafkaError::Fenced {
@@ -171,5 +200,25 @@ mod tests {
         lease.extend_to(Instant::now() + Duration::from_secs(10));
         assert!(!ticket.may_send(Duration::from_secs(5)).await);
         assert!(lease.ticket().may_send(Duration::ZERO).await);
+    }
+
+    /// A node takes a shard on the strength of the assignment it read: out
+    /// of the group since (and back, the lease running again), it takes
+    /// nothing until it acts on an assignment of the new term.
+    #[tokio::test]
+    async fn nothing_is_taken_on_an_assignment_of_an_earlier_term() {
+        let lease = Lease::default();
+        lease.extend_to(Instant::now() + Duration::from_secs(10));
+        lease.grant(lease.term());
+        assert!(lease.before_taking("s", Duration::ZERO).await.is_ok());
+        lease.revoke();
+        lease.extend_to(Instant::now() + Duration::from_secs(10));
+        let refused = lease.before_taking("s", Duration::from_millis(50)).await;
+        assert!(
+            matches!(refused, Err(KafkaError::Fenced { .. })),
+            "{refused:?}"
+        );
+        lease.grant(lease.term());
+        assert!(lease.before_taking("s", Duration::ZERO).await.is_ok());
     }
 }

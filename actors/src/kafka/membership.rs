@@ -113,14 +113,20 @@ pub struct Membership {
     /// The error with which the coordinator last told this member it was
     /// out (kept across rejoins, for diagnosis).
     pub last_expulsion: Option<ResponseError>,
+    /// The lease's term when this was published ([`Lease::term`]): the
+    /// assignment is the member's only while the term lasts. A watcher
+    /// that sees a later term was out in between, even if it never saw
+    /// the empty assignment (a watch keeps only the newest value).
+    pub lease_term: u64,
 }
 
 impl Membership {
-    fn out(member_id: &str, last_expulsion: Option<ResponseError>) -> Self {
+    fn out(member_id: &str, last_expulsion: Option<ResponseError>, lease_term: u64) -> Self {
         Membership {
             generation_id: -1,
             member_id: member_id.to_owned(),
             last_expulsion,
+            lease_term,
             ..Membership::default()
         }
     }
@@ -169,7 +175,7 @@ impl MembershipHandle {
         settings: MemberSettings,
         units: watch::Receiver<BTreeSet<String>>,
     ) -> Self {
-        let (tx, membership) = watch::channel(Membership::out("", None));
+        let (tx, membership) = watch::channel(Membership::out("", None, 0));
         let (control, control_rx) = watch::channel(Control::Run);
         let (held, held_rx) = watch::channel(None);
         let lease = Lease::default();
@@ -354,8 +360,11 @@ impl Member {
         if why.is_some() {
             self.last_expulsion = why;
         }
-        self.tx
-            .send_replace(Membership::out(&self.member_id, self.last_expulsion));
+        self.tx.send_replace(Membership::out(
+            &self.member_id,
+            self.last_expulsion,
+            self.lease.term(),
+        ));
     }
 
     async fn coordinator(&mut self) -> Result<i32> {
@@ -417,6 +426,7 @@ impl Member {
             assignment: self.assignment.clone(),
             members,
             last_expulsion: self.last_expulsion,
+            lease_term: self.lease.term(),
         });
         tracing::debug!(group = %self.group, member = %self.member_id, generation, units = self.assignment.len(), revoked = revoked.len(), "synced");
         if !revoked.is_empty() {
