@@ -172,9 +172,11 @@ pub struct Divergence {
     pub cut: Option<OffsetMapRun>,
     /// Runs wholly beyond `source_end`, to remove.
     pub removed: Vec<OffsetMapRun>,
-    /// The divergent records' destination range, to record as a hole so no
-    /// later alignment stretches a run over it.
-    pub hole: Option<OffsetMapHole>,
+    /// The divergent records' destination range, to record as holes so no
+    /// later alignment stretches a run over it: the stretches of it no
+    /// hole covers already (a takeover's fence marker, an earlier repair),
+    /// since holes must not overlap.
+    pub holes: Vec<OffsetMapHole>,
 }
 
 /// Cuts the map at `source_end` after the source was truncated under it, so
@@ -200,18 +202,46 @@ pub fn cut_divergent(alignment: &mut Alignment, source_end: i64) -> Divergence {
         }
     });
     alignment.next_source = Some(source_end);
-    let hole = (divergent_dst_start < alignment.next_destination).then(|| OffsetMapHole {
-        destination_start: divergent_dst_start,
-        length: alignment.next_destination - divergent_dst_start,
-    });
-    alignment.holes.extend(hole);
+    let holes = uncovered(
+        &alignment.holes,
+        divergent_dst_start,
+        alignment.next_destination,
+    );
+    alignment.holes.extend(holes.iter().copied());
+    alignment.holes.sort_by_key(|h| h.destination_start);
     Divergence {
         source: (source_end, old_next),
         destination: (divergent_dst_start, alignment.next_destination),
         cut,
         removed,
-        hole,
+        holes,
     }
+}
+
+/// The stretches of destination range `[from, to)` that none of `holes`
+/// covers, as holes.
+fn uncovered(holes: &[OffsetMapHole], from: i64, to: i64) -> Vec<OffsetMapHole> {
+    let mut covered: Vec<(i64, i64)> = holes
+        .iter()
+        .map(|h| (h.destination_start, h.destination_end()))
+        .filter(|&(s, e)| s < to && e > from)
+        .collect();
+    covered.sort();
+    let mut out = Vec::new();
+    let mut at = from;
+    for (s, e) in covered.into_iter().chain([(to, to)]) {
+        if s > at {
+            out.push(OffsetMapHole {
+                destination_start: at,
+                length: s.min(to) - at,
+            });
+        }
+        at = at.max(e);
+        if at >= to {
+            break;
+        }
+    }
+    out
 }
 
 /// The planned position of a partition's copy: where the next fetched record
@@ -498,6 +528,26 @@ mod tests {
         );
     }
 
+    /// A takeover's fence marker (a hole) inside the divergent range: the
+    /// repair records only the stretches around it, since holes must not
+    /// overlap (the log refused the whole range, and the partition retried
+    /// the repair until its attempts ran out).
+    #[test]
+    fn a_cut_over_a_recorded_hole_records_only_what_it_does_not_cover() {
+        let runs = vec![run(0, 0, 10), run(10, 11, 2)];
+        let mut a = align(runs, vec![hole(10, 1)], 0, 13).unwrap();
+        assert_eq!(a.next_destination, 13);
+        let d = cut_divergent(&mut a, 8);
+        assert_eq!(d.destination, (8, 13));
+        assert_eq!(d.holes, vec![hole(8, 2), hole(11, 2)]);
+        assert_eq!(a.holes, vec![hole(8, 2), hole(10, 1), hole(11, 2)]);
+        assert_eq!(
+            uncovered(&[hole(2, 3), hole(7, 1)], 0, 10),
+            vec![hole(0, 2), hole(5, 2), hole(8, 2)]
+        );
+        assert_eq!(uncovered(&[hole(0, 10)], 2, 8), vec![]);
+    }
+
     #[test]
     fn a_truncated_source_cuts_the_map_and_the_next_run_follows_the_tail() {
         let mut a = align(vec![run(0, 0, 10), run(12, 10, 5)], vec![], 0, 15).unwrap();
@@ -527,7 +577,7 @@ mod tests {
     fn alignment_never_stretches_a_run_over_a_hole() {
         let mut a = align(vec![run(0, 0, 10), run(12, 10, 5)], vec![], 0, 15).unwrap();
         let d = cut_divergent(&mut a, 8);
-        assert_eq!(d.hole, Some(hole(8, 7)));
+        assert_eq!(d.holes, vec![hole(8, 7)]);
         // Restarted before the next run exists.
         let a = align(vec![run(0, 0, 8)], vec![hole(8, 7)], 0, 15).unwrap();
         assert_eq!(a.runs, vec![run(0, 0, 8)]);

@@ -71,9 +71,21 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
     let mut alignment = align_map(runs, holes, dest.log_start, dest.end)
         .map_err(|e| PumpExit::fatal(e.to_string()))?;
     alignment.stale.extend(never_landed);
-    if let (Some(ours), None) = (view.producer, markers) {
-        let from = alignment.recorded_end.max(dest.log_start);
-        check_unrecorded_tail(cx, from, alignment.next_destination, ours).await?;
+    let from = alignment.recorded_end.max(dest.log_start);
+    match (view.producer, markers) {
+        (Some(ours), None) => {
+            check_unrecorded_tail(cx, from, alignment.next_destination, ours).await?
+        }
+        // A producer is recorded before its first produce: with none, a
+        // run opened ahead never had anything sent into it, and records
+        // above the recorded end are another writer's.
+        (None, None) if alignment.next_destination > from => {
+            return Err(PumpExit::fatal(format!(
+                "destination offsets {from}..{} were not written by kmirror (no mirror producer is recorded for the partition): another producer wrote to the mirror partition while kmirror was not copying",
+                alignment.next_destination
+            )))
+        }
+        _ => {}
     }
     if !alignment.stale.is_empty() || !alignment.corrected.is_empty() || markers.is_some() {
         // The markers' hole is durable before anything is produced after
@@ -523,7 +535,7 @@ async fn repair_divergence(
         key: cx.key.clone(),
         upsert: d.cut.into_iter().collect(),
         remove: d.removed.iter().map(|r| r.source_start).collect(),
-        holes: d.hole.into_iter().collect(),
+        holes: d.holes,
     })
     .await
 }

@@ -85,13 +85,7 @@ async fn a_foreign_record_below_the_markers_still_fails_the_partition() {
     rig.dest.fence(vec![rig.tp.clone()]).await.unwrap();
     rig.append(1, 0);
     let actor = rig.start(fast_retry());
-    eventually("FAILED", async || {
-        state(&actor).await.state == PartitionState::Failed
-    })
-    .await;
-    let s = state(&actor).await;
-    assert_eq!(s.retry_attempt, -1, "not retryable");
-    assert!(s.error.unwrap().contains("another producer"));
+    assert!(failed_for_good(&actor).await.contains("another producer"));
 }
 
 #[actix::test]

@@ -3,6 +3,7 @@
 //! Unclean leader elections on the source are in [`unclean`].
 
 mod fenced;
+mod foreign;
 pub(crate) mod sequences;
 mod unclean;
 
@@ -133,6 +134,17 @@ impl Rig {
             .map(|r| String::from_utf8(r.record.value.clone().unwrap().to_vec()).unwrap())
             .collect()
     }
+}
+
+/// Waits until the partition is FAILED for good (not retryable); its
+/// error.
+async fn failed_for_good(actor: &Started) -> String {
+    eventually("FAILED for good", async || {
+        let s = state(actor).await;
+        s.state == PartitionState::Failed && s.retry_attempt == -1
+    })
+    .await;
+    state(actor).await.error.unwrap_or_default()
 }
 
 /// Polls `f` until true, for at most 5 s.
@@ -877,13 +889,9 @@ async fn a_mirror_copying_this_topic_back_from_the_destination_is_a_loop() {
     )));
     rig.append(3, 0);
     let actor = rig.start(fast_retry());
-    eventually("FAILED", async || {
-        state(&actor).await.state == PartitionState::Failed
-    })
-    .await;
-    let s = state(&actor).await;
-    assert_eq!(s.retry_attempt, -1);
-    assert!(s.error.unwrap().contains("Detected mirror loop"));
+    assert!(failed_for_good(&actor)
+        .await
+        .contains("Detected mirror loop"));
     assert!(rig.dest.records(&rig.tp).is_empty());
 }
 

@@ -39,13 +39,8 @@ fn diverge_past_the_mirrored_position(rig: &Rig) {
     rig.append(5, 100);
 }
 
-async fn failed_for_good(actor: &Started) -> String {
-    eventually("FAILED for good", async || {
-        let s = state(actor).await;
-        s.state == PartitionState::Failed && s.retry_attempt == -1
-    })
-    .await;
-    let error = state(actor).await.error.unwrap_or_default();
+async fn failed_for_truncation(actor: &Started) -> String {
+    let error = failed_for_good(actor).await;
     assert!(
         error.starts_with("Detected log truncation during mirroring")
             && error.contains("below the mirrored position 6")
@@ -117,7 +112,7 @@ async fn a_new_leader_already_past_the_mirrored_position_is_caught_at_alignment(
         diverge_past_the_mirrored_position(&rig);
         let actor = rig.start(fast_retry());
         if !ule {
-            failed_for_good(&actor).await;
+            failed_for_truncation(&actor).await;
             assert_eq!(rig.dest.records(&rig.tp).len(), 6, "nothing copied");
             continue;
         }
@@ -136,7 +131,7 @@ async fn a_diverging_epoch_is_caught_by_the_fetch_while_mirroring() {
         // source's leader answers that epoch 0 ends at 4 on its log.
         diverge_past_the_mirrored_position(&rig);
         if !ule {
-            failed_for_good(&actor).await;
+            failed_for_truncation(&actor).await;
             let states: Vec<_> = history(&rig.log, &rig.key).iter().map(|h| h.0).collect();
             assert_eq!(states, [S::LogAlignment, S::Mirroring, S::Failed]);
             assert_eq!(rig.dest.records(&rig.tp).len(), 6, "nothing copied");
