@@ -7,7 +7,8 @@
 //! test prints every batch of the destination partition: base offset,
 //! producer id, epoch, marker or data. And a sink keeps its fence alive
 //! (`PartitionSink::refence`) past the leader's producer expiry, which
-//! would otherwise let the old owner's batch in.
+//! would otherwise let the old owner's batch in. And a node out of the
+//! group since its assignment commits no group offsets.
 
 mod protocol_common;
 
@@ -15,10 +16,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kmirror_actors::cluster::kafka::KafkaCluster;
-use kmirror_actors::cluster::{DestinationCluster, PartitionSink};
+use kmirror_actors::cluster::{DestinationCluster, GroupOffsets, PartitionSink};
 use kmirror_actors::kafka::admin::Admin;
+use kmirror_actors::kafka::admin::CommittedOffset;
 use kmirror_actors::kafka::batch::{encode_batch, Codec, OutgoingBatch, Record, SourceOffsets};
 use kmirror_actors::kafka::fetch::{FetchOptions, TopicPartition};
+use kmirror_actors::kafka::lease::Lease;
 use kmirror_actors::kafka::KafkaError;
 use kmirror_tests::{bed, describe_producers, kafka_tool_ok, unique, OwnCluster};
 use protocol_common::*;
@@ -605,4 +608,65 @@ async fn a_paused_partitions_fence_outlives_the_leaders_producer_expiry() {
     let want: Vec<String> = (0..30).map(|i| format!("v-{i}")).collect();
     assert_eq!(copied.lines().collect::<Vec<_>>(), want);
     b.shutdown().await;
+}
+
+/// The destination's writes that are not produces — group offsets here,
+/// and topic configs and ACLs the same way — go out only under the group
+/// lease: a node out of the group since the assignment it acts on (paused
+/// past its session, expelled, back in) commits nothing it translated
+/// before, over the offsets the consumers commit on a partition failed
+/// over meanwhile. Checked with Kafka's own `kafka-consumer-groups`.
+#[tokio::test]
+async fn a_node_out_of_the_group_since_its_assignment_commits_no_group_offsets() {
+    let b = bed();
+    let topic = unique("lease-commit");
+    kmirror_tests::create_topic(&b.destination, &topic, 1, &[]);
+    let lease = Lease::default();
+    lease.extend_to(std::time::Instant::now() + Duration::from_secs(60));
+    lease.grant(lease.term());
+    let dest = node(&b.destination, &unique("lease-commit"))
+        .await
+        .leased(lease.clone());
+    let offsets = GroupOffsets::from([(
+        (topic.clone(), 0),
+        CommittedOffset {
+            offset: 0,
+            leader_epoch: -1,
+            metadata: None,
+        },
+    )]);
+    let (granted, lost) = (unique("g-granted"), unique("g-lost"));
+    dest.commit_offsets(&granted, offsets.clone())
+        .await
+        .unwrap();
+    // Out of the group and back in: the lease runs again, but the
+    // assignment the node acts on is of the earlier term.
+    lease.revoke();
+    lease.extend_to(std::time::Instant::now() + Duration::from_secs(60));
+    let refused = dest.commit_offsets(&lost, offsets).await;
+    assert!(
+        matches!(refused, Err(KafkaError::Fenced { .. })),
+        "{refused:?}"
+    );
+    let groups = |g: &str| {
+        kmirror_tests::kafka_tool(
+            "kafka-consumer-groups",
+            &[
+                "--bootstrap-server",
+                &b.destination,
+                "--describe",
+                "--group",
+                g,
+            ],
+        )
+    };
+    let seen = String::from_utf8_lossy(&groups(&granted).stdout).into_owned();
+    assert!(seen.contains(&topic), "the granted commit landed: {seen}");
+    let out = groups(&lost);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!text.contains(&topic), "nothing committed after: {text}");
 }

@@ -97,6 +97,20 @@ impl KafkaCluster {
         self
     }
 
+    /// Ok unless this node writes under a group lease and may no longer:
+    /// the lease ran out and is not renewed within the fence's wait, or
+    /// the member was out of the group since the assignment it acts on.
+    /// What the destination writes that are not produces — group offsets,
+    /// topic configs, ACLs — check first: a node paused past its session
+    /// must not commit, after it resumes, group offsets it translated
+    /// before, over the consumers' own on a partition failed over since.
+    pub(super) async fn under_lease(&self, what: &str) -> Result<(), KafkaError> {
+        match self.fenced.as_ref().and_then(|f| f.lease.as_ref()) {
+            Some(lease) => lease.before_taking(what, FENCE_TIMEOUT).await,
+            None => Ok(()),
+        }
+    }
+
     /// The transactional id of a destination partition under `prefix`.
     pub fn transactional_id(prefix: &str, tp: &TopicPartition) -> String {
         format!("{prefix}-{}-{}", tp.topic, tp.partition)

@@ -352,11 +352,15 @@ impl ClusterView for KafkaCluster {
     }
 
     fn create_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>> {
-        Box::pin(async move { self.admin.create_acls(&acls).await })
+        Box::pin(async move {
+            self.under_lease("ACLs").await?;
+            self.admin.create_acls(&acls).await
+        })
     }
 
     fn delete_acls(&self, acls: Vec<AclBinding>) -> BoxFuture<'_, Result<(), KafkaError>> {
         Box::pin(async move {
+            self.under_lease("ACLs").await?;
             let filters: Vec<AclFilter> = acls.iter().map(exact_filter).collect();
             self.admin.delete_acls(&filters).await.map(|_| ())
         })
@@ -616,6 +620,8 @@ impl DestinationCluster for KafkaCluster {
     ) -> BoxFuture<'_, Result<(), KafkaError>> {
         let group = group.to_string();
         Box::pin(async move {
+            self.under_lease(&format!("the offsets of group {group}"))
+                .await?;
             // OffsetCommit v10+ names topics by id: make sure we know them.
             let md = self.client.metadata();
             let missing: Vec<String> = offsets
@@ -640,7 +646,10 @@ impl DestinationCluster for KafkaCluster {
             .into_iter()
             .map(|(k, v)| AlterConfigOp::Set(k, v))
             .collect();
-        Box::pin(async move { self.admin.incremental_alter_configs(&resource, &ops).await })
+        Box::pin(async move {
+            self.under_lease("topic configs").await?;
+            self.admin.incremental_alter_configs(&resource, &ops).await
+        })
     }
 
     fn create_partitions(&self, topic: &str, total: i32) -> BoxFuture<'_, Result<(), KafkaError>> {
