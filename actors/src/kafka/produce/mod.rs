@@ -390,6 +390,11 @@ impl Driver {
                             if e.is_retriable() || e.awaits_leader() {
                                 retry_at = Some(self.schedule_retry(&e).await);
                             } else {
+                                // What is at the broker may still land:
+                                // its answers come first (and are let go,
+                                // as after a fatal answer), so nothing can
+                                // land once the failures are told.
+                                while inflight.next().await.is_some() {}
                                 self.fail_all(e);
                             }
                             break;

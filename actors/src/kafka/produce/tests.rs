@@ -34,6 +34,8 @@ struct Fake {
     /// Produce requests whose batch is appended but answered with a
     /// retriable error (the answer is "lost").
     lost: HashSet<usize>,
+    /// Produce requests answered only after 300 ms.
+    slow: HashSet<usize>,
     produces: AtomicUsize,
     /// InitProducerId calls: each gets a producer id of its own, from 1000.
     inits: AtomicUsize,
@@ -130,6 +132,9 @@ async fn serve(fake: Arc<Fake>, mut s: TcpStream) {
                         parts.push(resp);
                     }
                 }
+                if fake.slow.contains(&n) {
+                    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                }
                 let r =
                     ProduceResponse::default()
                         .with_responses(vec![TopicProduceResponse::default()
@@ -147,12 +152,21 @@ async fn start(script: &[(usize, i16)]) -> (Arc<Fake>, KafkaClient) {
 }
 
 async fn start_with(script: &[(usize, i16)], lost: &[usize]) -> (Arc<Fake>, KafkaClient) {
+    start_slow(script, lost, &[]).await
+}
+
+async fn start_slow(
+    script: &[(usize, i16)],
+    lost: &[usize],
+    slow: &[usize],
+) -> (Arc<Fake>, KafkaClient) {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = l.local_addr().unwrap().port();
     let fake = Arc::new(Fake {
         port,
         script: script.iter().copied().collect(),
         lost: lost.iter().copied().collect(),
+        slow: slow.iter().copied().collect(),
         produces: AtomicUsize::new(0),
         inits: AtomicUsize::new(0),
         logs: Mutex::new(HashMap::new()),
@@ -254,6 +268,49 @@ async fn fatal_error_fails_head_and_everything_after() {
     // The pipeline is dead: the caller must reconcile and start a new producer.
     let next = pp.send(batch(9)).await.unwrap().await;
     assert!(matches!(next, Err(KafkaError::ProducerFenced { .. })));
+}
+
+/// The lease runs out for good (the member was out of the group) while a
+/// request is at the broker: the next batch is refused before it is sent,
+/// and the one in flight is waited for before everything queued fails, so
+/// that nothing can land once the failures are told (and a closed sink has
+/// nothing left at the broker). Before, the queue failed at once: a sink
+/// closed then ended with the request still in flight, and one left open
+/// panicked when the late answer met the emptied queue.
+#[tokio::test]
+async fn a_lease_lost_with_a_request_in_flight_fails_the_queue_after_it() {
+    let (fake, client) = start_slow(&[], &[], &[0]).await;
+    let lease = Lease::default();
+    lease.extend_to(std::time::Instant::now() + std::time::Duration::from_secs(30));
+    let p = IdempotentProducer::new(client)
+        .await
+        .unwrap()
+        .leased(&lease);
+    let pp = p.partition("t", 0).unwrap();
+    let sent = std::time::Instant::now();
+    let first = pp.send(batch(0)).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    lease.revoke();
+    let second = pp.send(batch(1)).await.unwrap();
+    let (first, second) = (first.await, second.await);
+    assert!(
+        sent.elapsed() >= std::time::Duration::from_millis(250),
+        "failed only after the answer to the request in flight ({:?})",
+        sent.elapsed()
+    );
+    assert!(matches!(first, Err(KafkaError::Fenced { .. })), "{first:?}");
+    assert!(
+        matches!(second, Err(KafkaError::Fenced { .. })),
+        "{second:?}"
+    );
+    assert_eq!(
+        fake.produces.load(Ordering::SeqCst),
+        1,
+        "the second never sent"
+    );
+    tokio::time::timeout(std::time::Duration::from_secs(5), pp.close())
+        .await
+        .expect("the driver ends");
 }
 
 /// A tokio channel allocates 32 slots when it is made, so what a partition's
