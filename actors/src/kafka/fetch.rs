@@ -361,14 +361,11 @@ impl FetchSession {
         let resp = conn
             .send_versioned(&req, version, conn.request_timeout())
             .await?;
-        match KafkaError::from_code(
+        KafkaError::check(
             resp.error_code,
-            format!("closing the fetch session of broker {}", self.node_id),
+            || format!("closing the fetch session of broker {}", self.node_id),
             None,
-        ) {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        )
     }
 
     pub fn options(&self) -> &FetchOptions {
