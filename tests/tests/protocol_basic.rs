@@ -67,16 +67,13 @@ async fn refreshes_asked_together_share_one_request() {
     create(&Admin::new(c.clone()), &topic, 3, &[]).await;
     let topics = [topic.clone()];
     let before = c.requests_sent::<MetadataRequest>();
-    let mut asks = tokio::task::JoinSet::new();
-    for _ in 0..64 {
-        let (c, topics) = (c.clone(), topics.clone());
-        asks.spawn(async move { c.refresh_metadata(Some(&topics)).await });
-    }
-    while let Some(md) = asks.join_next().await {
-        assert_eq!(
-            md.unwrap().unwrap().topic(&topic).unwrap().partitions.len(),
-            3
-        );
+    // The asks are polled together, all of them before the first answer can
+    // be read: spawned as tasks, one the scheduler started late (a busy CI
+    // machine) was an ask made after the second refresh began, and rightly
+    // waited for a third.
+    let asks = (0..64).map(|_| c.refresh_metadata(Some(&topics)));
+    for md in futures_util::future::join_all(asks).await {
+        assert_eq!(md.unwrap().topic(&topic).unwrap().partitions.len(), 3);
     }
     let sent = c.requests_sent::<MetadataRequest>() - before;
     assert!(sent <= 2, "64 asks at once sent {sent} Metadata requests");
@@ -142,18 +139,19 @@ where
     kmirror_tests::mirror::produce(&topic, &kmirror_tests::mirror::lines(300, "b"), "none");
     let c = client(&bed().source).await;
     let cluster = Arc::new(KafkaCluster::new(c.clone(), FetchOptions::default()));
-    let mut asks = tokio::task::JoinSet::new();
     // Each partition twice: callers may ask for one together, and Kafka
-    // refuses a request that names a partition twice.
-    for p in (0..40).chain(0..40) {
+    // refuses a request that names a partition twice. Polled together, as
+    // in `refreshes_asked_together_share_one_request`, so no ask starts
+    // late.
+    let asks = (0..40).chain(0..40).map(|p| {
         let answer = ask(cluster.clone(), TopicPartition::new(&topic, p));
-        asks.spawn(async move { (p, answer.await) });
-    }
-    let mut answers = Vec::new();
-    while let Some(ask) = asks.join_next().await {
-        let (p, bounds) = ask.unwrap();
-        answers.push((p, bounds.unwrap_or_else(|e| panic!("partition {p}: {e}"))));
-    }
+        async move { (p, answer.await) }
+    });
+    let answers = futures_util::future::join_all(asks)
+        .await
+        .into_iter()
+        .map(|(p, bounds)| (p, bounds.unwrap_or_else(|e| panic!("partition {p}: {e}"))))
+        .collect();
     (c, topic, answers)
 }
 
