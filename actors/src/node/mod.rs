@@ -116,6 +116,12 @@ struct Inner {
 #[derive(Default)]
 struct Mirrors {
     running: BTreeMap<String, Running>,
+    /// Mirrors of the log this node cannot run, and why: their properties
+    /// name a `${file:…}` or `${env:…}` that does not resolve here, or a
+    /// client setting this node refuses. One such mirror stops no other
+    /// (as a failed connector does not stop a Connect worker); an
+    /// operation naming it tries it again, so a file put back is enough.
+    unrunnable: BTreeMap<String, NodeError>,
     stopping: bool,
 }
 
@@ -289,7 +295,9 @@ impl Node {
             node.fence_unless_released(shard, &image).await?;
         }
         for (name, config) in image.mirrors() {
-            node.run_mirror(name, config).await?;
+            if let Err(e) = node.run_mirror(name, config).await {
+                tracing::error!(mirror = %name, error = %e, "mirror not started");
+            }
         }
         Ok(node)
     }
@@ -374,13 +382,19 @@ impl Node {
     }
 
     /// Starts the MirrorActor of a mirror recorded in the log.
+    /// Starts `name`'s MirrorActor, unless it runs already. A mirror whose
+    /// properties cannot make a source client here is kept among the
+    /// unrunnable with the reason, which names it.
     async fn run_mirror(&self, name: &str, config: &MirrorConfig) -> Result<(), NodeError> {
         let mut props = config.source_properties.clone();
         props.insert("bootstrap.servers".into(), config.source_bootstrap.clone());
-        let retry = retry_policy(&props)?;
-        let source = (self.inner.connect_source)(client_properties(&props)?)
-            .await
-            .map_err(|e| kafka("connect to the source cluster", e))?;
+        let connected = match (retry_policy(&props), client_properties(&props)) {
+            (Ok(retry), Ok(client)) => (self.inner.connect_source)(client)
+                .await
+                .map(|source| (retry, source))
+                .map_err(|e| kafka("connect to the source cluster", e)),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        };
         let mut mirrors = self.inner.mirrors.lock().await;
         if mirrors.stopping {
             return Err(NodeError::new(
@@ -388,6 +402,21 @@ impl Node {
                 format!("mirror {name} not started: the node is stopping"),
             ));
         }
+        if mirrors.running.contains_key(name) {
+            return Ok(());
+        }
+        let (retry, source) = connected.map_err(|e| {
+            let e = NodeError::new(
+                &e.code,
+                format!(
+                    "cluster mirror {name:?} cannot run on this node: {}",
+                    e.message
+                ),
+            );
+            mirrors.unrunnable.insert(name.to_string(), e.clone());
+            e
+        })?;
+        mirrors.unrunnable.remove(name);
         let board = StatusBoard::default();
         let actor = MirrorActor::new(MirrorSpec {
             name: name.to_string(),
@@ -422,6 +451,21 @@ impl Node {
         mirror: &str,
         pick: impl FnOnce(&Running) -> T,
     ) -> Result<T, NodeError> {
+        {
+            let mirrors = self.inner.mirrors.lock().await;
+            if let Some(running) = mirrors.running.get(mirror) {
+                return Ok(pick(running));
+            }
+            if !mirrors.unrunnable.contains_key(mirror) {
+                return Err(NodeError::unknown_mirror(mirror));
+            }
+        }
+        // Tried again: what it lacked may be here now.
+        let image = self.image().await?;
+        let config = image
+            .mirror(mirror)
+            .ok_or_else(|| NodeError::unknown_mirror(mirror))?;
+        self.run_mirror(mirror, config).await?;
         self.inner
             .mirrors
             .lock()

@@ -42,14 +42,13 @@ impl Node {
         &self,
         mirror: Option<&str>,
     ) -> Result<Vec<PartitionDescription>, NodeError> {
-        let running: Vec<(String, StatusBoard, u32)> = {
+        if let Some(m) = mirror {
+            // An unknown or unrunnable mirror is an error of its own.
+            self.board(m).await?;
+        }
+        let (running, unrunnable): (Vec<(String, StatusBoard, u32)>, Vec<_>) = {
             let mirrors = self.inner.mirrors.lock().await;
-            if let Some(m) = mirror {
-                if !mirrors.running.contains_key(m) {
-                    return Err(NodeError::unknown_mirror(m));
-                }
-            }
-            mirrors
+            let running = mirrors
                 .running
                 .iter()
                 .filter(|(name, _)| mirror.is_none_or(|m| m == name.as_str()))
@@ -60,10 +59,43 @@ impl Node {
                         r.retry.max_attempts.max(0) as u32,
                     )
                 })
-                .collect()
+                .collect();
+            let unrunnable = mirrors
+                .unrunnable
+                .iter()
+                .filter(|(name, _)| mirror.is_none_or(|m| m == name.as_str()))
+                .map(|(name, e)| (name.clone(), e.clone()))
+                .collect::<Vec<(String, NodeError)>>();
+            (running, unrunnable)
         };
         let image = self.image().await?;
-        let mut out = Vec::new();
+        // A mirror this node cannot run shows each partition's recorded
+        // state and why nothing runs it.
+        let mut out: Vec<PartitionDescription> = unrunnable
+            .iter()
+            .flat_map(|(name, e)| {
+                let image = &image;
+                image
+                    .partition_states_of(name)
+                    .map(move |(key, value)| PartitionDescription {
+                        mirror: name.clone(),
+                        topic: image
+                            .topic(&key.topic_id)
+                            .map(|t| t.change.topic_name.clone())
+                            .unwrap_or_default(),
+                        partition: key.partition,
+                        source_offset: -1,
+                        destination_offset: -1,
+                        lag: -1,
+                        state: value.state.kip_name().to_string(),
+                        error: Some(e.to_string()),
+                        last_mirror_epochs: image.last_mirror_epochs(key).cloned(),
+                        failback: image.failback_plan(key).cloned(),
+                        verify: image.verify_result(key).cloned(),
+                        ..Default::default()
+                    })
+            })
+            .collect();
         for (name, board, max_attempts) in running {
             for s in board.statuses() {
                 let risk = if s.state == PartitionState::Stopped {

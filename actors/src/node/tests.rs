@@ -117,3 +117,66 @@ async fn concurrent_starts_keep_each_others_patterns() {
         assert!(saved.contains(&format!("orders-{i}-.*")), "{saved}");
     }
 }
+
+/// A mirror's `${file:…}` reference resolves on the node that connects
+/// (`providers`): a node without the file — another node of a cluster, or
+/// this one after the file moved — cannot run that mirror. The node still
+/// starts and runs its other mirrors, names the missing file for that one,
+/// and runs it once the file is back. Before, the whole node (a shard) did
+/// not start, and the mirrors it had started before the bad one were left
+/// running with nothing holding them.
+#[actix::test]
+async fn a_mirror_whose_reference_does_not_resolve_here_stops_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("source.properties");
+    std::fs::write(&secret, "id=from-file\n").unwrap();
+    let source = MemorySource::new("src");
+    let log = Arc::new(MemLog::new());
+    let destination = Arc::new(MemoryDestination::new("dst"));
+    let connect: SourceConnector = Arc::new(move |_props| {
+        let source = source.clone();
+        Box::pin(async move { Ok(Arc::new(source) as Arc<dyn SourceCluster>) })
+    });
+    let start = || {
+        Node::start(
+            log.clone(),
+            destination.clone(),
+            connect.clone(),
+            NodeSettings::default(),
+        )
+    };
+    let first = start().await.unwrap();
+    let mut with_file = props();
+    with_file.insert(
+        "client.id".to_string(),
+        format!("${{file:{}:id}}", secret.display()),
+    );
+    first.create_mirror("a-plain", props()).await.unwrap();
+    first.create_mirror("b-file", with_file).await.unwrap();
+    first.create_mirror("c-plain", props()).await.unwrap();
+    first.shutdown().await;
+
+    std::fs::remove_file(&secret).unwrap();
+    let node = start()
+        .await
+        .expect("a node starts without one mirror's file");
+    for runs in ["a-plain", "c-plain"] {
+        node.describe(Some(runs)).await.unwrap();
+    }
+    let e = node.describe(Some("b-file")).await.unwrap_err();
+    assert_eq!(e.code, "INVALID_CONFIG", "{e:?}");
+    assert!(
+        e.message.contains("b-file") && e.message.contains("source.properties"),
+        "{e:?}"
+    );
+    assert_eq!(node.list_mirrors().await.len(), 3);
+    node.describe(None)
+        .await
+        .expect("describing every mirror is not refused for one");
+
+    std::fs::write(&secret, "id=from-file\n").unwrap();
+    node.describe(Some("b-file"))
+        .await
+        .expect("the mirror runs once its file is back");
+    node.shutdown().await;
+}

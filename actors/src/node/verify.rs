@@ -18,14 +18,7 @@ impl Node {
         mirror: &str,
         request: &VerifyRequest,
     ) -> Result<VerifyReport, NodeError> {
-        let source = {
-            let mirrors = self.inner.mirrors.lock().await;
-            let running = mirrors
-                .running
-                .get(mirror)
-                .ok_or_else(|| NodeError::unknown_mirror(mirror))?;
-            running.source.clone()
-        };
+        let (_, source) = self.running(mirror).await?;
         let image = self.image().await?;
         let mut topics: Vec<_> = image
             .topics_of(mirror)
