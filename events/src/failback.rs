@@ -86,6 +86,15 @@ fn delta_obstacle(
             facts.destination_end, lme.source_offset
         ));
     }
+    // Without the epoch of the last mirrored record, a history that was
+    // cut short and regrew to past the position looks like one that
+    // agrees: only offsets would be compared.
+    if lme.source_offset > 0 && lme.source_leader_epoch < 0 {
+        return Some(format!(
+            "the leader epoch of the last mirrored record (before {}) is unknown, so the old source's history cannot be checked against the mirrored one",
+            lme.source_offset
+        ));
+    }
     if let Some(end) = facts
         .destination_end_of_epoch
         .filter(|_| lme.source_leader_epoch >= 0)
@@ -335,6 +344,15 @@ mod tests {
         let mut f = facts(120, 100);
         f.destination_end_of_epoch = Some(95);
         assert!(plan(Some(&l), &map, &f, None).is_err());
+        // The epoch of the last mirrored record unknown: the regrown
+        // history above would pass on offsets alone.
+        let mut unknown = l.clone();
+        unknown.source_leader_epoch = -1;
+        let e = plan(Some(&unknown), &map, &facts(120, 100), None).unwrap_err();
+        assert!(
+            matches!(e, FailbackRefusal::OnlyFromScratch(ref w) if w.contains("epoch of the last mirrored record")),
+            "{e}"
+        );
         // No LastMirrorEpochs at all.
         assert!(plan(None, &map, &facts(100, 100), None).is_err());
         // Asked for, from-scratch is always possible.

@@ -12,7 +12,7 @@
 //! classification, rewrite and re-encode code; only the network is fake.
 //! Never used to claim Kafka behaviour: that is what `tests/` is for.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
@@ -821,6 +821,8 @@ struct DestState {
     keep_alive: Option<crate::kafka::fence::KeepAlive>,
     /// Set while acknowledgements are held (see `hold_acks`).
     acks_held: Option<tokio::sync::watch::Sender<bool>>,
+    /// Partitions whose bounds cannot be read (all their replicas down).
+    unreadable: BTreeSet<(String, i32)>,
 }
 
 /// A destination cluster in memory.
@@ -1006,6 +1008,30 @@ impl MemoryDestination {
                 r.record = record;
             }
         });
+    }
+
+    /// The partition loses its records from `offset` on (an unclean leader
+    /// election on the destination): what alignment must not count as
+    /// mirrored. Tests truncate at batch boundaries of a log with no
+    /// markers.
+    pub fn truncate_to(&self, tp: &TopicPartition, offset: i64) {
+        self.with(tp, |p| {
+            assert_eq!(p.markers, 0, "a log with markers is not truncated here");
+            p.records.retain(|r| r.offset < offset);
+            p.appended.retain(|b| b.next_offset() <= offset);
+        });
+    }
+
+    /// Whether `tp`'s bounds can be read: a partition whose replicas are
+    /// all down answers nothing.
+    pub fn set_unreadable(&self, tp: &TopicPartition, unreadable: bool) {
+        let key = (tp.topic.to_string(), tp.partition);
+        let mut s = self.state.lock().unwrap();
+        if unreadable {
+            s.unreadable.insert(key);
+        } else {
+            s.unreadable.remove(&key);
+        }
     }
 
     /// Someone other than kmirror writes a record to `tp`.
@@ -1253,6 +1279,12 @@ impl DestinationCluster for MemoryDestination {
     }
 
     fn settled_bounds(&self, tp: &TopicPartition) -> BoxFuture<'_, Result<LogBounds, KafkaError>> {
+        let unreadable =
+            (self.state.lock().unwrap().unreadable).contains(&(tp.topic.to_string(), tp.partition));
+        if unreadable {
+            let e = KafkaError::Unknown(format!("{tp}: no replica answers"));
+            return Box::pin(async move { Err(e) });
+        }
         let b = self.with(tp, |p| LogBounds {
             log_start: p.log_start,
             end: p.end(),

@@ -413,15 +413,23 @@ impl PartitionActor {
                 let fut = async move {
                     let p = match ran {
                         Some(p) => p,
-                        None => position::stopped_position(
-                            &key,
-                            &tp,
-                            &*source,
-                            &*destination,
-                            &coordinator,
-                        )
-                        .await
-                        .map_err(CoordinatorError::Unavailable)?,
+                        None => {
+                            let stopped = position::stopped_position(
+                                &key,
+                                &tp,
+                                &*source,
+                                &*destination,
+                                &coordinator,
+                            )
+                            .await
+                            .map_err(CoordinatorError::Unavailable)?;
+                            // What the reading aligned is durable before
+                            // LastMirrorEpochs, which must agree with it.
+                            if let Some(correction) = stopped.correction {
+                                coordinator.send(Execute::new(correction)).await??;
+                            }
+                            stopped.progress
+                        }
                     };
                     let pass = match &final_sync {
                         Some(sync) => sync.send(FinalSync(key.clone())).await.ok(),
@@ -441,7 +449,7 @@ impl PartitionActor {
                         // A pass still waiting on the source would commit
                         // its old offsets over the consumers' new ones.
                         abort.abort();
-                        tracing::warn!(partition = %tp, "the final group-offset sync did not finish (source unreadable, or {FINAL_SYNC_TIMEOUT:?}); abandoned, stopping without it");
+                        tracing::warn!(partition = %tp, "the final group-offset sync failed or did not finish (source unreadable, a commit refused, or {FINAL_SYNC_TIMEOUT:?}); stopping without it: consumers moving to the destination find the offsets of the last periodic sync");
                     }
                     let value = LastMirrorEpochsValue {
                         last_mirror_epoch: p.destination_leader_epoch,
@@ -739,6 +747,7 @@ impl Handler<PreviewFailover> for PartitionActor {
                 None => {
                     position::stopped_position(&key, &tp, &*source, &*destination, &coordinator)
                         .await
+                        .map(|s| s.progress)
                 }
             };
             let report = match position {

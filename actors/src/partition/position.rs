@@ -87,16 +87,10 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
         }
         _ => {}
     }
-    if !alignment.stale.is_empty() || !alignment.corrected.is_empty() || markers.is_some() {
-        // The markers' hole is durable before anything is produced after
-        // it, so no later alignment stretches a run over them.
-        cx.execute(Command::SetOffsetRuns {
-            key: cx.key.clone(),
-            upsert: alignment.corrected.clone(),
-            remove: alignment.stale.iter().map(|r| r.source_start).collect(),
-            holes: markers.into_iter().collect(),
-        })
-        .await?;
+    // The markers' hole is durable before anything is produced after it,
+    // so no later alignment stretches a run over them.
+    if let Some(correction) = correction(&cx.key, &alignment, markers) {
+        cx.execute(correction).await?;
     }
     let src = cx
         .source
@@ -161,6 +155,12 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
         p.source_log_start = Some(src.log_start);
         p.destination_leader_epoch = dest.leader_epoch;
         p.offsets_identical = cursor.identical();
+        // Until a batch is acknowledged, the last mirrored record's epoch
+        // is the recorded one: a stop before any copy records it, not 0.
+        p.source_leader_epoch = (cursor.next_source > 0)
+            .then(|| epochs.epoch_at(cursor.next_source - 1))
+            .flatten()
+            .unwrap_or(-1);
     }
     Ok(Aligned {
         cursor,
@@ -373,14 +373,7 @@ async fn fence_markers(
     let Some(fence_producer) = destination.fence_producer_id(tp) else {
         return Ok(None);
     };
-    let recorded_end = runs
-        .iter()
-        .filter(|r| r.length > 0)
-        .map(|r| r.destination_end())
-        .chain(holes.iter().map(|h| h.destination_end()))
-        .max()
-        .unwrap_or(0)
-        .max(log_start);
+    let recorded_end = recorded_end(runs, holes).max(log_start);
     if recorded_end >= end {
         return Ok(None);
     }
@@ -427,17 +420,34 @@ fn trailing_markers(batches: &[RecordBatch], producer: i64, end: i64) -> Option<
 /// take: a failover must not wait on a source that is gone.
 const SOURCE_EPOCH_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Where a partition's copy stands when no pump ran in this process (it was
-/// PAUSED or FAILED when the daemon started): the map aligned with the
-/// destination's end, and the source's leader epoch at that position if the
-/// source still answers (−1 if not). What LastMirrorEpochs records.
+/// Where a stopped partition's copy stands ([`stopped_position`]), and the
+/// map corrections that reading found: recorded before LastMirrorEpochs, so
+/// that the map and LastMirrorEpochs say the same (failback compares them).
+pub struct StoppedPosition {
+    pub progress: Progress,
+    /// `SetOffsetRuns` to record first; `None` when the map says it already.
+    pub correction: Option<Command>,
+}
+
+/// Where a partition's copy stands when no pump of this process left it
+/// knowingly (it was PAUSED or FAILED when the daemon started, or its pump
+/// failed): the map aligned with the destination as far as the destination
+/// proves the records there kmirror's, and the source leader epoch of the
+/// last mirrored record — as recorded (`SourceEpochs`), else read from the
+/// source if it answers, else −1. What LastMirrorEpochs records.
+///
+/// A stop must not wait for a sick partition to heal, so a destination
+/// that contradicts the map (records another producer wrote, records lost)
+/// does not fail it: the position is then the map's own, and the
+/// destination end the lower of the map's and the destination's — what a
+/// failback's delta check compares.
 pub async fn stopped_position(
     key: &MirrorPartitionKey,
     tp: &TopicPartition,
     source: &dyn SourceCluster,
     destination: &dyn DestinationCluster,
     coordinator: &Addr<CoordinatorActor>,
-) -> Result<Progress, String> {
+) -> Result<StoppedPosition, String> {
     let view = coordinator
         .send(ReadPartition(key.clone()))
         .await
@@ -446,39 +456,157 @@ pub async fn stopped_position(
         .settled_bounds(tp)
         .await
         .map_err(|e| format!("destination offsets: {e}"))?;
-    // A node that took the shard over fenced the partition: its marker
-    // ends the destination and belongs to no source offset.
-    let MapWithMarkers { runs, holes, .. } = with_fence_markers(
-        destination,
-        tp,
-        (view.runs, view.holes),
-        (dest.log_start, dest.end),
-        view.producer,
-    )
-    .await
-    .map_err(|e| e.to_string())?;
-    let alignment = align_map(runs, holes, dest.log_start, dest.end).map_err(|e| e.to_string())?;
+    let (alignment, correction) = match aligned_as_ours(key, tp, destination, &view, &dest).await {
+        Ok(aligned) => aligned,
+        Err(PumpExit::Failed {
+            message,
+            retryable: false,
+        }) => {
+            tracing::warn!(partition = %tp, reason = %message, "the destination contradicts the offset map; the stop records the position the map records");
+            (as_recorded(&view.runs, &view.holes, dest.end), None)
+        }
+        Err(e) => return Err(e.to_string()),
+    };
     let next_source = alignment.next_source.unwrap_or(0);
-    let source_leader_epoch = if next_source > 0 {
-        tokio::time::timeout(
+    let recorded_epoch = (next_source > 0)
+        .then(|| view.source_epochs.epoch_at(next_source - 1))
+        .flatten();
+    let source_leader_epoch = match recorded_epoch {
+        Some(epoch) => epoch,
+        None if next_source > 0 => tokio::time::timeout(
             SOURCE_EPOCH_TIMEOUT,
             source_epoch_at(source, tp, next_source - 1),
         )
         .await
         .ok()
         .flatten()
-        .unwrap_or(-1)
-    } else {
-        -1
+        .unwrap_or(-1),
+        None => -1,
     };
-    Ok(Progress {
-        source_offset: next_source,
-        destination_offset: dest.end,
-        source_leader_epoch,
-        destination_leader_epoch: dest.leader_epoch,
-        offsets_identical: Cursor::new(&alignment, next_source).identical(),
-        ..Progress::default()
+    Ok(StoppedPosition {
+        progress: Progress {
+            source_offset: next_source,
+            destination_offset: alignment.next_destination,
+            source_leader_epoch,
+            destination_leader_epoch: dest.leader_epoch,
+            offsets_identical: Cursor::new(&alignment, next_source).identical(),
+            ..Progress::default()
+        },
+        correction,
     })
+}
+
+/// A pump's alignment without the source: the fence markers that end the
+/// destination become a hole, and the map stretches over what lies above
+/// it only as far as the recorded producer wrote it (a pump's alignment
+/// fails the partition at another writer's record; a stop ends before it).
+async fn aligned_as_ours(
+    key: &MirrorPartitionKey,
+    tp: &TopicPartition,
+    destination: &dyn DestinationCluster,
+    view: &crate::coordinator::PartitionView,
+    dest: &crate::cluster::LogBounds,
+) -> Result<(Alignment, Option<Command>), PumpExit> {
+    let MapWithMarkers {
+        runs,
+        holes,
+        never_landed,
+        markers,
+    } = with_fence_markers(
+        destination,
+        tp,
+        (view.runs.clone(), view.holes.clone()),
+        (dest.log_start, dest.end),
+        view.producer,
+    )
+    .await?;
+    let end = match markers {
+        Some(_) => dest.end,
+        None => {
+            let from = recorded_end(&runs, &holes).max(dest.log_start);
+            ours_up_to(destination, tp, from, dest.end, view.producer).await?
+        }
+    };
+    let mut alignment =
+        align_map(runs, holes, dest.log_start, end).map_err(|e| PumpExit::fatal(e.to_string()))?;
+    alignment.stale.extend(never_landed);
+    let correction = correction(key, &alignment, markers);
+    Ok((alignment, correction))
+}
+
+/// What an alignment found that the map does not say yet (corrected
+/// lengths, runs that never landed, fence markers), as one record.
+fn correction(
+    key: &MirrorPartitionKey,
+    alignment: &Alignment,
+    markers: Option<OffsetMapHole>,
+) -> Option<Command> {
+    (!alignment.stale.is_empty() || !alignment.corrected.is_empty() || markers.is_some()).then(
+        || Command::SetOffsetRuns {
+            key: key.clone(),
+            upsert: alignment.corrected.clone(),
+            remove: alignment.stale.iter().map(|r| r.source_start).collect(),
+            holes: markers.into_iter().collect(),
+        },
+    )
+}
+
+/// One past what the map records as written: acknowledged run lengths and
+/// holes.
+fn recorded_end(runs: &[OffsetMapRun], holes: &[OffsetMapHole]) -> i64 {
+    runs.iter()
+        .filter(|r| r.length > 0)
+        .map(|r| r.destination_end())
+        .chain(holes.iter().map(|h| h.destination_end()))
+        .max()
+        .unwrap_or(0)
+}
+
+/// How far above `from` (the recorded end) the destination holds data
+/// batches of `producer` only, up to `to`: where the first record of
+/// another writer (or a marker) begins. With no producer recorded nothing
+/// above the map is kmirror's.
+async fn ours_up_to(
+    destination: &dyn DestinationCluster,
+    tp: &TopicPartition,
+    from: i64,
+    to: i64,
+    producer: Option<MirrorProducer>,
+) -> Result<i64, PumpExit> {
+    let Some(ours) = producer.filter(|_| from < to) else {
+        return Ok(from.min(to));
+    };
+    let batches = destination
+        .read_batches(tp, from, to)
+        .await
+        .map_err(|e| kafka_failure("read the destination above the recorded map", e))?;
+    let mut covered = from;
+    for b in batches.iter().filter(|b| b.next_offset() > from) {
+        if b.producer_id() != ours.producer_id || b.is_control() || b.base_offset() > covered {
+            break;
+        }
+        covered = b.next_offset().min(to);
+    }
+    Ok(covered)
+}
+
+/// The map as recorded, for a destination that contradicts it: its
+/// acknowledged runs, the position they reach, and a destination end no
+/// higher than the destination's own (records lost there make a failback's
+/// delta check refuse, as it must).
+fn as_recorded(runs: &[OffsetMapRun], holes: &[OffsetMapHole], end: i64) -> Alignment {
+    let mut landed: Vec<OffsetMapRun> = runs.iter().filter(|r| r.length > 0).copied().collect();
+    landed.sort_by_key(|r| r.destination_start);
+    let recorded = recorded_end(&landed, holes);
+    Alignment {
+        next_source: landed.last().map(|r| r.source_end()),
+        runs: landed,
+        holes: holes.to_vec(),
+        stale: Vec::new(),
+        corrected: Vec::new(),
+        next_destination: recorded.min(end),
+        recorded_end: recorded,
+    }
 }
 
 /// The leader epoch the source batch holding `offset` was written in, read

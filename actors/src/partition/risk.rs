@@ -281,7 +281,8 @@ impl Risk {
                         destination,
                         coordinator,
                     ))
-                    .await?;
+                    .await?
+                    .progress;
                     self.shared.lock().unwrap().still = Some(p.clone());
                     p
                 }

@@ -12,18 +12,7 @@ use super::*;
 #[actix::test]
 async fn records_above_a_run_opened_ahead_with_no_producer_recorded_are_foreign() {
     let rig = rig().await;
-    rig.coordinator
-        .send(crate::coordinator::Execute::new(
-            kmirror_events::Command::SetOffsetRuns {
-                key: rig.key.clone(),
-                upsert: vec![run(0, 0, 0)],
-                remove: vec![],
-                holes: vec![],
-            },
-        ))
-        .await
-        .unwrap()
-        .unwrap();
+    rig.record_runs(vec![run(0, 0, 0)]).await;
     for _ in 0..2 {
         rig.dest
             .foreign_write(&rig.tp, record(None, Some("intruder"), 1));
@@ -37,4 +26,10 @@ async fn records_above_a_run_opened_ahead_with_no_producer_recorded_are_foreign(
         2,
         "nothing of ours appended"
     );
+    // Its stop completes and records that nothing was mirrored. Before, it
+    // stretched the run opened ahead over the intruder's two records
+    // (source offset 2).
+    super::stopped::stopped(&actor).await;
+    let lme = rig.last_mirror_epochs().await;
+    assert_eq!((lme.source_offset, lme.destination_end_offset), (0, 0));
 }

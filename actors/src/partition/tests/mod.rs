@@ -5,6 +5,7 @@
 mod fenced;
 mod foreign;
 pub(crate) mod sequences;
+mod stopped;
 mod unclean;
 
 use std::sync::Arc;
@@ -121,6 +122,31 @@ impl Rig {
             })
             .collect();
         self.source.append(&self.tp, &records, Codec::Lz4);
+    }
+
+    /// Records `runs` in the partition's map, as a checkpoint would.
+    async fn record_runs(&self, runs: Vec<OffsetMapRun>) {
+        self.coordinator
+            .send(crate::coordinator::Execute::new(
+                kmirror_events::Command::SetOffsetRuns {
+                    key: self.key.clone(),
+                    upsert: runs,
+                    remove: vec![],
+                    holes: vec![],
+                },
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    /// The partition's recorded LastMirrorEpochs (it must have one).
+    async fn last_mirror_epochs(&self) -> kmirror_events::LastMirrorEpochsValue {
+        self.image()
+            .await
+            .last_mirror_epochs(&self.key)
+            .cloned()
+            .expect("LastMirrorEpochs recorded")
     }
 
     async fn image(&self) -> Arc<MirrorStateImage> {
@@ -719,12 +745,7 @@ async fn a_partition_stopped_while_paused_since_start_up_records_where_its_copy_
         state(&actor).await.state == PartitionState::Stopped
     })
     .await;
-    let lme = rig
-        .image()
-        .await
-        .last_mirror_epochs(&rig.key)
-        .cloned()
-        .unwrap();
+    let lme = rig.last_mirror_epochs().await;
     assert_eq!(
         (
             lme.source_offset,
@@ -745,22 +766,7 @@ async fn appends_above_the_last_checkpoint_are_kmirrors_only_if_its_producer_wro
         eventually("6 records", async || rig.dest.records(&rig.tp).len() == 6).await;
         actor.send(Shutdown).await.unwrap();
         // A crash before the last checkpoint: the log knows 3 of the 6.
-        rig.coordinator
-            .send(crate::coordinator::Execute::new(
-                kmirror_events::Command::SetOffsetRuns {
-                    key: rig.key.clone(),
-                    upsert: vec![OffsetMapRun {
-                        source_start: 0,
-                        destination_start: 0,
-                        length: 3,
-                    }],
-                    remove: vec![],
-                    holes: vec![],
-                },
-            ))
-            .await
-            .unwrap()
-            .unwrap();
+        rig.record_runs(vec![run(0, 0, 3)]).await;
         if foreign {
             rig.dest
                 .foreign_write(&rig.tp, record(None, Some("foreign"), 0));
