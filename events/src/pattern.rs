@@ -160,7 +160,13 @@ impl GroupFilter {
 /// copies, because they describe the destination cluster itself (replica
 /// throttles, min ISR, unclean election), or because mirrored records keep
 /// the source's timestamps and must not be re-validated or re-stamped.
-/// Topic-level and broker-prefixed spellings are both listed.
+/// Topic-level and broker-prefixed spellings are both listed. Beyond the
+/// KIP's list: tiered storage (`remote.storage.enable` and the settings
+/// that go with it) is a property of the destination's own deployment —
+/// the KIP fails a mirror onto a tiered destination, and a destination
+/// without a remote log manager refuses the key, and with it every other
+/// change of that topic's alteration (IncrementalAlterConfigs is all or
+/// nothing per topic), and its creation.
 pub const DEFAULT_TOPIC_PROPERTIES_EXCLUDE: &[&str] = &[
     "follower.replication.throttled.replicas",
     "leader.replication.throttled.replicas",
@@ -174,6 +180,11 @@ pub const DEFAULT_TOPIC_PROPERTIES_EXCLUDE: &[&str] = &[
     "min.insync.replicas",
     "mirror.replication.throttled.replicas",
     "mirror.support.unclean.leader.election",
+    "remote.storage.enable",
+    "local.retention.ms",
+    "local.retention.bytes",
+    "remote.log.copy.disable",
+    "remote.log.delete.on.disable",
 ];
 
 #[cfg(test)]

@@ -303,6 +303,25 @@ async fn a_compacted_topic_with_gaps_translates_group_offsets_exactly() {
     node.shutdown().await;
 }
 
+/// `kafka-configs --alter` of an entity on the source: `op` is
+/// `--add-config` or `--delete-config`.
+fn alter_configs(entity_type: &str, name: &str, op: &str, config: &str) {
+    kafka_tool_ok(
+        "kafka-configs",
+        &[
+            "--bootstrap-server",
+            &bed().source,
+            "--alter",
+            "--entity-type",
+            entity_type,
+            "--entity-name",
+            name,
+            op,
+            config,
+        ],
+    );
+}
+
 async fn wait_config(dest: &Admin, topic: &str, key: &str, value: &str) {
     let start = Instant::now();
     loop {
@@ -339,19 +358,11 @@ async fn configs_and_partition_counts_follow_the_source() {
     let node = started(&topic, props, dir.path()).await;
     wait_caught_up(&node, "sync", 80, Duration::from_secs(60)).await;
 
-    kafka_tool_ok(
-        "kafka-configs",
-        &[
-            "--bootstrap-server",
-            &bed().source,
-            "--alter",
-            "--entity-type",
-            "topics",
-            "--entity-name",
-            &topic,
-            "--add-config",
-            "retention.ms=86400000,delete.retention.ms=1000,unclean.leader.election.enable=true",
-        ],
+    alter_configs(
+        "topics",
+        &topic,
+        "--add-config",
+        "retention.ms=86400000,delete.retention.ms=1000,unclean.leader.election.enable=true",
     );
     let dest = admin(&bed().destination).await;
     wait_config(&dest, &topic, "retention.ms", "86400000").await;
@@ -423,6 +434,53 @@ async fn configs_and_partition_counts_follow_the_source() {
         (m[0].partitions_added, m[0].config_sync_errors),
         (4, 0),
         "{m:?}"
+    );
+    node.shutdown().await;
+}
+
+/// A value set on one source broker (a dynamic per-broker config, which
+/// DescribeConfigs reports for every topic that broker describes) is not a
+/// topic's own setting: it is copied neither when the destination topic is
+/// created nor by the config sync. Before, it became a permanent override
+/// of every mirrored topic, as Kafka's tools show here.
+#[actix::test]
+async fn a_source_brokers_own_setting_is_not_copied_as_a_topic_config() {
+    let broker_config = |op: &str, config: &str| alter_configs("brokers", "1", op, config);
+    // One week and a millisecond: harmless to the other tests' topics.
+    broker_config("--add-config", "log.retention.ms=604800001");
+    let topic = unique("sync-broker-cfg");
+    create_topic(&bed().source, &topic, 1, &[]);
+    produce(&topic, "seq:0\tk\tv\n", "none");
+    let dir = tempfile::tempdir().unwrap();
+    let node = started(&topic, mirror_props(), dir.path()).await;
+    wait_caught_up(&node, "sync", 1, Duration::from_secs(60)).await;
+    // A topic setting made after the start arrives by the config sync: the
+    // sync has run over this topic when it is there.
+    alter_configs("topics", &topic, "--add-config", "segment.ms=86400001");
+    wait_config(
+        &admin(&bed().destination).await,
+        &topic,
+        "segment.ms",
+        "86400001",
+    )
+    .await;
+    let described = kafka_tool_ok(
+        "kafka-configs",
+        &[
+            "--bootstrap-server",
+            &bed().destination,
+            "--describe",
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            &topic,
+        ],
+    );
+    broker_config("--delete-config", "log.retention.ms");
+    assert!(described.contains("segment.ms=86400001"), "{described}");
+    assert!(
+        !described.contains("retention.ms"),
+        "the source broker's setting became the topic's: {described}"
     );
     node.shutdown().await;
 }

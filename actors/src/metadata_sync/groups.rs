@@ -79,7 +79,11 @@ pub(super) async fn group_pass(
     } else {
         st.metrics.group_sync_errors += pass.errors.len() as u64;
         for e in &pass.errors {
-            tracing::warn!(mirror = %mirror, error = %e, "group offset sync failed; retrying next tick");
+            if only.is_some() {
+                tracing::warn!(mirror = %mirror, error = %e, "final group offset sync of stopping partitions failed; not retried");
+            } else {
+                tracing::warn!(mirror = %mirror, error = %e, "group offset sync failed; retrying next tick");
+            }
         }
     }
     let report = SyncReport {
@@ -213,7 +217,7 @@ async fn sync_groups(
         .flat_map(|(_, offsets)| offsets.keys())
         .filter_map(|(t, p)| scope.key(t, *p).map(|_| TopicPartition::new(t, *p)))
         .collect();
-    let bounds = destination_bounds(shared, wanted).await?;
+    let bounds = destination_bounds(shared, wanted, &mut pass.errors).await;
     let mut syncs = Vec::new();
     let mut commits = Vec::new();
     for (group, offsets) in source {
@@ -305,19 +309,25 @@ impl Scope<'_> {
 
 /// The destination's bounds of these partitions: one ListOffsets pair per
 /// broker, not per partition, so a thousand groups' partitions cost a few
-/// requests.
+/// requests. A partition that cannot be read is left out (its offsets wait
+/// for the next pass) and named in `errors`: it holds back no other.
 async fn destination_bounds(
     shared: &Shared,
     partitions: BTreeSet<TopicPartition>,
-) -> Result<HashMap<TopicPartition, LogBounds>, SyncError> {
+    errors: &mut Vec<SyncError>,
+) -> HashMap<TopicPartition, LogBounds> {
     let partitions: Vec<TopicPartition> = partitions.into_iter().collect();
     let read = shared.spec.destination.bounds_many(&partitions).await;
     let mut out = HashMap::with_capacity(read.len());
     for (tp, b) in partitions.into_iter().zip(read) {
-        let b = b.doing(|| format!("destination bounds of {tp}"))?;
-        out.insert(tp, b);
+        match b.doing(|| format!("destination bounds of {tp}")) {
+            Ok(b) => {
+                out.insert(tp, b);
+            }
+            Err(e) => errors.push(e.into()),
+        }
     }
-    Ok(out)
+    out
 }
 
 /// One group's translated offsets: the records to append (pushed onto

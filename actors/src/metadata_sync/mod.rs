@@ -243,8 +243,11 @@ impl MetadataSyncActor {
             registration,
         );
         ctx.spawn(pass.into_actor(self).map(move |pass, act, ctx| {
+            // Synced only if it ran to its end without an error: no
+            // periodic pass covers these partitions once they are STOPPED.
+            let synced = matches!(&pass, Ok((_, report)) if report.errors.is_empty());
             for w in waiters {
-                let _ = w.send(pass.is_ok());
+                let _ = w.send(synced);
             }
             act.finals_busy = false;
             act.final_tick(ctx);

@@ -518,3 +518,46 @@ async fn an_abandoned_final_pass_commits_nothing_when_the_source_answers_late() 
     assert_eq!(pass.done.await, Ok(true));
     assert_eq!(r.committed("g", 0).map(|c| c.0), Some(40));
 }
+
+/// A final pass that ran but failed (its commit refused, the source's
+/// groups unreadable) is not a synced stop: the partition warns that its
+/// group offsets were not carried over, and no periodic pass will do it
+/// after STOPPED. Before, any pass not aborted answered "synced".
+#[actix::test]
+async fn a_final_pass_that_failed_is_not_reported_synced() {
+    let r = rig(&[]).await;
+    r.mirrored(0, vec![run(0, 0, 100)]).await;
+    r.source.commit("g", TOPIC, 0, 40, "");
+    r.dest
+        .fail_next_commit(crate::kafka::KafkaError::Unknown("coordinator down".into()));
+    let key = MirrorPartitionKey::new("m", ID, 0);
+    let pass = r.sync.send(FinalSync(key.clone())).await.unwrap();
+    assert_ne!(pass.done.await, Ok(true), "a failed final pass");
+    assert_eq!(r.committed("g", 0), None);
+
+    let pass = r.sync.send(FinalSync(key)).await.unwrap();
+    assert_eq!(pass.done.await, Ok(true));
+    assert_eq!(r.committed("g", 0).map(|c| c.0), Some(40));
+}
+
+/// A destination partition whose bounds cannot be read (its replicas
+/// down, its topic deleted) holds back only the offsets on it: every other
+/// partition's are synced, and the pass reports the one it could not.
+/// Before, the whole pass failed, for every group and topic, each second.
+#[actix::test]
+async fn one_unreadable_destination_partition_holds_back_only_its_own_offsets() {
+    let r = rig(&[]).await;
+    r.mirrored(0, vec![run(0, 0, 10)]).await;
+    r.mirrored(1, vec![run(0, 0, 10)]).await;
+    r.source.commit("g", TOPIC, 0, 8, "");
+    r.source.commit("g", TOPIC, 1, 6, "");
+    r.dest.set_unreadable(&TopicPartition::new(TOPIC, 1), true);
+    let report = r.sync().await;
+    assert_eq!(report.errors.len(), 1, "{report:?}");
+    assert!(report.errors[0].to_string().contains("no replica answers"));
+    assert_eq!(r.committed("g", 0).map(|c| c.0), Some(8));
+    assert_eq!(r.committed("g", 1), None);
+    r.dest.set_unreadable(&TopicPartition::new(TOPIC, 1), false);
+    assert!(r.sync().await.errors.is_empty());
+    assert_eq!(r.committed("g", 1).map(|c| c.0), Some(6));
+}

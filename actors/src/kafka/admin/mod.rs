@@ -103,10 +103,13 @@ pub struct ConfigEntry {
 }
 
 impl ConfigEntry {
-    /// Whether the value is explicitly set on the resource itself (what a
-    /// config sync copies) rather than inherited.
+    /// Whether the value is explicitly set on the topic itself (what a
+    /// config sync copies) rather than inherited: DescribeConfigs'
+    /// DYNAMIC_TOPIC_CONFIG (1) only. 2 is DYNAMIC_BROKER_CONFIG, a value
+    /// set on the one broker that answered; copied, it became a permanent
+    /// override of every mirrored topic.
     pub fn is_explicit(&self) -> bool {
-        self.source == 1 || self.source == 2
+        self.source == 1
     }
 }
 
