@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kmirror_actors::cluster::kafka::KafkaCluster;
+use kmirror_actors::kafka::admin::{Admin, ConfigResource};
 use kmirror_actors::kafka::fence::{acquire, fence_partitions};
 use kmirror_actors::kafka::fetch::{FetchOptions, TopicPartition};
 use kmirror_actors::kafka::lease::Lease;
@@ -52,6 +53,44 @@ fn state_transactional_id(cluster: &str, shard: i32) -> String {
     format!("kmirror-{cluster}-state-{shard}")
 }
 
+/// The destination's group coordinator refuses a session timeout outside
+/// its `group.min/max.session.timeout.ms` (INVALID_SESSION_TIMEOUT), and a
+/// member retries a refused join forever: a node would run, owning
+/// nothing. Said at start instead, naming the setting. Bounds that cannot
+/// be read (no DescribeConfigs permission) are left to the join.
+async fn check_session_timeout(client: &KafkaClient, session: Duration) -> Result<(), String> {
+    let Some(&broker) = client.metadata().brokers.keys().next() else {
+        return Ok(());
+    };
+    let Ok(configs) = Admin::new(client.clone())
+        .describe_configs(&ConfigResource::Broker(broker))
+        .await
+    else {
+        return Ok(());
+    };
+    let bound = |name: &str| {
+        configs
+            .iter()
+            .find(|c| c.name == name)
+            .and_then(|c| c.value.as_deref()?.parse::<u128>().ok())
+    };
+    let ms = session.as_millis();
+    let refused = match (
+        bound("group.min.session.timeout.ms"),
+        bound("group.max.session.timeout.ms"),
+    ) {
+        (Some(min), _) if ms < min => Some(("below", "group.min.session.timeout.ms", min)),
+        (_, Some(max)) if ms > max => Some(("above", "group.max.session.timeout.ms", max)),
+        _ => None,
+    };
+    match refused {
+        Some((side, name, bound)) => Err(format!(
+            "INVALID_CONFIG: cluster.session_timeout_ms = {ms} is {side} the destination's {name} ({bound}): its group coordinator would refuse every join"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// A running clustered node.
 pub struct Clustered {
     pub shards: Shards,
@@ -78,6 +117,22 @@ impl Clustered {
                 .await
                 .map_err(|e| format!("NETWORK_EXCEPTION: destination {bootstrap}: {e}"))
         };
+        let mut log_options = StateLogOptions::new(bootstrap);
+        log_options.client = settings.destination.clone();
+        log_options.topic = node_settings.state_topic.clone();
+        log_options.partitions = node_settings.state_topic_partitions;
+        // A node counting the shards otherwise would load shards no mirror
+        // routes to, miss the others' mirrors, and let a mirror be created
+        // twice under one name.
+        let partitions =
+            kmirror_actors::state_log::ensure_state_topic(&connect().await?, &log_options).await?;
+        if partitions != node_settings.state_topic_partitions {
+            return Err(format!(
+                "INVALID_CONFIG: state_topic_num_partitions is {}, but the state topic {} has {partitions} partitions: every node must route mirrors by the topic's own count (set state_topic_num_partitions = {partitions})",
+                node_settings.state_topic_partitions, node_settings.state_topic
+            ));
+        }
+        check_session_timeout(&connect().await?, cluster.session_timeout).await?;
         let (_units_tx, units) = watch::channel(
             (0..node_settings.state_topic_partitions)
                 .map(unit)
@@ -107,10 +162,6 @@ impl Clustered {
                 .fenced(&format!("kmirror-{}-data", cluster.id))
                 .leased(lease.clone()),
         );
-        let mut log_options = StateLogOptions::new(bootstrap);
-        log_options.client = settings.destination.clone();
-        log_options.topic = node_settings.state_topic.clone();
-        log_options.partitions = node_settings.state_topic_partitions;
         let cluster_id = cluster.id.clone();
         let open_log: kmirror_actors::shards::ShardLogOpener = Arc::new(move |shard| {
             let options = log_options.clone();

@@ -236,6 +236,16 @@ fn bad(message: &str) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, message.to_owned())
 }
 
+/// The largest answer body read: a describe of tens of thousands of
+/// partitions is a few MiB. A peer's answer (its URL comes from the group
+/// on the destination) announcing more is refused before anything is
+/// allocated for it, not trusted to size a buffer.
+const MAX_ANSWER_BYTES: usize = 256 << 20;
+
+fn too_large() -> std::io::Error {
+    bad(&format!("answer body larger than {MAX_ANSWER_BYTES} bytes"))
+}
+
 fn read_response(mut reader: impl BufRead) -> std::io::Result<Response> {
     let mut line = String::new();
     reader.read_line(&mut line)?;
@@ -275,16 +285,27 @@ fn read_response(mut reader: impl BufRead) -> std::io::Result<Response> {
                 break;
             }
             let start = body.len();
+            if size > MAX_ANSWER_BYTES - start {
+                return Err(too_large());
+            }
             body.resize(start + size, 0);
             reader.read_exact(&mut body[start..])?;
             line.clear();
             reader.read_line(&mut line)?;
         }
     } else if let Some(n) = length {
+        if n > MAX_ANSWER_BYTES {
+            return Err(too_large());
+        }
         body.resize(n, 0);
         reader.read_exact(&mut body)?;
     } else {
-        reader.read_to_end(&mut body)?;
+        reader
+            .take(MAX_ANSWER_BYTES as u64 + 1)
+            .read_to_end(&mut body)?;
+        if body.len() > MAX_ANSWER_BYTES {
+            return Err(too_large());
+        }
     }
     Ok(Response { status, body })
 }
@@ -337,6 +358,16 @@ mod tests {
         let r = read_response(&b"HTTP/1.0 200 OK\r\n\r\nall of it"[..]).unwrap();
         assert_eq!(r.body, b"all of it");
         assert!(read_response(&b"garbage"[..]).is_err());
+        // A size announced past the cap is refused before any allocation
+        // (before: an abort of the whole daemon forwarding to that peer).
+        for huge in [
+            &b"HTTP/1.1 200 OK\r\ncontent-length: 4611686018427387904\r\n\r\n"[..],
+            &b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n4000000000000000\r\n"[..],
+            &b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\nffffffffffffffff\r\n"[..],
+        ] {
+            let e = read_response(huge).unwrap_err();
+            assert!(e.to_string().contains("larger than"), "{e}");
+        }
     }
 
     /// A daemon that accepts but does not answer in time: the error says so,

@@ -329,7 +329,8 @@ fn from_table(table: config::Map<String, Value>) -> Result<DaemonSettings, Setti
         None => None,
         Some(v) => {
             let name = text_of("state_topic", v)?;
-            let legal = !name.is_empty()
+            // Kafka refuses "." and ".." as topic names too.
+            let legal = !matches!(name.as_str(), "" | "." | "..")
                 && name.len() <= 249
                 && name
                     .chars()
@@ -486,6 +487,25 @@ fn cluster_settings(
             format!(
                 "`{advertised_url}`: expected {scheme}://HOST:PORT (the admin API speaks {scheme})"
             ),
+        ));
+    }
+    crate::http::BaseUrl::parse(&advertised_url).map_err(|e| err("cluster.advertised_url", e))?;
+    // Peers forward requests to it: an unspecified address (the default
+    // when admin_listen binds every interface) would send them to
+    // themselves.
+    let host = advertised_url[scheme.len() + 3..]
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
+    if host
+        .trim_matches(['[', ']'])
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_unspecified())
+    {
+        return Err(err(
+            "cluster.advertised_url",
+            format!("`{advertised_url}`: an address other nodes cannot reach this one at (admin_listen binds every interface; set cluster.advertised_url to this node's reachable {scheme}://HOST:PORT)"),
         ));
     }
     let ms = |n: i64| Duration::from_millis(n as u64);
@@ -766,6 +786,21 @@ request_timeout_ms = 15000
         );
         assert_eq!(
             bad("id = \"x\"\nadvertised_url = \"ftp://h\"\n"),
+            "cluster.advertised_url"
+        );
+        assert_eq!(
+            bad("id = \"x\"\nadvertised_url = \"http://\"\n"),
+            "cluster.advertised_url"
+        );
+        assert_eq!(
+            bad("id = \"x\"\nadvertised_url = \"http://[::]:9700\"\n"),
+            "cluster.advertised_url"
+        );
+        // The default, admin_listen's address, when it binds everything.
+        assert_eq!(
+            key_of(&format!(
+                "admin_listen = \"0.0.0.0:9700\"\nadmin_token = \"0123456789abcdef0123456789abcdef\"\n{dest}[cluster]\nid = \"x\"\n"
+            )),
             "cluster.advertised_url"
         );
     }

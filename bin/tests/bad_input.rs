@@ -158,6 +158,7 @@ const SETTINGS: &[Setting] = &[
     row("", "max_memory_bytes = 6.5e7", "max_memory_bytes"),
     row("", "state_topic = \"no spaces\"", "state_topic"),
     row("", "state_topic = \"\"", "state_topic"),
+    row("", "state_topic = \"..\"", "state_topic"),
     row("", "state_topic = 5", "state_topic"),
     row(
         "",
@@ -512,6 +513,45 @@ fn a_truncated_log_is_refused() {
         let names = ["truncated", data.to_str().unwrap()];
         refused_dir(dir.path(), &data, &names, untouched);
     }
+}
+
+/// A batch of the log whose checksum fails is damage to acknowledged
+/// records (sled writes each batch atomically, so a crash leaves none):
+/// the daemon and `kmirror log verify` refuse it untouched, naming the
+/// directory and the damage; only `kmirror log repair` cuts it. Before,
+/// the daemon cut it on opening with a warning and ran on.
+#[test]
+fn a_damaged_tail_is_refused_untouched_and_cut_only_by_a_repair() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    a_log(&data);
+    {
+        let db = kmirror_store::open_sled_waiting(&sled::Config::new().path(&data)).unwrap();
+        let (key, value) = db.range(&b"L"[..]..&b"M"[..]).last().unwrap().unwrap();
+        let mut damaged = value.to_vec();
+        let middle = damaged.len() / 2;
+        damaged[middle] ^= 0xff;
+        db.insert(key, damaged).unwrap();
+        db.flush().unwrap();
+    }
+    refused_unchanged(dir.path(), &data, &["damaged", data.to_str().unwrap()]);
+    let out = kmirror_in(
+        dir.path(),
+        &["log", "repair", "--data-dir", data.to_str().unwrap()],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("REPAIRED: cut 1 damaged records (82 bytes) from offset 0"),
+        "{}",
+        stdout(&out)
+    );
+    let out = kmirror_in(
+        dir.path(),
+        &["log", "verify", "--data-dir", data.to_str().unwrap()],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stdout(&out));
 }
 
 // ---- a running daemon: properties, patterns, names, bodies ---------------

@@ -597,3 +597,88 @@ fn a_rolling_restart_hands_shards_over_without_a_marker() {
         assert_eq!(n.terminate().code(), Some(0));
     }
 }
+
+/// Runs a node with the settings `text` (its admin listener added) and
+/// waits for it to exit; its log. Panics if it still runs after 60 s.
+fn refused_start(text: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("kmirror.toml");
+    let port = free_port();
+    std::fs::write(
+        &config,
+        format!("admin_listen = \"127.0.0.1:{port}\"\n{text}"),
+    )
+    .unwrap();
+    let log = dir.path().join("daemon.log");
+    let mut child = ChildGuard(
+        std::process::Command::new(KMIRROR)
+            .args(["daemon", "--config", config.to_str().unwrap()])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn kmirror daemon"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running after 60 s: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let err = std::fs::read_to_string(&log).unwrap();
+    assert!(!status.success(), "it should refuse: {err}");
+    err
+}
+
+/// Settings the destination makes wrong refuse the node's start, naming
+/// the setting and what would do:
+/// - a `state_topic_num_partitions` that differs from the state topic's
+///   partition count (made by nodes configured otherwise). Before, the
+///   node joined and routed mirrors by its own count: shards past it were
+///   never loaded (their mirrors vanished from `list`), and a mirror
+///   routed to another shard could be created again under the same name;
+/// - a session timeout below the group coordinator's minimum (6 s by
+///   default). Before, every join was refused with INVALID_SESSION_TIMEOUT
+///   and retried forever, the node owning nothing.
+#[test]
+fn a_node_the_destination_would_refuse_does_not_start() {
+    let state_topic = unique("__kmirror_state_count");
+    let partitions = (SHARDS + 2).to_string();
+    kmirror_tests::kafka_tool_ok(
+        "kafka-topics",
+        &[
+            "--bootstrap-server",
+            &bed().destination,
+            "--create",
+            "--topic",
+            &state_topic,
+            "--partitions",
+            &partitions,
+            "--config",
+            "cleanup.policy=compact",
+        ],
+    );
+    let settings = |partitions: i32, session_ms: u64| {
+        format!(
+            "state_topic = \"{state_topic}\"\nstate_topic_num_partitions = {partitions}\n[destination]\nbootstrap_servers = \"{}\"\n[cluster]\nid = \"{}\"\nsession_timeout_ms = {session_ms}\nheartbeat_interval_ms = 1000\n",
+            bed().destination,
+            unique("refused")
+        )
+    };
+    let err = refused_start(&settings(SHARDS, SESSION_MS));
+    assert!(
+        err.contains("state_topic_num_partitions") && err.contains(&partitions),
+        "{err}"
+    );
+    let err = refused_start(&settings(SHARDS + 2, 3000));
+    assert!(
+        err.contains("cluster.session_timeout_ms") && err.contains("group.min.session.timeout.ms"),
+        "{err}"
+    );
+}

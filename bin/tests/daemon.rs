@@ -102,6 +102,35 @@ fn cli_errors_have_a_name_and_a_non_zero_exit() {
         "1",
     ]);
     assert_fails(&out, "INVALID_REQUEST", "--partition");
+
+    // Numbers of seconds that overflowed what was made of them: a panic
+    // (exit 101) for `--interval 1e20`, a stop timeout wrapped to 384 ms
+    // in a release build for `--timeout 18446744073709552`.
+    let out = kmirror(&[
+        "mirror",
+        "describe",
+        "--watch",
+        "--interval",
+        "1e20",
+        "--admin",
+        &admin,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_fails(&out, "INVALID_REQUEST", "--interval");
+    let out = kmirror(&[
+        "mirror",
+        "stop",
+        "--mirror",
+        "m",
+        "--topics",
+        "t",
+        "--timeout",
+        "18446744073709552",
+        "--admin",
+        &admin,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_fails(&out, "INVALID_REQUEST", "--timeout");
 }
 
 #[test]

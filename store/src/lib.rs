@@ -6,6 +6,7 @@
 //! never from an actix Arbiter thread.
 
 mod mem;
+mod sled_blob;
 mod sled_log;
 mod verify;
 
@@ -16,7 +17,7 @@ use kmirror_events::{
 
 pub use mem::MemLog;
 #[doc(hidden)]
-pub use sled_log::encode_batch_blob as sled_log_blob;
+pub use sled_blob::encode_batch_blob as sled_log_blob;
 pub use sled_log::{
     open_waiting as open_sled_waiting, FsyncPolicy, OpenReport, SledLog, SledOptions,
 };
@@ -64,6 +65,15 @@ pub enum StoreError {
     Sled(#[from] sled::Error),
     #[error("record at offset {offset} is damaged: {source}")]
     Corrupt { offset: Offset, source: CodecError },
+    /// The newest batches fail their checksum or miss records: damage, not
+    /// a crash's leftovers (sled writes each batch atomically). Nothing is
+    /// changed; the operator decides.
+    #[error("data directory {path}: the event log's last {records} records, from offset {from_offset}, are damaged (a checksum fails or records are missing); nothing was changed. Restore the directory from a backup, or run `kmirror log repair --data-dir {path}` to cut the log back to offset {from_offset} (those records are lost)")]
+    DamagedTail {
+        path: std::path::PathBuf,
+        from_offset: Offset,
+        records: u64,
+    },
     #[error("snapshot at offset {offset} is damaged: {source}")]
     CorruptSnapshot { offset: Offset, source: CodecError },
     #[error("the event log was written by a newer kmirror (format version {found}; this build reads up to {supported}); refusing to open it")]

@@ -13,6 +13,7 @@
 //! - `S` + end offset (u64 BE) → snapshot of the folded image
 //! - `M` + name → metadata (`format_version`)
 
+use crate::sled_blob::{check_blob, encode_batch_blob, parse_blob};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -47,6 +48,12 @@ pub struct SledOptions {
     /// Never write: no tail repair, no metadata; appends fail. For
     /// `kmirror log` read-only commands.
     pub read_only: bool,
+    /// Cut a damaged tail back to the last whole batch (`kmirror log
+    /// repair`). Off, a damaged tail refuses the open: sled applies each
+    /// batch atomically, so a crash never leaves one torn, and a batch that
+    /// fails its checksum is damage to acknowledged records — perhaps a
+    /// failover — that only the operator may decide to drop.
+    pub repair_tail: bool,
     pub cache_capacity_bytes: u64,
 }
 
@@ -56,6 +63,7 @@ impl Default for SledOptions {
             fsync: FsyncPolicy::EveryBatch,
             create: true,
             read_only: false,
+            repair_tail: false,
             cache_capacity_bytes: 256 * 1024 * 1024,
         }
     }
@@ -79,6 +87,7 @@ pub struct SledLog {
     path: PathBuf,
     fsync: FsyncPolicy,
     read_only: bool,
+    repair_tail: bool,
     /// Serialises appends so offsets, the index and the optimistic-lock
     /// check stay consistent.
     write_lock: Mutex<()>,
@@ -143,73 +152,6 @@ fn is_locked(message: &str) -> bool {
     message.contains("could not acquire lock") || message.contains("WouldBlock")
 }
 
-/// Encodes a batch value. Public for tests that fabricate damage.
-#[doc(hidden)]
-pub fn encode_batch_blob(entries: &[(Offset, Vec<u8>)]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(entries.iter().map(|(_, e)| e.len() + 12).sum());
-    for (o, e) in entries {
-        out.extend_from_slice(&o.to_le_bytes());
-        out.extend_from_slice(&(e.len() as u32).to_le_bytes());
-        out.extend_from_slice(e);
-    }
-    out
-}
-
-/// `(offset, envelope)` pairs of one batch value.
-type BlobEntries<'a> = Vec<(Offset, &'a [u8])>;
-
-/// Splits a batch value into `(offset, envelope)` pairs.
-fn parse_blob(blob: &[u8]) -> std::result::Result<BlobEntries<'_>, String> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at < blob.len() {
-        let head = blob
-            .get(at..at + 12)
-            .ok_or_else(|| format!("batch value truncated at byte {at}"))?;
-        let o = u64::from_le_bytes(head[..8].try_into().unwrap());
-        let len = u32::from_le_bytes(head[8..].try_into().unwrap()) as usize;
-        let env = blob
-            .get(at + 12..at + 12 + len)
-            .ok_or_else(|| format!("batch value truncated in the record at offset {o}"))?;
-        out.push((o, env));
-        at += 12 + len;
-    }
-    Ok(out)
-}
-
-/// Checks a whole batch value: every envelope's CRC and version, offsets
-/// inside the declared batch. Returns the batch's declared (base, count) and
-/// its entries.
-fn check_blob(
-    key_base: Offset,
-    blob: &[u8],
-) -> std::result::Result<(Offset, u32, BlobEntries<'_>), CodecError> {
-    let entries = parse_blob(blob).map_err(|message| CodecError::Decode {
-        what: "batch",
-        message,
-    })?;
-    let mut declared = None;
-    for (o, env) in &entries {
-        let v = codec::view_record(env)?;
-        let end = v.batch_base.saturating_add(v.batch_count as u64);
-        if *o < v.batch_base || *o >= end || v.batch_base != key_base {
-            return Err(CodecError::Decode {
-                what: "batch",
-                message: format!(
-                    "record at offset {o} is outside its batch [{}, {end})",
-                    v.batch_base
-                ),
-            });
-        }
-        declared = Some((v.batch_base, v.batch_count));
-    }
-    let (base, count) = declared.ok_or(CodecError::Decode {
-        what: "batch",
-        message: "empty batch value".into(),
-    })?;
-    Ok((base, count, entries))
-}
-
 /// Whether sled's `db` file has at least one segment whose header checks:
 /// sled 0.34 starts each segment (512 KiB, its default, which kmirror
 /// keeps) with a CRC-32 of the 16 header bytes after it, stored inverted.
@@ -248,9 +190,10 @@ impl SledLog {
         Self::open_with(dir, SledOptions::default())
     }
 
-    /// Opens the log, checking the format version and the tail: a torn or
-    /// corrupt tail (bad CRC, or a batch missing records) is cut back to the
-    /// last whole batch with a warning, or only reported when read-only.
+    /// Opens the log, checking the format version and the tail: a damaged
+    /// tail (bad CRC, or a batch missing records) refuses the open, is only
+    /// reported when read-only, and is cut back to the last whole batch
+    /// with `repair_tail`.
     pub fn open_with(dir: impl AsRef<Path>, opts: SledOptions) -> Result<Self> {
         let path = dir.as_ref().to_path_buf();
         if !opts.create && !path.is_dir() {
@@ -335,6 +278,7 @@ impl SledLog {
             path,
             fsync: opts.fsync,
             read_only: opts.read_only,
+            repair_tail: opts.repair_tail,
             write_lock: Mutex::new(()),
             end: AtomicU64::new(0),
             report: OpenReport::default(),
@@ -417,17 +361,24 @@ impl SledLog {
                 from_offset = cut,
                 records,
                 bytes,
-                "event log has a torn or corrupt tail; read-only, so it is left in place and ignored"
+                "event log has a damaged tail; read-only, so it is left in place and ignored"
             );
             self.end.store(new_end, Ordering::SeqCst);
             return Ok(());
+        }
+        if !self.repair_tail {
+            return Err(StoreError::DamagedTail {
+                path: self.path.clone(),
+                from_offset: cut,
+                records,
+            });
         }
         tracing::warn!(
             path = %self.path.display(),
             from_offset = cut,
             records,
             bytes,
-            "event log had a torn or corrupt tail: dropped {records} records ({bytes} bytes) from offset {cut}"
+            "event log had a damaged tail: dropped {records} records ({bytes} bytes) from offset {cut}"
         );
         let mut batch = sled::Batch::default();
         for k in keys {

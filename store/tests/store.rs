@@ -180,8 +180,34 @@ fn lkey(o: u64) -> Vec<u8> {
     k
 }
 
+/// A writable open that would have cut: refused, naming the damage and
+/// the repair, with nothing changed.
+fn refused_as_damaged(dir: &std::path::Path, from: u64, records: u64) {
+    let e = SledLog::open(dir)
+        .err()
+        .expect("a damaged tail refuses the open");
+    assert!(
+        matches!(e, StoreError::DamagedTail { from_offset, records: r, .. } if from_offset == from && r == records),
+        "{e}"
+    );
+    assert!(e.to_string().contains("kmirror log repair"), "{e}");
+}
+
+/// A writable open that repairs (`kmirror log repair`).
+fn repairing(dir: &std::path::Path) -> SledLog {
+    SledLog::open_with(
+        dir,
+        kmirror_store::SledOptions {
+            create: false,
+            repair_tail: true,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
 #[test]
-fn torn_tail_is_cut_back_to_the_last_whole_batch() {
+fn a_damaged_tail_refuses_the_open_and_is_cut_only_by_a_repair() {
     let dir = tempfile::tempdir().unwrap();
     {
         let log = sled_log(dir.path());
@@ -209,8 +235,9 @@ fn torn_tail_is_cut_back_to_the_last_whole_batch() {
         assert_eq!(report.problems[0].0, 2);
         assert_eq!(log.end_offset(), 2);
     }
+    refused_as_damaged(dir.path(), 2, 2);
     {
-        let log = sled_log(dir.path());
+        let log = repairing(dir.path());
         assert_eq!(log.open_report().damaged_from, Some(2));
         assert_eq!(log.open_report().damaged_records, 2);
         assert!(log.open_report().repaired);
@@ -233,7 +260,8 @@ fn torn_tail_is_cut_back_to_the_last_whole_batch() {
             .unwrap();
         db.flush().unwrap();
     }
-    let log = sled_log(dir.path());
+    refused_as_damaged(dir.path(), 3, 1);
+    let log = repairing(dir.path());
     assert_eq!(log.open_report().damaged_from, Some(3));
     assert_eq!(log.open_report().damaged_records, 1);
     assert_eq!(log.end_offset(), 3);

@@ -191,7 +191,7 @@ impl KafkaLog {
         let (client, producer, index, report) = runtime
             .block_on(async {
                 let client = bounded_connect(&options.client).await?;
-                let partitions = ensure_topic(&client, options).await?;
+                let partitions = ensure_state_topic(&client, options).await?;
                 if partition < 0 || partition >= partitions {
                     return Err(format!(
                         "the state topic {} has {partitions} partitions; there is no partition {partition}",
@@ -603,8 +603,12 @@ impl Iterator for Entries<'_> {
 /// The state topic exists, compacted; its partition count. Created as
 /// [`StateLogOptions`] says if missing; an existing topic is used as it is,
 /// but one that is not compacted (or also deletes by retention) is refused:
-/// its records, the state, would expire.
-async fn ensure_topic(client: &KafkaClient, options: &StateLogOptions) -> Result<i32, String> {
+/// its records, the state, would expire. Every node of a cluster must route
+/// mirrors to shards by this count (`coordinator_partition`).
+pub async fn ensure_state_topic(
+    client: &KafkaClient,
+    options: &StateLogOptions,
+) -> Result<i32, String> {
     let admin = Admin::new(client.clone());
     let topic = &options.topic;
     let md = bounded(

@@ -225,7 +225,9 @@ pub fn sample_offsets(map: &OffsetMap, from: i64, to: i64, n: u64, seed: u64) ->
     }
     let mut rng = SplitMix64(seed);
     let mut picked = std::collections::BTreeSet::new();
-    if n as i64 >= total {
+    // Compared unsigned: a sample of 2^63 or more cast to i64 went
+    // negative and took the draw below, which could never pick that many.
+    if n >= total as u64 {
         picked.extend(spans.iter().flat_map(|&(a, b)| a..b));
     } else {
         while (picked.len() as u64) < n {
@@ -510,6 +512,8 @@ mod tests {
         );
         // Asking for more than there is takes everything recorded in range.
         assert_eq!(sample_offsets(&m, 90, 510, 1_000, 1).len(), 20);
+        assert_eq!(sample_offsets(&m, 90, 510, u64::MAX, 1).len(), 20);
+        assert_eq!(sample_offsets(&m, 90, 510, 1 << 63, 1).len(), 20);
         assert_ne!(partition_seed(1, "t", 0), partition_seed(1, "t", 1));
     }
 }

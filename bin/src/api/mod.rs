@@ -33,6 +33,11 @@ pub use route::NodeHandle;
 use route::{fan_out, forward, to_json, Owner};
 use serde::{Deserialize, Serialize};
 
+/// The largest `sample` a verify takes per partition: each sampled offset
+/// is held and fetched, and larger samples of a big partition are better
+/// asked as a whole-partition compare.
+const MAX_SAMPLE: u64 = 1_000_000;
+
 /// Body of `POST /mirrors`.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -411,6 +416,11 @@ async fn verify(
     }
     if request.sample == Some(0) {
         return Err(ApiError::invalid("sample: must be at least 1"));
+    }
+    if request.sample.is_some_and(|n| n > MAX_SAMPLE) {
+        return Err(ApiError::invalid(format!(
+            "sample: at most {MAX_SAMPLE} records per partition (a whole partition is compared without it)"
+        )));
     }
     if request.timeout_ms == Some(0) {
         return Err(ApiError::invalid("timeout_ms: must be at least 1"));

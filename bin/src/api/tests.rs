@@ -174,6 +174,18 @@ async fn bad_bodies_are_400_and_name_the_problem() {
         "INVALID_REQUEST",
         "unfence does not take one",
     );
+    // 2^63: once taken for a negative count, a draw that never ended on
+    // the daemon's own thread.
+    assert_error(
+        call(post(
+            "/mirrors/m/verify",
+            r#"{"sample":9223372036854775808}"#,
+        ))
+        .await,
+        400,
+        "INVALID_REQUEST",
+        "sample: at most 1000000",
+    );
     assert_error(
         call(post("/mirrors/m/start", r#"{"topics":"a"}"#)).await,
         400,

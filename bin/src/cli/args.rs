@@ -140,7 +140,7 @@ pub(super) enum MirrorCommand {
         #[arg(long)]
         fence_source: bool,
         /// How long each wait may take (fence and drain; stop), in seconds.
-        #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+        #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=MAX_SECONDS))]
         timeout: u64,
         /// With --fence-source and a source without an authorizer: how long
         /// its end offsets must stay unchanged, in milliseconds.
@@ -224,11 +224,17 @@ pub(super) enum OffsetsCommand {
     },
 }
 
-/// `--interval`: a positive, finite number of seconds.
+/// The longest wait a command takes (a day): larger numbers of seconds
+/// overflowed the milliseconds and deadlines made of them.
+const MAX_SECONDS: u64 = 86_400;
+
+/// `--interval`: a positive number of seconds, at most [`MAX_SECONDS`].
 fn positive_seconds(v: &str) -> Result<f64, String> {
     match v.trim().parse::<f64>() {
-        Ok(s) if s.is_finite() && s > 0.0 => Ok(s),
-        _ => Err(format!("expected a positive number of seconds, got {v:?}")),
+        Ok(s) if s.is_finite() && s > 0.0 && s <= MAX_SECONDS as f64 => Ok(s),
+        _ => Err(format!(
+            "expected a positive number of seconds, at most {MAX_SECONDS}, got {v:?}"
+        )),
     }
 }
 

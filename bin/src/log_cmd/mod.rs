@@ -79,6 +79,11 @@ enum LogCommand {
     },
     /// Write every record as JSON lines to stdout.
     Export,
+    /// Cut a damaged tail (the newest batches failing their checksum, or
+    /// missing records) back to the last whole batch: the daemon refuses
+    /// to start on one. The cut records are lost; restoring the data dir
+    /// from a backup keeps them.
+    Repair,
     /// Snapshot the state, then drop superseded records and old tombstones.
     Compact {
         /// Keep tombstones at least this long, so lagging readers see deletes.
@@ -158,6 +163,13 @@ fn dispatch(source: &Source, command: LogCommand) -> CliResult<ExitCode> {
             destination_config,
         } => verify_cmd(source, destination, destination_config),
         LogCommand::Export => export(source),
+        LogCommand::Repair => match source {
+            Source::Dir(dir) => repair(dir),
+            Source::Topic { .. } => Err(
+                "a state topic is never repaired by cutting: `kmirror log repair` works on a --data-dir"
+                    .into(),
+            ),
+        },
         LogCommand::Compact {
             tombstone_retention_ms,
         } => match source {
@@ -325,7 +337,7 @@ fn verify_cmd(
             println!("DAMAGED at offset {offset}: {problem}");
         }
         println!(
-            "FAILED: {} problems in {} records; a writable open (the daemon) cuts a damaged tail back to the last whole batch",
+            "FAILED: {} problems in {} records; the daemon refuses a damaged tail: restore the data dir from a backup, or `kmirror log repair` cuts the tail back to the last whole batch (its records are lost)",
             report.problems.len(),
             report.records
         );
@@ -384,6 +396,32 @@ fn export(source: &Source) -> CliResult<ExitCode> {
     }
     out.flush()?;
     p.finish();
+    Ok(ExitCode::SUCCESS)
+}
+
+fn repair(dir: &std::path::Path) -> CliResult<ExitCode> {
+    let log = SledLog::open_with(
+        dir,
+        kmirror_store::SledOptions {
+            create: false,
+            repair_tail: true,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| naming_dir(dir, e))?;
+    let report = log.open_report();
+    match report.damaged_from {
+        None => println!(
+            "OK: no damaged tail; nothing changed (end offset {})",
+            log.end_offset()
+        ),
+        Some(from) => println!(
+            "REPAIRED: cut {} damaged records ({} bytes) from offset {from}; the log now ends at offset {}",
+            report.damaged_records,
+            report.damaged_bytes,
+            log.end_offset()
+        ),
+    }
     Ok(ExitCode::SUCCESS)
 }
 

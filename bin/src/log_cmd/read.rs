@@ -56,7 +56,8 @@ pub(super) fn open_sled_ro(dir: &Path) -> CliResult<SledLog> {
     let log = SledLog::open_read_only(dir).map_err(|e| naming_dir(dir, e))?;
     if let Some(from) = log.open_report().damaged_from {
         eprintln!(
-            "kmirror log: warning: damaged tail from offset {from} ({} records) is ignored; run `kmirror log verify` for details",
+            "kmirror log: warning: data directory {}: damaged tail from offset {from} ({} records) is ignored (`kmirror log verify` details it, `kmirror log repair` cuts it)",
+            dir.display(),
             log.open_report().damaged_records
         );
     }
