@@ -20,6 +20,7 @@ pub mod partition;
 pub mod props;
 pub mod providers;
 pub mod publisher;
+mod refresh;
 pub mod shards;
 pub mod state_log;
 pub mod state_topic;

@@ -15,15 +15,11 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use kmirror_events::{
-    Command, FailoverReport, MirrorConfig, MirrorPartitionKey, MirrorStateImage, PartitionState,
-    PatternError, RetryPolicy, StateValidation, TopicFilter, TopicId,
+    FailoverReport, MirrorPartitionKey, MirrorStateImage, PartitionState, RetryPolicy, TopicId,
 };
 
-use crate::cluster::{
-    ensure_destination_topics, ClusterError, DestinationCluster, Doing, SourceCluster,
-    RECENT_TOPICS_AGE,
-};
-use crate::coordinator::{CoordinatorActor, CoordinatorError, Execute, ReadImage};
+use crate::cluster::{DestinationCluster, SourceCluster};
+use crate::coordinator::{CoordinatorActor, ReadImage};
 use crate::failback::SourceHistory;
 use crate::kafka::Jitter;
 use crate::metadata_sync::{
@@ -58,29 +54,7 @@ pub struct RecoverTopics(pub Vec<TopicId>);
 #[rtype(result = "()")]
 pub struct StopMirror;
 
-/// Why a refresh step failed; the next refresh tries again, except for a
-/// changed source cluster, which fails every partition for good.
-#[derive(Debug, thiserror::Error)]
-pub enum MirrorError {
-    #[error(transparent)]
-    Cluster(#[from] ClusterError),
-    #[error(transparent)]
-    Log(#[from] CoordinatorError),
-    #[error("mirror patterns: {0}")]
-    Settings(#[from] PatternError),
-    #[error("the source cluster id changed from {recorded} to {found}: bootstrap {bootstrap} now reaches a different cluster")]
-    SourceClusterChanged {
-        recorded: String,
-        found: String,
-        bootstrap: String,
-    },
-}
-
-impl From<MailboxError> for MirrorError {
-    fn from(e: MailboxError) -> Self {
-        MirrorError::Log(e.into())
-    }
-}
+pub use crate::refresh::MirrorError;
 
 pub struct MirrorSpec {
     pub name: String,
@@ -224,17 +198,18 @@ impl MirrorActor {
         let source = self.spec.source.clone();
         let destination = self.spec.destination.clone();
         let coordinator = self.spec.coordinator.clone();
+        let history = self.spec.history.clone();
         let work = async move {
             let image = coordinator.send(ReadImage).await.ok()?;
             let config = image.mirror(&name)?.clone();
-            if let Err(e) = check_source_identity(&config, &*source).await {
+            if let Err(e) = crate::refresh::check_source_identity(&config, &*source).await {
                 tracing::error!(mirror = %name, error = %e, "source cluster check failed");
                 return matches!(e, MirrorError::SourceClusterChanged { .. }).then_some(e);
             }
-            if let Err(e) = discover(
+            if let Err(e) = crate::refresh::discover(
                 &name,
                 &config,
-                &*source,
+                (&*source, history.as_deref()),
                 &*destination,
                 &coordinator,
                 &image,
@@ -258,98 +233,6 @@ impl MirrorActor {
             act.handle(Reconcile, ctx)
         }));
     }
-}
-
-/// A changed source cluster id fails every partition, not retryable: the
-/// mirror would otherwise copy another cluster's data into these topics.
-/// The error says so; the MirrorActor tells its partitions.
-async fn check_source_identity(
-    config: &MirrorConfig,
-    source: &dyn SourceCluster,
-) -> Result<(), MirrorError> {
-    let id = source
-        .cluster_id()
-        .await
-        .doing(|| "describe source cluster".into())?;
-    if config.source_cluster_id.is_empty() || id == config.source_cluster_id {
-        return Ok(());
-    }
-    Err(MirrorError::SourceClusterChanged {
-        recorded: config.source_cluster_id.clone(),
-        found: id,
-        bootstrap: config.source_bootstrap.clone(),
-    })
-}
-
-/// Source topics matching include and not exclude that no mirror knows yet
-/// start mirroring; mirrored topics that now match exclude stop.
-async fn discover(
-    name: &str,
-    config: &MirrorConfig,
-    source: &dyn SourceCluster,
-    destination: &dyn DestinationCluster,
-    coordinator: &Addr<CoordinatorActor>,
-    image: &MirrorStateImage,
-) -> Result<(), MirrorError> {
-    let filter = TopicFilter::new(&config.topics_include, &config.topics_exclude)?;
-    // A topic any mirror knows, stopped ones included, is left alone:
-    // restarting a stopped topic is an operator's decision.
-    let known: HashSet<&str> = image
-        .topics()
-        .map(|(_, e)| &e.change)
-        .filter(|c| !c.mirror_name.is_empty())
-        .map(|c| c.topic_name.as_str())
-        .collect();
-    let new: Vec<_> = source
-        .recent_topics(RECENT_TOPICS_AGE)
-        .await
-        .doing(|| "list source topics".into())?
-        .into_iter()
-        .filter(|t| !t.internal && filter.matches(&t.name) && !known.contains(t.name.as_str()))
-        .collect();
-    let start = ensure_destination_topics(source, destination, &new).await?;
-    if !start.is_empty() {
-        let ids: Vec<TopicId> = start.iter().map(|t| t.topic_id).collect();
-        tracing::info!(mirror = %name, topics = ?start.iter().map(|t| &t.name).collect::<Vec<_>>(), "discovered topics");
-        coordinator
-            .send(Execute {
-                command: Command::StartTopics {
-                    mirror: name.to_string(),
-                    topics: start,
-                    include: vec![],
-                    exclude: vec![],
-                    seeds: vec![],
-                },
-                state_validation: Some(StateValidation {
-                    offset: image.end_offset(),
-                    topics: ids,
-                }),
-                lazy: false,
-            })
-            .await??;
-    }
-    let excluded: Vec<TopicId> = image
-        .topics_of(name)
-        .filter(|e| e.change.is_active() && filter.is_excluded(&e.change.topic_name))
-        .map(|e| e.change.topic_id)
-        .collect();
-    if !excluded.is_empty() {
-        tracing::info!(mirror = %name, topics = excluded.len(), "stopping topics that now match exclude");
-        coordinator
-            .send(Execute {
-                command: Command::StopTopics {
-                    mirror: name.to_string(),
-                    topics: excluded.clone(),
-                },
-                state_validation: Some(StateValidation {
-                    offset: image.end_offset(),
-                    topics: excluded,
-                }),
-                lazy: false,
-            })
-            .await??;
-    }
-    Ok(())
 }
 
 impl Actor for MirrorActor {
@@ -497,10 +380,11 @@ mod tests {
     use std::time::Duration;
 
     use actix::prelude::*;
-    use kmirror_events::{MirrorConfig, PartitionState, RetryPolicy, TopicId};
+    use kmirror_events::{Command, MirrorConfig, PartitionState, RetryPolicy, TopicId};
 
     use super::*;
     use crate::cluster::memory::{record, Fixture};
+    use crate::coordinator::Execute;
     use crate::kafka::batch::Codec;
     use crate::kafka::fetch::TopicPartition;
 

@@ -162,6 +162,10 @@ pub async fn read_image(
             })?;
             for batch in fetched.batches() {
                 let batch = batch.doing(doing)?;
+                // A shard's fence marker: no record of the state.
+                if batch.is_control() {
+                    continue;
+                }
                 let decoded = decode_records(&batch).doing(doing)?;
                 for r in decoded.records {
                     let offset = batch.base_offset() + r.offset_delta as i64;

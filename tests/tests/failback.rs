@@ -178,9 +178,17 @@ async fn reverse(f: &AfterFailover) -> (Node, tempfile::TempDir) {
         connector_through(None),
     )
     .await;
-    node.create_mirror("ba", props(&f.bed.destination))
-        .await
-        .unwrap();
+    // With the topic in its include pattern, as the README creates one:
+    // discovery must leave it to the failback start.
+    let mut props = props(&f.bed.destination);
+    props.insert("mirror.topics.include".into(), f.topic.clone());
+    node.create_mirror("ba", props).await.unwrap();
+    // Refreshes (every 0.5 s) have run discovery by now.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        node.describe(Some("ba")).await.unwrap().is_empty(),
+        "discovery started a topic mirrored from A as a new one"
+    );
     (node, dir)
 }
 

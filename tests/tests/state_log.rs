@@ -684,3 +684,42 @@ fn a_follower_reads_on_after_a_shard_leader_is_killed() {
     assert_eq!(state.shards[0].image, log.load_image().unwrap());
     rt.block_on(follower.close());
 }
+
+/// A node that takes a shard fences it first: an abort marker (a control
+/// batch) lands in the state topic. A failback reads the topic of the
+/// cluster it fails back to (`state_topic::read_image`), and must skip the
+/// marker as every reader of the log does. Before, its six-byte value was
+/// decoded as a record ("record truncated") and the failback refused.
+#[test]
+fn a_failback_reads_a_state_topic_past_a_shards_fence_marker() {
+    use kmirror_actors::cluster::kafka::KafkaCluster;
+    use kmirror_actors::kafka::fence::{acquire, fence_partitions};
+    use kmirror_actors::kafka::fetch::{FetchOptions, TopicPartition};
+
+    let topic = unique("state-fenced");
+    let log = KafkaLog::open(&options(&topic, 1), 0).expect("open");
+    log.append(1, &[config("east")]).unwrap();
+    drop(log);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let client = KafkaClient::connect(ClientConfig::plaintext(&bed().destination))
+            .await
+            .unwrap();
+        let shard = [TopicPartition::new(&topic, 0)];
+        let fence = acquire(
+            &client,
+            &unique("state-fence"),
+            Duration::from_secs(60),
+            &shard,
+        )
+        .await
+        .unwrap();
+        fence_partitions(&client, &fence, &shard).await.unwrap();
+        let cluster = KafkaCluster::new(client, FetchOptions::default());
+        let image = kmirror_actors::state_topic::read_image(&cluster, &topic)
+            .await
+            .expect("the marker is skipped")
+            .expect("the topic exists");
+        assert!(image.mirror("east").is_some(), "{:?}", image.summary());
+    });
+}

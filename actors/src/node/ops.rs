@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use kmirror_events::{
-    coordinator_partition, decide, join_lists, Command, FailbackMode, MapSeed, MirrorConfig,
-    MirrorPartitionKey, MirrorStateImage, PatternList, StateValidation, TopicFilter, TopicId,
+    coordinator_partition, decide, join_lists, Command, MapSeed, MirrorConfig, MirrorPartitionKey,
+    MirrorStateImage, PatternList, StateValidation, TopicFilter, TopicId,
 };
 
 use super::fence::check_lock;
@@ -278,15 +278,17 @@ impl Node {
         let seeds = failbacks
             .iter()
             .flat_map(|fb| {
-                fb.partitions
-                    .iter()
-                    .filter(|(_, p)| p.plan.mode == FailbackMode::Delta)
-                    .map(|(partition, p)| MapSeed {
-                        topic_id: fb.topic.topic_id,
-                        partition: *partition,
-                        runs: p.runs.clone(),
-                        holes: p.holes.clone(),
-                    })
+                // Every failed-back partition's map begins afresh: a delta
+                // with the forward map turned around, a from-scratch empty
+                // (its destination topic was made anew, and a map this
+                // mirror kept of an earlier round would be found
+                // "truncated" by alignment, the partition failed for good).
+                fb.partitions.iter().map(|(partition, p)| MapSeed {
+                    topic_id: fb.topic.topic_id,
+                    partition: *partition,
+                    runs: p.runs.clone(),
+                    holes: p.holes.clone(),
+                })
             })
             .collect();
         // The patterns are saved for auto-discovery in the same append as
