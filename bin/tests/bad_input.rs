@@ -554,6 +554,35 @@ fn a_damaged_tail_is_refused_untouched_and_cut_only_by_a_repair() {
     assert!(out.status.success(), "{}", stdout(&out));
 }
 
+/// A `--destination-config` that cannot be read is named with its flag
+/// (the error said only "No such file or directory").
+#[test]
+fn a_missing_destination_config_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    a_log(&data);
+    let out = kmirror_in(
+        dir.path(),
+        &[
+            "log",
+            "verify",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--destination",
+            "127.0.0.1:1",
+            "--destination-config",
+            "/nonexistent/destination.properties",
+        ],
+        &[],
+    );
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("--destination-config /nonexistent/destination.properties"),
+        "{err}"
+    );
+}
+
 // ---- a running daemon: properties, patterns, names, bodies ---------------
 
 /// One wrong mirror property: its line and what the error must name.

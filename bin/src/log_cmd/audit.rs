@@ -58,7 +58,10 @@ pub(crate) enum Bound {
 
 fn parse_bound(flag: &str, s: &str) -> CliResult<Bound> {
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
-        return Ok(Bound::Offset(s.parse()?));
+        return s
+            .parse()
+            .map(Bound::Offset)
+            .map_err(|e| format!("{flag} {s:?}: {e} (log offsets are below 2^64)").into());
     }
     parse_rfc3339_ms(s).map(Bound::TimeMs).ok_or_else(|| {
         format!("{flag} {s:?}: expected a log offset or an RFC 3339 time like 2026-05-01T12:00:00Z")
@@ -551,6 +554,16 @@ mod tests {
         assert_eq!(format_ms(t), "2026-05-01T12:34:56.789Z");
         assert_eq!(parse_rfc3339_ms("2026-05-01T14:34:56.789+02:00"), Some(t));
         assert_eq!(parse_rfc3339_ms("yesterday"), None);
+        // A number too large names its flag (it said only "number too
+        // large to fit in target type").
+        let e = parse_bound("--since", "99999999999999999999")
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string()
+                .starts_with("--since \"99999999999999999999\""),
+            "{e}"
+        );
     }
 
     #[test]

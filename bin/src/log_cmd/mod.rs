@@ -312,8 +312,12 @@ fn verify_cmd(
     };
     if let Some(bootstrap) = destination {
         let mut props = match destination_config {
-            Some(f) => kmirror_actors::props::parse(&std::fs::read_to_string(&f)?)
-                .map_err(|e| format!("{}: {e}", f.display()))?,
+            Some(f) => {
+                let text = std::fs::read_to_string(&f)
+                    .map_err(|e| format!("--destination-config {}: {e}", f.display()))?;
+                kmirror_actors::props::parse(&text)
+                    .map_err(|e| format!("--destination-config {}: {e}", f.display()))?
+            }
             None => Default::default(),
         };
         props.insert("bootstrap.servers".into(), bootstrap);
