@@ -192,6 +192,18 @@ async fn reverse(f: &AfterFailover) -> (Node, tempfile::TempDir) {
     (node, dir)
 }
 
+/// Stops the reverse mirror's `topic` (a failover back to A) and waits for
+/// STOPPED.
+async fn stop_back(back: &Node, topic: &str) {
+    back.change_topics("ba", TopicChange::Stop, &[topic.to_string()], None)
+        .await
+        .unwrap();
+    wait("ba STOPPED", Duration::from_secs(60), async || {
+        states(back, "ba").await == ["STOPPED"]
+    })
+    .await;
+}
+
 /// Starts `topic` in `mirror` as a failback would.
 async fn start_back(
     node: &Node,
@@ -290,18 +302,7 @@ async fn failover_then_delta_failback_by_a_fresh_daemon_then_once_more_a_to_b() 
 
     // And once more A→B: failover back to A, producers on A, the old mirror
     // started again takes B back by the reverse mirror's history.
-    back.change_topics(
-        "ba",
-        TopicChange::Stop,
-        std::slice::from_ref(&f.topic),
-        None,
-    )
-    .await
-    .unwrap();
-    wait("ba STOPPED", Duration::from_secs(60), async || {
-        states(&back, "ba").await == ["STOPPED"]
-    })
-    .await;
+    stop_back(&back, &f.topic).await;
     produce_values(&f.bed.source, &f.topic, 10, "a2");
     let again = start_back(&f.forward, "ab", &f.topic, FailbackRequest::default())
         .await
@@ -368,6 +369,45 @@ async fn failover_then_from_scratch_failback() {
     .await;
     let read = group_read(&f.bed.source, &f.topic, &f.group, 21, 15_000);
     assert_eq!(read, value_lines(40, "b")[20..]);
+    back.shutdown().await;
+    f.forward.shutdown().await;
+}
+
+/// A→B, failover, B→A by delta (A keeps its topic), then A→B again from
+/// scratch: B's topic is made anew, so the mirror's map of the first round
+/// must not survive into it. It did (only delta plans seeded a map):
+/// alignment found B "truncated" below that map and failed the partition
+/// for good.
+#[actix::test]
+async fn a_from_scratch_start_after_a_delta_failback_begins_a_fresh_map() {
+    let f = fail_over().await;
+    let (back, _dir) = reverse(&f).await;
+    fail_back(&back, &f.topic, FailbackRequest::default()).await;
+    wait("B→A caught up", Duration::from_secs(60), async || {
+        caught_up(&back, "ba", 390).await
+    })
+    .await;
+    stop_back(&back, &f.topic).await;
+    // A is back: the forward node reaches it again.
+    f.source_proxy.release();
+    let request = FailbackRequest {
+        mode: Some(FailbackMode::FromScratch),
+        dry_run: false,
+    };
+    let done = start_back(&f.forward, "ab", &f.topic, request)
+        .await
+        .unwrap();
+    assert_eq!(done.failback[0].plan.mode, FailbackMode::FromScratch);
+    wait(
+        "A→B caught up again, from scratch",
+        Duration::from_secs(60),
+        async || caught_up(&f.forward, "ab", 390).await,
+    )
+    .await;
+    assert_eq!(
+        values(&f.bed.destination, &f.topic, 390),
+        values(&f.bed.source, &f.topic, 390)
+    );
     back.shutdown().await;
     f.forward.shutdown().await;
 }
