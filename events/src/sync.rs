@@ -548,6 +548,11 @@ mod tests {
             ("segment.bytes".to_string(), "1000000".to_string()),
             ("min.insync.replicas".to_string(), "2".to_string()),
             ("mirror.anything".to_string(), "x".to_string()),
+            // Tiered storage describes the destination's own deployment:
+            // a destination without it refused the key, and with it every
+            // other change of the topic's alteration.
+            ("remote.storage.enable".to_string(), "true".to_string()),
+            ("local.retention.ms".to_string(), "1000".to_string()),
         ];
         let dest: BTreeMap<String, Option<String>> = [
             ("retention.ms".to_string(), Some("604800000".to_string())),
