@@ -124,15 +124,17 @@ impl Clustered {
         // A node counting the shards otherwise would load shards no mirror
         // routes to, miss the others' mirrors, and let a mirror be created
         // twice under one name.
+        let checks = connect().await?;
         let partitions =
-            kmirror_actors::state_log::ensure_state_topic(&connect().await?, &log_options).await?;
+            kmirror_actors::state_log::ensure_state_topic(&checks, &log_options).await?;
         if partitions != node_settings.state_topic_partitions {
             return Err(format!(
                 "INVALID_CONFIG: state_topic_num_partitions is {}, but the state topic {} has {partitions} partitions: every node must route mirrors by the topic's own count (set state_topic_num_partitions = {partitions})",
                 node_settings.state_topic_partitions, node_settings.state_topic
             ));
         }
-        check_session_timeout(&connect().await?, cluster.session_timeout).await?;
+        check_session_timeout(&checks, cluster.session_timeout).await?;
+        drop(checks);
         let (_units_tx, units) = watch::channel(
             (0..node_settings.state_topic_partitions)
                 .map(unit)

@@ -381,7 +381,6 @@ impl Node {
             .map_err(refused)
     }
 
-    /// Starts the MirrorActor of a mirror recorded in the log.
     /// Starts `name`'s MirrorActor, unless it runs already. A mirror whose
     /// properties cannot make a source client here is kept among the
     /// unrunnable with the reason, which names it.
