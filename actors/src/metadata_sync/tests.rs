@@ -561,3 +561,26 @@ async fn one_unreadable_destination_partition_holds_back_only_its_own_offsets() 
     assert!(r.sync().await.errors.is_empty());
     assert_eq!(r.committed("g", 1).map(|c| c.0), Some(6));
 }
+
+/// The source's commit is the truth, as the KIP's clamp has it: an empty
+/// destination group that read further on its own (a test consumer, a
+/// consumer started too early) is moved back to where the source's
+/// consumers are, so a failover re-reads what they had not processed
+/// rather than skipping it. MirrorMaker 2 never moves an offset back.
+#[actix::test]
+async fn the_source_commit_wins_over_an_empty_destination_group_further_on() {
+    let r = rig(&[]).await;
+    r.mirrored(0, vec![run(0, 0, 10)]).await;
+    let ahead = crate::cluster::GroupOffsets::from([(
+        (TOPIC.to_string(), 0),
+        crate::kafka::admin::CommittedOffset {
+            offset: 9,
+            leader_epoch: -1,
+            metadata: None,
+        },
+    )]);
+    r.dest.commit_offsets("g", ahead).await.unwrap();
+    r.source.commit("g", TOPIC, 0, 4, "");
+    assert!(r.sync().await.errors.is_empty());
+    assert_eq!(r.committed("g", 0).map(|c| c.0), Some(4));
+}
