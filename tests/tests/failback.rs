@@ -343,15 +343,28 @@ async fn failover_then_from_scratch_failback() {
     assert_eq!(plan.mode, FailbackMode::FromScratch);
     assert_eq!((plan.divergent_start, plan.divergent_end), (0, 350));
     assert_eq!((plan.copy_start, plan.copy_end), (0, 340));
-    let done = fail_back(
-        &back,
-        &f.topic,
-        FailbackRequest {
-            dry_run: false,
-            ..request
-        },
-    )
-    .await;
+    // Two operators start it at once: one start fails the topic back, the
+    // other, after it, finds the topic mirrored already. Planned on one
+    // image, both re-created the topic, the second possibly under the
+    // first's running partitions, and one was refused as stale.
+    let request = FailbackRequest {
+        dry_run: false,
+        ..request
+    };
+    let (one, two) = tokio::join!(
+        start_back(&back, "ba", &f.topic, request),
+        start_back(&back, "ba", &f.topic, request),
+    );
+    let (one, two) = (one.unwrap(), two.unwrap());
+    let (done, other) = if one.failback.is_empty() {
+        (two, one)
+    } else {
+        (one, two)
+    };
+    assert!(
+        other.failback.is_empty() && other.topics.is_empty(),
+        "{other:?}"
+    );
     assert_eq!(
         done.failback[0].plan, *plan,
         "the dry run planned what was done"

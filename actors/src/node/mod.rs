@@ -111,6 +111,13 @@ struct Inner {
     mirrors: tokio::sync::Mutex<Mirrors>,
     /// The coordinator's [`CoordinatorActor::log_failure`].
     log_failure: tokio::sync::watch::Receiver<Option<String>>,
+    /// One start at a time per mirror: a failback's side effects (a topic
+    /// deleted and re-created, an export) follow its recorded plan but come
+    /// before the start that ends it, and the StateValidationOffset lock
+    /// guards appends, not those effects. Two starts planned on one image
+    /// would otherwise both re-create the topic, the second after the
+    /// first's partitions began to copy into it.
+    starts: std::sync::Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 #[derive(Default)]
@@ -132,6 +139,10 @@ struct Running {
     board: StatusBoard,
     source: Arc<dyn SourceCluster>,
     retry: RetryPolicy,
+    /// The source's state topic as this mirror reads it: every read of it
+    /// on this source connection goes through here, one at a time (two
+    /// fetches of one partition on one connection take each other's place).
+    history: Arc<SourceHistory>,
 }
 
 /// Mirror-level keys that are not source connection properties.
@@ -288,6 +299,7 @@ impl Node {
                 settings,
                 mirrors: tokio::sync::Mutex::default(),
                 log_failure,
+                starts: Default::default(),
             }),
         };
         let image = node.image().await?;
@@ -417,6 +429,7 @@ impl Node {
         })?;
         mirrors.unrunnable.remove(name);
         let board = StatusBoard::default();
+        let history = Arc::new(SourceHistory::new(&self.inner.settings.state_topic));
         let actor = MirrorActor::new(MirrorSpec {
             name: name.to_string(),
             source: source.clone(),
@@ -426,9 +439,7 @@ impl Node {
             jitter: self.inner.settings.jitter.clone(),
             refresh_interval: self.inner.settings.refresh_interval,
             published: self.inner.publisher.as_ref().map(|p| p.clone().recipient()),
-            history: Some(Arc::new(SourceHistory::new(
-                &self.inner.settings.state_topic,
-            ))),
+            history: Some(history.clone()),
             board: board.clone(),
         })
         .start();
@@ -439,6 +450,7 @@ impl Node {
                 board,
                 source,
                 retry,
+                history,
             },
         );
         Ok(())
@@ -481,6 +493,13 @@ impl Node {
     ) -> Result<(Addr<MirrorActor>, Arc<dyn SourceCluster>), NodeError> {
         self.of_running(mirror, |r| (r.actor.clone(), r.source.clone()))
             .await
+    }
+
+    /// The lock that puts `mirror`'s starts one after another (see
+    /// `Inner::starts`).
+    fn start_lock(&self, mirror: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut starts = self.inner.starts.lock().expect("start locks");
+        starts.entry(mirror.to_string()).or_default().clone()
     }
 
     /// The status board of a running mirror's partitions.

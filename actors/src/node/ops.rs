@@ -18,7 +18,6 @@ use super::{
 use crate::cluster::{ensure_destination_topics, SourceCluster, TopicInfo};
 use crate::failback::{self, FailbackError, FailbackRequest, FailbackSettings, TopicFailback};
 use crate::mirror::{Reconcile, RecoverTopics, StopMirror};
-use crate::state_topic;
 
 /// Every `mirror.*` property kmirror reads (the two unprefixed mirror keys
 /// may carry the prefix too). Any other is refused at create: a misspelt
@@ -215,6 +214,8 @@ impl Node {
         state_validation_offset: Option<u64>,
         failback: FailbackRequest,
     ) -> Result<OperationReport, NodeError> {
+        let serial = self.start_lock(mirror);
+        let _serial = serial.lock().await;
         let (actor, source) = self.running(mirror).await?;
         let image = self.image().await?;
         let offset = state_validation_offset.unwrap_or(image.end_offset());
@@ -242,7 +243,7 @@ impl Node {
             })
             .collect();
         let failbacks = self
-            .plan_failbacks(&*source, &config, &matched, failback)
+            .plan_failbacks(mirror, &*source, &config, &matched, failback)
             .await?;
         let views = failback_views(&failbacks);
         if failback.dry_run {
@@ -255,7 +256,9 @@ impl Node {
             });
         }
         // Decided first, then done: the plans are in the log before any
-        // record is exported or any topic re-created.
+        // record is exported or any topic re-created, and are refused, as
+        // the start would be, when another operation moved the topic after
+        // the image they were planned on.
         for fb in &failbacks {
             for (p, plan) in &fb.partitions {
                 self.execute(
@@ -263,7 +266,10 @@ impl Node {
                         key: MirrorPartitionKey::new(mirror, fb.topic.topic_id, *p),
                         plan: plan.plan.clone(),
                     },
-                    None,
+                    Some(StateValidation {
+                        offset,
+                        topics: vec![fb.topic.topic_id],
+                    }),
                 )
                 .await?;
             }
@@ -341,6 +347,7 @@ impl Node {
     /// The failback of each matched topic the destination already holds.
     async fn plan_failbacks(
         &self,
+        mirror: &str,
         source: &dyn SourceCluster,
         config: &MirrorConfig,
         matched: &[TopicInfo],
@@ -364,7 +371,10 @@ impl Node {
             .cluster_id()
             .await
             .map_err(|e| kafka("describe the destination cluster", e))?;
-        let history = state_topic::read_image(source, &self.inner.settings.state_topic)
+        let history = self
+            .of_running(mirror, |r| r.history.clone())
+            .await?
+            .fresh(source)
             .await
             .map_err(|e| kafka(&e.doing, e.source))?;
         let mut out = Vec::new();
@@ -372,7 +382,7 @@ impl Node {
             if let Some(fb) = failback::plan_topic(
                 source,
                 destination,
-                history.as_ref(),
+                history.as_deref(),
                 &destination_cluster,
                 topic,
                 dest,

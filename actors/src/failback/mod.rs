@@ -10,9 +10,10 @@
 //! found by cluster id, the KIP's rule: the mirror whose recorded source
 //! cluster id is this mirror's destination cluster.
 
+mod export;
+
 use std::sync::Arc;
 
-use bytes::Bytes;
 use kmirror_events::failback::{
     plan_partition, FailbackRefusal, PartitionFacts, PartitionPlan, TailPolicy,
 };
@@ -21,9 +22,8 @@ use kmirror_events::{
 };
 
 use crate::cluster::{ClusterError, DestinationCluster, Doing, SourceCluster, TopicInfo};
-use crate::kafka::batch::{decode_records, encode_batch, Codec, OutgoingBatch, SourceOffsets};
 use crate::kafka::fetch::TopicPartition;
-use crate::kafka::KafkaError;
+use export::export;
 
 /// `mirror.failback.divergent.tail`: `quarantine` (default) or `refuse`.
 pub const DIVERGENT_TAIL_KEY: &str = "mirror.failback.divergent.tail";
@@ -31,10 +31,6 @@ pub const DIVERGENT_TAIL_KEY: &str = "mirror.failback.divergent.tail";
 /// name with this suffix (default `.kmirror-divergent`).
 pub const QUARANTINE_SUFFIX_KEY: &str = "mirror.failback.quarantine.suffix";
 const DEFAULT_QUARANTINE_SUFFIX: &str = ".kmirror-divergent";
-/// The header carrying a quarantined record's offset in its topic, and the
-/// key of the manifest record that closes an export.
-const OFFSET_HEADER: &str = "kmirror.offset";
-const MANIFEST_KEY: &str = "kmirror.manifest";
 
 /// Why a failback cannot go ahead; nothing was changed.
 #[derive(Debug, thiserror::Error)]
@@ -79,8 +75,29 @@ impl SourceHistory {
         &self,
         source: &dyn SourceCluster,
     ) -> Result<Option<Arc<MirrorStateImage>>, ClusterError> {
+        self.read(source, false).await
+    }
+
+    /// The source's history read now, not from the cache: a failback plans
+    /// on what the forward mirror recorded last (its stop, its
+    /// LastMirrorEpochs).
+    pub async fn fresh(
+        &self,
+        source: &dyn SourceCluster,
+    ) -> Result<Option<Arc<MirrorStateImage>>, ClusterError> {
+        self.read(source, true).await
+    }
+
+    /// One read at a time: each fetches the state topic's partitions on
+    /// `source`'s connection, where a second fetch of a partition would
+    /// take the first one's place and end it ("closed").
+    async fn read(
+        &self,
+        source: &dyn SourceCluster,
+        fresh: bool,
+    ) -> Result<Option<Arc<MirrorStateImage>>, ClusterError> {
         let mut cached = self.cached.lock().await;
-        if let Some((at, image)) = cached.as_ref() {
+        if let Some((at, image)) = cached.as_ref().filter(|_| !fresh) {
             if at.elapsed() < HISTORY_TTL {
                 return Ok(image.clone());
             }
@@ -452,163 +469,6 @@ pub async fn carry_out(
         .await?;
     }
     Ok(())
-}
-
-/// Copies the destination records `[divergent_start, divergent_end)` of
-/// partition `p` into the same partition of `quarantine` (each with its
-/// original offset in a header), then a manifest record describing them.
-async fn export(
-    destination: &dyn DestinationCluster,
-    mirror: &str,
-    forward: &str,
-    topic: &str,
-    p: i32,
-    quarantine: &str,
-    plan: &kmirror_events::FailbackPlan,
-) -> Result<(), FailbackError> {
-    let (start, end) = (plan.divergent_start, plan.divergent_end);
-    let manifest_id = format!("{topic}/{p}/{start}-{end}");
-    let existing = destination
-        .topics()
-        .await
-        .doing(|| "list destination topics".into())?;
-    let partitions = existing
-        .iter()
-        .find(|t| t.name == topic)
-        .map_or(p + 1, |t| t.partitions);
-    if !existing.iter().any(|t| t.name == quarantine) {
-        if let Err(e) = destination
-            .create_topic(quarantine, partitions, Vec::new())
-            .await
-        {
-            let now = destination
-                .topics()
-                .await
-                .doing(|| "list destination topics".into())?;
-            if !now.iter().any(|t| t.name == quarantine) {
-                return Err(
-                    ClusterError::new(format!("create quarantine topic {quarantine}"), e).into(),
-                );
-            }
-        }
-    }
-    let qtp = TopicPartition::new(quarantine, p);
-    if has_manifest(destination, &qtp, &manifest_id).await? {
-        return Ok(());
-    }
-    let tp = TopicPartition::new(topic, p);
-    let batches = destination
-        .read_batches(&tp, start, end)
-        .await
-        .doing(|| format!("read divergent records of {tp}"))?;
-    let mut records = Vec::new();
-    let mut producers = std::collections::BTreeSet::new();
-    let (mut min_ts, mut max_ts) = (i64::MAX, i64::MIN);
-    for b in batches.iter().filter(|b| !b.is_control()) {
-        let decoded = decode_records(b).doing(|| format!("decode divergent records of {tp}"))?;
-        for mut r in decoded.records {
-            let offset = b.base_offset() + r.offset_delta as i64;
-            if !(start..end).contains(&offset) {
-                continue;
-            }
-            producers.insert(b.producer_id());
-            min_ts = min_ts.min(r.timestamp);
-            max_ts = max_ts.max(r.timestamp);
-            r.headers.push((
-                Bytes::from_static(OFFSET_HEADER.as_bytes()),
-                Some(Bytes::from(offset.to_string())),
-            ));
-            records.push(r);
-        }
-    }
-    let count = records.len();
-    let manifest = format!(
-        "{{\"manifest\":\"{manifest_id}\",\"mirror\":\"{mirror}\",\"forward_mirror\":\"{forward}\",\"topic\":\"{topic}\",\"partition\":{p},\"start_offset\":{start},\"end_offset\":{end},\"count\":{count},\"producer_ids\":{producers:?},\"min_timestamp\":{},\"max_timestamp\":{}}}",
-        if count > 0 { min_ts } else { -1 },
-        if count > 0 { max_ts } else { -1 },
-    );
-    records.push(manifest_record(
-        Bytes::from_static(MANIFEST_KEY.as_bytes()),
-        Bytes::from(manifest),
-    ));
-    let mut sink = destination
-        .open_sink(qtp.clone())
-        .await
-        .doing(|| format!("open a producer for {qtp}"))?;
-    let result: Result<(), KafkaError> = async {
-        let mut acks = Vec::new();
-        for chunk in records.chunks(500) {
-            let chunk: Vec<_> = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, r)| crate::kafka::batch::Record {
-                    offset_delta: i as i32,
-                    ..r.clone()
-                })
-                .collect();
-            let batch = OutgoingBatch::new(
-                encode_batch(&chunk, Codec::Lz4)?,
-                chunk.len() as i32,
-                SourceOffsets::Range {
-                    first: 0,
-                    last: chunk.len() as i64 - 1,
-                },
-            );
-            acks.push(sink.send(batch).await?);
-        }
-        for a in acks {
-            a.await?;
-        }
-        Ok(())
-    }
-    .await;
-    sink.close().await;
-    result.doing(|| format!("export divergent records to {qtp}"))?;
-    Ok(())
-}
-
-/// The manifest record that closes an export (stamped now).
-fn manifest_record(key: Bytes, value: Bytes) -> crate::kafka::batch::Record {
-    crate::kafka::batch::Record {
-        offset_delta: 0,
-        timestamp: crate::coordinator::now_ms(),
-        key: Some(key),
-        value: Some(value),
-        headers: Vec::new(),
-    }
-}
-
-/// Whether the last record of the quarantine partition is the manifest
-/// `id`: the export already happened.
-async fn has_manifest(
-    destination: &dyn DestinationCluster,
-    tp: &TopicPartition,
-    id: &str,
-) -> Result<bool, FailbackError> {
-    let b = destination
-        .bounds(tp)
-        .await
-        .doing(|| format!("offsets of {tp}"))?;
-    if b.end <= b.log_start {
-        return Ok(false);
-    }
-    let batches = destination
-        .read_batches(tp, b.end - 1, b.end)
-        .await
-        .doing(|| format!("read {tp}"))?;
-    let needle = format!("\"manifest\":\"{id}\"");
-    for batch in batches {
-        let decoded = decode_records(&batch).doing(|| format!("decode {tp}"))?;
-        if decoded.records.iter().any(|r| {
-            r.key.as_deref() == Some(MANIFEST_KEY.as_bytes())
-                && r.value
-                    .as_deref()
-                    .is_some_and(|v| String::from_utf8_lossy(v).contains(&needle))
-        }) {
-            return Ok(true);
-        }
-    }
-    Ok(false)
 }
 
 #[cfg(test)]

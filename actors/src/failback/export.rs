@@ -1,0 +1,304 @@
+//! A `delta` failback's quarantine export: the destination's divergent
+//! records copied, with their offsets, to a topic the operator can read,
+//! closed by a manifest. Safe to run again: a finished export is found by
+//! its manifest, an interrupted one is finished where it stopped.
+
+use bytes::Bytes;
+
+use crate::cluster::{ClusterError, DestinationCluster, Doing};
+use crate::kafka::batch::{decode_records, encode_batch, Codec, OutgoingBatch, SourceOffsets};
+use crate::kafka::fetch::TopicPartition;
+use crate::kafka::KafkaError;
+
+/// The header carrying a quarantined record's offset in its topic, and the
+/// key of the manifest record that closes an export.
+const OFFSET_HEADER: &str = "kmirror.offset";
+const MANIFEST_KEY: &str = "kmirror.manifest";
+
+/// Copies the destination records `[divergent_start, divergent_end)` of
+/// partition `p` into the same partition of `quarantine` (each with its
+/// original offset in a header), then a manifest record describing them.
+pub(super) async fn export(
+    destination: &dyn DestinationCluster,
+    mirror: &str,
+    forward: &str,
+    topic: &str,
+    p: i32,
+    quarantine: &str,
+    plan: &kmirror_events::FailbackPlan,
+) -> Result<(), ClusterError> {
+    let (start, end) = (plan.divergent_start, plan.divergent_end);
+    let manifest_id = format!("{topic}/{p}/{start}-{end}");
+    let existing = destination
+        .topics()
+        .await
+        .doing(|| "list destination topics".into())?;
+    let partitions = existing
+        .iter()
+        .find(|t| t.name == topic)
+        .map_or(p + 1, |t| t.partitions);
+    if !existing.iter().any(|t| t.name == quarantine) {
+        if let Err(e) = destination
+            .create_topic(quarantine, partitions, Vec::new())
+            .await
+        {
+            let now = destination
+                .topics()
+                .await
+                .doing(|| "list destination topics".into())?;
+            if !now.iter().any(|t| t.name == quarantine) {
+                return Err(ClusterError::new(
+                    format!("create quarantine topic {quarantine}"),
+                    e,
+                ));
+            }
+        }
+    }
+    let qtp = TopicPartition::new(quarantine, p);
+    let leftover = match exported(destination, &qtp, &manifest_id).await? {
+        Exported::Whole => return Ok(()),
+        Exported::Since(offsets) => offsets,
+    };
+    let tp = TopicPartition::new(topic, p);
+    let batches = destination
+        .read_batches(&tp, start, end)
+        .await
+        .doing(|| format!("read divergent records of {tp}"))?;
+    let mut records = Vec::new();
+    let mut offsets = Vec::new();
+    let mut producers = std::collections::BTreeSet::new();
+    let (mut min_ts, mut max_ts) = (i64::MAX, i64::MIN);
+    for b in batches.iter().filter(|b| !b.is_control()) {
+        let decoded = decode_records(b).doing(|| format!("decode divergent records of {tp}"))?;
+        for mut r in decoded.records {
+            let offset = b.base_offset() + r.offset_delta as i64;
+            if !(start..end).contains(&offset) {
+                continue;
+            }
+            producers.insert(b.producer_id());
+            min_ts = min_ts.min(r.timestamp);
+            max_ts = max_ts.max(r.timestamp);
+            r.headers.push((
+                Bytes::from_static(OFFSET_HEADER.as_bytes()),
+                Some(Bytes::from(offset.to_string())),
+            ));
+            records.push(r);
+            offsets.push(offset);
+        }
+    }
+    let count = records.len();
+    let manifest = format!(
+        "{{\"manifest\":\"{manifest_id}\",\"mirror\":\"{mirror}\",\"forward_mirror\":\"{forward}\",\"topic\":\"{topic}\",\"partition\":{p},\"start_offset\":{start},\"end_offset\":{end},\"count\":{count},\"producer_ids\":{producers:?},\"min_timestamp\":{},\"max_timestamp\":{}}}",
+        if count > 0 { min_ts } else { -1 },
+        if count > 0 { max_ts } else { -1 },
+    );
+    // An interrupted run's records are not written twice: what it left
+    // after the last manifest is, in order, the first records of this
+    // export, and the rest follows them (the manifest still describes the
+    // whole range).
+    let already = if offsets.starts_with(&leftover) {
+        leftover.len()
+    } else {
+        0
+    };
+    let mut records = records.split_off(already);
+    records.push(manifest_record(
+        Bytes::from_static(MANIFEST_KEY.as_bytes()),
+        Bytes::from(manifest),
+    ));
+    let mut sink = destination
+        .open_sink(qtp.clone())
+        .await
+        .doing(|| format!("open a producer for {qtp}"))?;
+    let result: Result<(), KafkaError> = async {
+        let mut acks = Vec::new();
+        for chunk in records.chunks(500) {
+            let chunk: Vec<_> = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, r)| crate::kafka::batch::Record {
+                    offset_delta: i as i32,
+                    ..r.clone()
+                })
+                .collect();
+            let batch = OutgoingBatch::new(
+                encode_batch(&chunk, Codec::Lz4)?,
+                chunk.len() as i32,
+                SourceOffsets::Range {
+                    first: 0,
+                    last: chunk.len() as i64 - 1,
+                },
+            );
+            acks.push(sink.send(batch).await?);
+        }
+        for a in acks {
+            a.await?;
+        }
+        Ok(())
+    }
+    .await;
+    sink.close().await;
+    result.doing(|| format!("export divergent records to {qtp}"))?;
+    Ok(())
+}
+
+/// The manifest record that closes an export (stamped now).
+fn manifest_record(key: Bytes, value: Bytes) -> crate::kafka::batch::Record {
+    crate::kafka::batch::Record {
+        offset_delta: 0,
+        timestamp: crate::coordinator::now_ms(),
+        key: Some(key),
+        value: Some(value),
+        headers: Vec::new(),
+    }
+}
+
+/// How much of one export a quarantine partition already holds.
+enum Exported {
+    /// Its manifest is there: the export happened.
+    Whole,
+    /// The original offsets of the records after the last manifest (or from
+    /// the partition's start): an interrupted export's, or nothing.
+    Since(Vec<i64>),
+}
+
+/// Reads the quarantine partition: whether it holds the manifest `id`, and
+/// what follows its last manifest. Quarantine topics are written only by
+/// failbacks, so reading one whole is rare and bounded by what they wrote.
+async fn exported(
+    destination: &dyn DestinationCluster,
+    tp: &TopicPartition,
+    id: &str,
+) -> Result<Exported, ClusterError> {
+    let b = destination
+        .bounds(tp)
+        .await
+        .doing(|| format!("offsets of {tp}"))?;
+    let mut since = Vec::new();
+    if b.end <= b.log_start {
+        return Ok(Exported::Since(since));
+    }
+    let batches = destination
+        .read_batches(tp, b.log_start, b.end)
+        .await
+        .doing(|| format!("read {tp}"))?;
+    let needle = format!("\"manifest\":\"{id}\"");
+    for batch in batches.iter().filter(|b| !b.is_control()) {
+        let decoded = decode_records(batch).doing(|| format!("decode {tp}"))?;
+        for r in decoded.records {
+            if r.key.as_deref() == Some(MANIFEST_KEY.as_bytes()) {
+                if r.value
+                    .as_deref()
+                    .is_some_and(|v| String::from_utf8_lossy(v).contains(&needle))
+                {
+                    return Ok(Exported::Whole);
+                }
+                since.clear();
+                continue;
+            }
+            // A record without a readable offset header is nobody's
+            // prefix: -1 matches no divergent offset.
+            since.push(original_offset(&r).unwrap_or(-1));
+        }
+    }
+    Ok(Exported::Since(since))
+}
+
+/// The offset a quarantined record had in its topic (`kmirror.offset`).
+fn original_offset(r: &crate::kafka::batch::Record) -> Option<i64> {
+    let (_, value) = r
+        .headers
+        .iter()
+        .find(|(k, _)| k.as_ref() == OFFSET_HEADER.as_bytes())?;
+    std::str::from_utf8(value.as_deref()?).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use kmirror_events::FailbackMode;
+
+    use super::*;
+    use crate::cluster::memory::MemoryDestination;
+
+    /// A quarantined copy of `orders`-0's record at `offset`, as `export`
+    /// writes it.
+    fn quarantined(offset: i64) -> crate::kafka::batch::Record {
+        let mut r = crate::cluster::memory::record(Some("k"), Some(&format!("v{offset}")), 7);
+        r.headers.push((
+            Bytes::from_static(OFFSET_HEADER.as_bytes()),
+            Some(Bytes::from(offset.to_string())),
+        ));
+        r
+    }
+
+    #[actix::test]
+    async fn an_export_interrupted_midway_is_finished_without_writing_a_record_twice() {
+        let destination = MemoryDestination::new("A");
+        let (tp, qtp) = (
+            TopicPartition::new("orders", 0),
+            TopicPartition::new("orders.q", 0),
+        );
+        for topic in ["orders", "orders.q"] {
+            destination
+                .create_topic(topic, 1, Vec::new())
+                .await
+                .unwrap();
+        }
+        for o in 0..1200 {
+            destination.foreign_write(
+                &tp,
+                crate::cluster::memory::record(Some("k"), Some(&format!("v{o}")), 7),
+            );
+        }
+        let plan = kmirror_events::FailbackPlan {
+            forward_mirror: "ab".into(),
+            mode: FailbackMode::Delta,
+            destination_position: 200,
+            source_position: 180,
+            divergent_start: 200,
+            divergent_end: 1200,
+            copy_start: 180,
+            copy_end: 180,
+            quarantine_topic: Some("orders.q".into()),
+            reason: None,
+        };
+        // An earlier failback's export, whole, then the first 500 records
+        // of this one, written before the daemon died.
+        destination.foreign_write(&qtp, quarantined(3));
+        destination.foreign_write(
+            &qtp,
+            manifest_record(
+                Bytes::from_static(MANIFEST_KEY.as_bytes()),
+                Bytes::from_static(b"{\"manifest\":\"orders/0/3-4\"}"),
+            ),
+        );
+        for o in 200..700 {
+            destination.foreign_write(&qtp, quarantined(o));
+        }
+        let run = || export(&destination, "ba", "ab", "orders", 0, "orders.q", &plan);
+        run().await.unwrap();
+        let offsets = |d: &MemoryDestination| -> Vec<Option<i64>> {
+            d.records(&qtp)
+                .iter()
+                .map(|r| original_offset(&r.record))
+                .collect()
+        };
+        let written = offsets(&destination);
+        let expected: Vec<Option<i64>> = [Some(3), None]
+            .into_iter()
+            .chain((200..1200).map(Some))
+            .chain([None])
+            .collect();
+        assert_eq!(written, expected, "each divergent record exported once");
+        let last = destination.records(&qtp).pop().unwrap().record;
+        let manifest = String::from_utf8(last.value.unwrap().to_vec()).unwrap();
+        assert!(
+            manifest.contains("\"manifest\":\"orders/0/200-1200\"")
+                && manifest.contains("\"count\":1000"),
+            "{manifest}"
+        );
+        // Run again (a crash after the manifest): nothing more.
+        run().await.unwrap();
+        assert_eq!(offsets(&destination), expected);
+    }
+}
