@@ -402,3 +402,55 @@ async fn a_start_of_many_topics_creates_each_as_its_source_is() {
     }
     node.shutdown().await;
 }
+
+/// A topic altered from `delete` to `compact` keeps the keyless records it
+/// took before (Kafka checks keys at produce, not when the policy
+/// changes), and the destination, created compacted, refuses them: the
+/// partition fails with the broker's reason and what it means, never
+/// silently, and nothing after the refused record lands.
+#[actix::test]
+async fn keyless_records_from_before_a_topic_became_compacted_fail_the_partition_saying_why() {
+    let topic = unique("e2e-keyless");
+    create_topic(&bed().source, &topic, 1, &[]);
+    produce(&topic, "seq:0\tNULL\tbefore\n", "none");
+    kafka_tool_ok(
+        "kafka-configs",
+        &[
+            "--bootstrap-server",
+            &bed().source,
+            "--alter",
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            &topic,
+            "--add-config",
+            "cleanup.policy=compact",
+        ],
+    );
+    produce(&topic, "seq:1\tk\tafter\n", "none");
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(dir.path()).await;
+    node.create_mirror("kl", mirror_props()).await.unwrap();
+    node.start_topics("kl", std::slice::from_ref(&topic), &[], None)
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let p = loop {
+        let p = node.describe(Some("kl")).await.unwrap().remove(0);
+        if p.state == "FAILED" {
+            break p;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "not FAILED: {p:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let error = p.error.unwrap_or_default();
+    assert!(
+        error.contains("without key") && error.contains("kmirror cannot copy them yet"),
+        "{error}"
+    );
+    node.shutdown().await;
+    assert!(consume_sorted(&bed().destination, &topic, 1, 3_000).is_empty());
+}
