@@ -36,8 +36,9 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use kmirror_events::{
-    decide, Command, DecideError, MirrorPartitionKey, MirrorPartitionStateValue, MirrorProducer,
-    MirrorStateImage, Offset, OffsetMapHole, OffsetMapRun, Record, SourceEpochs, StateValidation,
+    decide, Command, DecideError, FailbackMode, MirrorPartitionKey, MirrorPartitionStateValue,
+    MirrorProducer, MirrorStateImage, Offset, OffsetMapHole, OffsetMapRun, Record, SourceEpochs,
+    StateValidation,
 };
 use kmirror_store::{EventLog, StoreError};
 use tokio::sync::oneshot;
@@ -146,6 +147,13 @@ pub struct PartitionView {
     pub producer: Option<MirrorProducer>,
     /// The source leader epochs of the mirrored records.
     pub source_epochs: SourceEpochs,
+    /// A delta failback's `copy_start`: the copy resumes there at least.
+    /// The map turned around ends where the forward mirror's last run did,
+    /// and the forward mirror may have stopped after a hole (a divergent
+    /// tail quarantined by an earlier failback, an unclean election's
+    /// repair): the source records in between are that hole's, not ours to
+    /// copy.
+    pub failback_copy_start: Option<i64>,
 }
 
 /// Reads one partition's state and offset map.
@@ -637,6 +645,10 @@ impl Handler<ReadPartition> for CoordinatorActor {
                 holes: map.holes().copied().collect(),
                 producer: image.producer(&msg.0).copied(),
                 source_epochs: image.source_epochs(&msg.0),
+                failback_copy_start: image
+                    .failback_plan(&msg.0)
+                    .filter(|p| p.mode == FailbackMode::Delta)
+                    .map(|p| p.copy_start),
             }
         })
     }

@@ -99,6 +99,9 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
         .map_err(|e| kafka_failure("source offsets", e))?;
     let mut epochs = view.source_epochs.clone();
     let mut next_source = alignment.next_source.unwrap_or(src.log_start);
+    if let Some(copy_start) = view.failback_copy_start {
+        next_source = next_source.max(copy_start);
+    }
     // By leader epoch first: it also sees a source that has already grown
     // past our position with other records.
     let mut repaired = false;
@@ -147,6 +150,18 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
     if epochs != view.source_epochs {
         record_epochs(cx, &epochs).await?;
     }
+    // Until a batch is acknowledged, the last mirrored record's epoch is
+    // the recorded one, or (none recorded: a map seeded by a failback, a
+    // gap) the source's: a stop before any copy records it, and a later
+    // failback can go by delta.
+    let last = cursor.next_source - 1;
+    let source_leader_epoch = match (last >= 0).then(|| epochs.epoch_at(last)).flatten() {
+        Some(epoch) => epoch,
+        None if last >= src.log_start => source_epoch_at(&*cx.source, &cx.tp, last)
+            .await
+            .unwrap_or(-1),
+        None => -1,
+    };
     {
         let mut p = cx.progress.lock().unwrap();
         p.source_offset = cursor.next_source;
@@ -155,12 +170,7 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
         p.source_log_start = Some(src.log_start);
         p.destination_leader_epoch = dest.leader_epoch;
         p.offsets_identical = cursor.identical();
-        // Until a batch is acknowledged, the last mirrored record's epoch
-        // is the recorded one: a stop before any copy records it, not 0.
-        p.source_leader_epoch = (cursor.next_source > 0)
-            .then(|| epochs.epoch_at(cursor.next_source - 1))
-            .flatten()
-            .unwrap_or(-1);
+        p.source_leader_epoch = source_leader_epoch;
     }
     Ok(Aligned {
         cursor,

@@ -2,6 +2,7 @@
 //! with injected faults. (Kafka behaviour itself is tested in `tests/`.)
 //! Unclean leader elections on the source are in [`unclean`].
 
+mod failback;
 mod fenced;
 mod foreign;
 pub(crate) mod sequences;
