@@ -86,7 +86,7 @@ async fn without_failbacks(
         return new;
     };
     new.into_iter()
-        .filter(|t| match crate::failback::forward_mirror(&image, &here, &t.name) {
+        .filter(|t| match crate::failback::forward_mirror(&image, &here, &t.name, None) {
             Some((forward, _)) => {
                 tracing::warn!(mirror = %name, topic = %t.name, forward_mirror = %forward, "discovered topic was mirrored from this cluster by mirror {forward} on the source: not started by discovery; `kmirror mirror start --mirror {name} --topics {}` plans its failback", t.name);
                 false

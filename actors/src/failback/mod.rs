@@ -19,6 +19,7 @@ use kmirror_events::failback::{
 };
 use kmirror_events::{
     FailbackMode, MirrorConfig, MirrorPartitionKey, MirrorStateImage, PartitionState, TopicEntry,
+    TopicId,
 };
 
 use crate::cluster::{ClusterError, DestinationCluster, Doing, SourceCluster, TopicInfo};
@@ -169,27 +170,61 @@ impl FailbackSettings {
     }
 }
 
-/// The mirror on the source that copied topic `name` from `destination_cluster`,
-/// with the topic's entry there: the KIP finds it by source cluster id.
-pub fn forward_mirror<'a>(
+/// Every entry of topic `name` in the source's mirrors that copy from
+/// `destination_cluster` (the KIP finds them by source cluster id): a
+/// mirror keeps one per topic id, so a topic deleted and re-created at the
+/// destination while mirrored has two.
+fn forward_entries<'a>(
     history: &'a MirrorStateImage,
-    destination_cluster: &str,
-    name: &str,
-) -> Option<(&'a str, &'a TopicEntry)> {
+    destination_cluster: &'a str,
+    name: &'a str,
+) -> impl Iterator<Item = (&'a str, &'a TopicEntry)> {
     history
         .mirrors()
-        .filter(|(_, c)| c.source_cluster_id == destination_cluster)
-        .find_map(|(m, _)| {
+        .filter(move |(_, c)| c.source_cluster_id == destination_cluster)
+        .flat_map(move |(m, _)| {
             history
                 .topics_of(m)
-                .find(|t| t.change.topic_name == name)
-                .map(|t| (m.as_str(), t))
+                .filter(move |t| t.change.topic_name == name)
+                .map(move |t| (m.as_str(), t))
         })
 }
 
-/// Refuses when the forward mirror still copies the topic into the source:
-/// both directions at once would loop.
-pub fn check_loop(
+/// The mirror on the source that copied topic `name` from
+/// `destination_cluster`, with the topic's entry there: the one of the
+/// topic the destination holds now (`destination_topic_id`) when there is
+/// one, else the first.
+pub fn forward_mirror<'a>(
+    history: &'a MirrorStateImage,
+    destination_cluster: &'a str,
+    name: &'a str,
+    destination_topic_id: Option<TopicId>,
+) -> Option<(&'a str, &'a TopicEntry)> {
+    let mut entries = forward_entries(history, destination_cluster, name);
+    let first = entries.next()?;
+    let current = |(_, t): &(&str, &TopicEntry)| Some(t.change.topic_id) == destination_topic_id;
+    if current(&first) {
+        return Some(first);
+    }
+    Some(entries.find(current).unwrap_or(first))
+}
+
+/// Refuses when any mirror on the source still copies a topic of this name
+/// from this cluster: both directions at once would loop. Every entry is
+/// checked, not only the one a failback plans by: an old incarnation
+/// stopped must not hide the new one mirrored.
+pub fn check_loops(
+    history: &MirrorStateImage,
+    destination_cluster: &str,
+    name: &str,
+) -> Result<(), FailbackError> {
+    forward_entries(history, destination_cluster, name)
+        .try_for_each(|(forward, entry)| check_loop(history, forward, entry))
+}
+
+/// Refuses when the forward mirror still copies this entry's topic into
+/// the source.
+fn check_loop(
     history: &MirrorStateImage,
     forward: &str,
     entry: &TopicEntry,
@@ -257,15 +292,30 @@ pub async fn plan_topic(
         topic: topic.name.clone(),
         reason,
     };
-    let found = history.and_then(|h| forward_mirror(h, destination_cluster, &topic.name));
+    let found = history.and_then(|h| {
+        forward_mirror(
+            h,
+            destination_cluster,
+            &topic.name,
+            destination_topic.map(|d| d.topic_id),
+        )
+    });
+    if let Some(h) = history {
+        check_loops(h, destination_cluster, &topic.name)?;
+    }
     if let (Some(h), Some((forward, entry))) = (history, found) {
-        check_loop(h, forward, entry)?;
         check_fence(h, forward, entry)?;
     }
     let Some(dest) = destination_topic else {
         return match request.mode {
-            Some(_) => Err(refused(
-                "the destination has no such topic to fail back onto".into(),
+            // A from-scratch whose delete went through and whose re-create
+            // did not (a crash, an error): asked again, it goes on.
+            Some(FailbackMode::FromScratch) => {
+                let forward = found.map_or("", |(forward, _)| forward);
+                plan_from_scratch(source, topic, forward, &[]).await.map(Some)
+            }
+            Some(FailbackMode::Delta) => Err(refused(
+                "the destination has no such topic to fail back onto by delta (if a from-scratch failback deleted it and was cut off, ask for from-scratch again)".into(),
             )),
             None => Ok(None),
         };
@@ -286,7 +336,9 @@ pub async fn plan_topic(
     }
     let Some((forward, entry)) = found else {
         if request.mode == Some(FailbackMode::FromScratch) {
-            return plan_without_history(source, topic, &bounds).await.map(Some);
+            return plan_from_scratch(source, topic, "", &bounds)
+                .await
+                .map(Some);
         }
         return match request.mode {
             None if !empty => Ok(None),
@@ -381,11 +433,14 @@ pub async fn plan_topic(
     }))
 }
 
-/// `from-scratch` asked for with no history: the destination topic is
-/// re-created and everything copied.
-async fn plan_without_history(
+/// `from-scratch` asked for with no history to go by (none on the source,
+/// or no destination topic left to compare): the destination topic is
+/// re-created and everything copied. `bounds`: the destination topic's
+/// partitions, if it exists.
+async fn plan_from_scratch(
     source: &dyn SourceCluster,
     topic: &TopicInfo,
+    forward: &str,
     bounds: &[crate::cluster::LogBounds],
 ) -> Result<TopicFailback, FailbackError> {
     let mut partitions = Vec::new();
@@ -405,7 +460,7 @@ async fn plan_without_history(
             source_end_of_epoch: None,
         };
         let plan = plan_partition(
-            "",
+            forward,
             None,
             &kmirror_events::OffsetMap::default(),
             &facts,
@@ -418,7 +473,7 @@ async fn plan_without_history(
     }
     Ok(TopicFailback {
         topic: topic.clone(),
-        forward_mirror: String::new(),
+        forward_mirror: forward.to_string(),
         partitions,
     })
 }
@@ -426,8 +481,9 @@ async fn plan_without_history(
 /// Carries out a recorded failback: `from-scratch` re-creates the
 /// destination topic (same partitions, its own explicit configs), `delta`
 /// exports each partition's divergent records to the quarantine topic with
-/// a manifest. Safe to run again after a crash: an export whose manifest is
-/// already there is not repeated, and a topic already re-created is empty.
+/// a manifest. Safe to run again after a crash: an export is finished, not
+/// repeated, and a topic deleted by a run cut off before its re-create is
+/// left to the start, which creates it as its source is.
 pub async fn carry_out(
     destination: &dyn DestinationCluster,
     mirror: &str,
@@ -439,6 +495,17 @@ pub async fn carry_out(
         .iter()
         .any(|(_, p)| p.plan.mode == FailbackMode::FromScratch);
     if scratch {
+        let exists = destination
+            .topics()
+            .await
+            .doing(|| "list destination topics".into())?
+            .iter()
+            .any(|t| t.name == *name);
+        if !exists {
+            // Deleted by a run cut off before its re-create: the start
+            // creates it as its source is.
+            return Ok(());
+        }
         let configs = destination
             .topic_configs(name)
             .await
@@ -575,5 +642,127 @@ mod tests {
         );
         // Unfenced, the same start goes on (nothing to take back here).
         assert!(plan(history(false)).await.unwrap().is_none());
+    }
+
+    /// `orders` was deleted and re-created on A while `ab` mirrored it:
+    /// `ab` keeps the old incarnation STOPPED and mirrors the new one. The
+    /// old one sorts first; it must not hide the loop the new one makes.
+    #[actix::test]
+    async fn a_stopped_old_incarnation_does_not_hide_the_mirrored_new_one() {
+        let (old, new) = (TopicId([1; 16]), TopicId([4; 16]));
+        let mut image = history(false);
+        let at = image.end_offset();
+        for (i, (id, state)) in [
+            (old, PartitionState::Stopped),
+            (new, PartitionState::Mirroring),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let r = Record::MirrorTopicStateChange(
+                MirrorTopicStateKey { topic_id: id },
+                Some(MirrorTopicStateChange {
+                    topic_id: id,
+                    mirror_name: "ab".into(),
+                    desired_state: state,
+                    topic_name: "orders".into(),
+                    partition_count: 1,
+                }),
+            );
+            image.apply(at + i as u64, &r);
+        }
+        let (_, entry) = forward_mirror(&image, "A", "orders", Some(new)).unwrap();
+        assert_eq!(entry.change.topic_id, new);
+        let planned = plan_topic(
+            &MemorySource::new("B"),
+            &MemoryDestination::new("A"),
+            Some(&image),
+            "A",
+            &TopicInfo {
+                name: "orders".into(),
+                topic_id: TopicId([5; 16]),
+                partitions: 1,
+                internal: false,
+            },
+            None,
+            FailbackRequest::default(),
+            &FailbackSettings {
+                tail: TailPolicy::Quarantine,
+                quarantine_suffix: ".kmirror-divergent".into(),
+            },
+        )
+        .await;
+        assert!(
+            matches!(planned, Err(FailbackError::MirrorLoop { .. })),
+            "{planned:?}"
+        );
+    }
+
+    /// A from-scratch failback deleted the destination topic and was cut
+    /// off before re-creating it. Asked again, it goes on (it was refused:
+    /// "no such topic"), and the start creates the topic.
+    #[actix::test]
+    async fn a_from_scratch_cut_off_after_its_delete_goes_on_when_asked_again() {
+        let source = MemorySource::new("B");
+        let id = TopicId([5; 16]);
+        source.create_topic("orders", id, 1);
+        let records: Vec<_> = (0..3)
+            .map(|i| crate::cluster::memory::record(Some("k"), Some(&i.to_string()), 7))
+            .collect();
+        source.append(
+            &TopicPartition::new("orders", 0),
+            &records,
+            crate::kafka::batch::Codec::None,
+        );
+        let destination = MemoryDestination::new("A");
+        let topic = TopicInfo {
+            name: "orders".into(),
+            topic_id: id,
+            partitions: 1,
+            internal: false,
+        };
+        let settings = FailbackSettings {
+            tail: TailPolicy::Quarantine,
+            quarantine_suffix: ".kmirror-divergent".into(),
+        };
+        let image = history(false);
+        let plan = |mode| {
+            let (source, destination, topic, image, settings) =
+                (&source, &destination, &topic, &image, &settings);
+            async move {
+                let request = FailbackRequest {
+                    mode: Some(mode),
+                    dry_run: false,
+                };
+                plan_topic(
+                    source,
+                    destination,
+                    Some(image),
+                    "A",
+                    topic,
+                    None,
+                    request,
+                    settings,
+                )
+                .await
+            }
+        };
+        let fb = plan(FailbackMode::FromScratch).await.unwrap().unwrap();
+        assert_eq!(fb.forward_mirror, "ab");
+        let p = &fb.partitions[0].1.plan;
+        assert_eq!(
+            (p.mode, p.divergent_end, p.copy_start, p.copy_end),
+            (FailbackMode::FromScratch, 0, 0, 3)
+        );
+        carry_out(&destination, "ba", &fb).await.unwrap();
+        let dest: &dyn DestinationCluster = &destination;
+        assert!(dest.topics().await.unwrap().is_empty());
+        let Err(delta) = plan(FailbackMode::Delta).await else {
+            panic!("a delta onto no topic was planned");
+        };
+        assert!(
+            delta.to_string().contains("ask for from-scratch again"),
+            "{delta}"
+        );
     }
 }

@@ -260,10 +260,7 @@ async fn check_mirror_loop(cx: &PumpContext) -> Result<(), PumpExit> {
         .cluster_id()
         .await
         .map_err(|e| kafka_failure("describe the destination cluster", e))?;
-    if let Some((forward, entry)) = failback::forward_mirror(&image, &here, &cx.tp.topic) {
-        failback::check_loop(&image, forward, entry).map_err(|e| PumpExit::fatal(e.to_string()))?;
-    }
-    Ok(())
+    failback::check_loops(&image, &here, &cx.tp.topic).map_err(|e| PumpExit::fatal(e.to_string()))
 }
 
 /// After a crash the destination may hold appends above what the map
