@@ -28,15 +28,18 @@ pub(super) async fn export(
     plan: &kmirror_events::FailbackPlan,
 ) -> Result<(), ClusterError> {
     let (start, end) = (plan.divergent_start, plan.divergent_end);
-    let manifest_id = format!("{topic}/{p}/{start}-{end}");
     let existing = destination
         .topics()
         .await
         .doing(|| "list destination topics".into())?;
-    let partitions = existing
-        .iter()
-        .find(|t| t.name == topic)
-        .map_or(p + 1, |t| t.partitions);
+    let exported_topic = existing.iter().find(|t| t.name == topic);
+    let partitions = exported_topic.map_or(p + 1, |t| t.partitions);
+    // The topic id makes the export of a re-created topic (its offsets
+    // begin again at 0) another export than its old incarnation's.
+    let manifest_id = match exported_topic {
+        Some(t) => format!("{topic}/{}/{p}/{start}-{end}", t.topic_id),
+        None => format!("{topic}/{p}/{start}-{end}"),
+    };
     if !existing.iter().any(|t| t.name == quarantine) {
         if let Err(e) = destination
             .create_topic(quarantine, partitions, Vec::new())
@@ -262,14 +265,16 @@ mod tests {
             quarantine_topic: Some("orders.q".into()),
             reason: None,
         };
-        // An earlier failback's export, whole, then the first 500 records
-        // of this one, written before the daemon died.
+        // An earlier failback's export of the same range of the topic's
+        // old incarnation (before it was re-created), whole, named as
+        // exports were before the name held the topic id; then the first
+        // 500 records of this export, written before the daemon died.
         destination.foreign_write(&qtp, quarantined(3));
         destination.foreign_write(
             &qtp,
             manifest_record(
                 Bytes::from_static(MANIFEST_KEY.as_bytes()),
-                Bytes::from_static(b"{\"manifest\":\"orders/0/3-4\"}"),
+                Bytes::from_static(b"{\"manifest\":\"orders/0/200-1200\"}"),
             ),
         );
         for o in 200..700 {
@@ -293,7 +298,8 @@ mod tests {
         let last = destination.records(&qtp).pop().unwrap().record;
         let manifest = String::from_utf8(last.value.unwrap().to_vec()).unwrap();
         assert!(
-            manifest.contains("\"manifest\":\"orders/0/200-1200\"")
+            manifest.contains("/0/200-1200\"")
+                && !manifest.contains("AAAAAAAAAAAAAAAAAAAAAA")
                 && manifest.contains("\"count\":1000"),
             "{manifest}"
         );
