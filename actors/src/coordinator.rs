@@ -36,9 +36,9 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use kmirror_events::{
-    decide, Command, DecideError, FailbackMode, MirrorPartitionKey, MirrorPartitionStateValue,
-    MirrorProducer, MirrorStateImage, Offset, OffsetMapHole, OffsetMapRun, Record, SourceEpochs,
-    StateValidation,
+    decide, Command, DecideError, FailbackMode, FailbackPlan, MirrorPartitionKey,
+    MirrorPartitionStateValue, MirrorProducer, MirrorStateImage, Offset, OffsetMapHole,
+    OffsetMapRun, Record, SourceEpochs, StateValidation,
 };
 use kmirror_store::{EventLog, StoreError};
 use tokio::sync::oneshot;
@@ -147,13 +147,29 @@ pub struct PartitionView {
     pub producer: Option<MirrorProducer>,
     /// The source leader epochs of the mirrored records.
     pub source_epochs: SourceEpochs,
-    /// A delta failback's `copy_start`: the copy resumes there at least.
-    /// The map turned around ends where the forward mirror's last run did,
-    /// and the forward mirror may have stopped after a hole (a divergent
-    /// tail quarantined by an earlier failback, an unclean election's
-    /// repair): the source records in between are that hole's, not ours to
-    /// copy.
-    pub failback_copy_start: Option<i64>,
+    /// The partition's delta failback plan, if one took it back.
+    pub failback: Option<FailbackPlan>,
+}
+
+impl PartitionView {
+    /// Where a delta failback's copy resumes at least: its `copy_start`,
+    /// until anything is copied after it. The map turned around ends at the
+    /// forward mirror's last run, and a hole after it (a divergent tail
+    /// quarantined by an earlier failback, an unclean election's repair)
+    /// holds source records that are not ours to copy. Once the map reaches
+    /// past the destination end the plan saw, it says where the copy is,
+    /// even cut back by a repair of its own.
+    pub fn failback_floor(&self) -> Option<i64> {
+        let plan = self.failback.as_ref()?;
+        let mapped_to = self
+            .runs
+            .iter()
+            .map(|r| r.destination_end())
+            .chain(self.holes.iter().map(|h| h.destination_end()))
+            .max()
+            .unwrap_or(0);
+        (mapped_to <= plan.divergent_end).then_some(plan.copy_start)
+    }
 }
 
 /// Reads one partition's state and offset map.
@@ -645,10 +661,10 @@ impl Handler<ReadPartition> for CoordinatorActor {
                 holes: map.holes().copied().collect(),
                 producer: image.producer(&msg.0).copied(),
                 source_epochs: image.source_epochs(&msg.0),
-                failback_copy_start: image
+                failback: image
                     .failback_plan(&msg.0)
                     .filter(|p| p.mode == FailbackMode::Delta)
-                    .map(|p| p.copy_start),
+                    .cloned(),
             }
         })
     }

@@ -13,6 +13,9 @@ use crate::kafka::KafkaError;
 /// The header carrying a quarantined record's offset in its topic, and the
 /// key of the manifest record that closes an export.
 const OFFSET_HEADER: &str = "kmirror.offset";
+/// The header naming the export (its manifest id) a quarantined record
+/// belongs to: an interrupted export resumes after its own records only.
+const EXPORT_HEADER: &str = "kmirror.export";
 const MANIFEST_KEY: &str = "kmirror.manifest";
 
 /// Copies the destination records `[divergent_start, divergent_end)` of
@@ -67,6 +70,7 @@ pub(super) async fn export(
         .read_batches(&tp, start, end)
         .await
         .doing(|| format!("read divergent records of {tp}"))?;
+    let export_id = Bytes::from(manifest_id.clone());
     let mut records = Vec::new();
     let mut offsets = Vec::new();
     let mut producers = std::collections::BTreeSet::new();
@@ -84,6 +88,10 @@ pub(super) async fn export(
             r.headers.push((
                 Bytes::from_static(OFFSET_HEADER.as_bytes()),
                 Some(Bytes::from(offset.to_string())),
+            ));
+            r.headers.push((
+                Bytes::from_static(EXPORT_HEADER.as_bytes()),
+                Some(export_id.clone()),
             ));
             records.push(r);
             offsets.push(offset);
@@ -199,21 +207,30 @@ async fn exported(
                 since.clear();
                 continue;
             }
-            // A record without a readable offset header is nobody's
-            // prefix: -1 matches no divergent offset.
-            since.push(original_offset(&r).unwrap_or(-1));
+            // Another export's record, or one without a readable offset,
+            // is no prefix of this one: -1 matches no divergent offset.
+            let ours = header(&r, EXPORT_HEADER) == Some(id.as_bytes());
+            since.push(original_offset(&r).filter(|_| ours).unwrap_or(-1));
         }
     }
     Ok(Exported::Since(since))
 }
 
+/// The value of a record's header `key`, if it has one.
+fn header<'a>(r: &'a crate::kafka::batch::Record, key: &str) -> Option<&'a [u8]> {
+    r.headers
+        .iter()
+        .find(|(k, _)| k.as_ref() == key.as_bytes())?
+        .1
+        .as_deref()
+}
+
 /// The offset a quarantined record had in its topic (`kmirror.offset`).
 fn original_offset(r: &crate::kafka::batch::Record) -> Option<i64> {
-    let (_, value) = r
-        .headers
-        .iter()
-        .find(|(k, _)| k.as_ref() == OFFSET_HEADER.as_bytes())?;
-    std::str::from_utf8(value.as_deref()?).ok()?.parse().ok()
+    std::str::from_utf8(header(r, OFFSET_HEADER)?)
+        .ok()?
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]
@@ -223,13 +240,17 @@ mod tests {
     use super::*;
     use crate::cluster::memory::MemoryDestination;
 
-    /// A quarantined copy of `orders`-0's record at `offset`, as `export`
-    /// writes it.
-    fn quarantined(offset: i64) -> crate::kafka::batch::Record {
+    /// A quarantined copy of `orders`-0's record at `offset`, as export
+    /// `id` writes it.
+    fn quarantined(id: &str, offset: i64) -> crate::kafka::batch::Record {
         let mut r = crate::cluster::memory::record(Some("k"), Some(&format!("v{offset}")), 7);
         r.headers.push((
             Bytes::from_static(OFFSET_HEADER.as_bytes()),
             Some(Bytes::from(offset.to_string())),
+        ));
+        r.headers.push((
+            Bytes::from_static(EXPORT_HEADER.as_bytes()),
+            Some(Bytes::from(id.to_string())),
         ));
         r
     }
@@ -269,7 +290,11 @@ mod tests {
         // old incarnation (before it was re-created), whole, named as
         // exports were before the name held the topic id; then the first
         // 500 records of this export, written before the daemon died.
-        destination.foreign_write(&qtp, quarantined(3));
+        let dest: &dyn DestinationCluster = &destination;
+        let topics = dest.topics().await.unwrap();
+        let topic_id = topics.iter().find(|t| t.name == "orders").unwrap().topic_id;
+        let id = format!("orders/{topic_id}/0/200-1200");
+        destination.foreign_write(&qtp, quarantined("orders/0/3-4", 3));
         destination.foreign_write(
             &qtp,
             manifest_record(
@@ -278,7 +303,7 @@ mod tests {
             ),
         );
         for o in 200..700 {
-            destination.foreign_write(&qtp, quarantined(o));
+            destination.foreign_write(&qtp, quarantined(&id, o));
         }
         let run = || export(&destination, "ba", "ab", "orders", 0, "orders.q", &plan);
         run().await.unwrap();

@@ -301,10 +301,11 @@ pub async fn plan_topic(
         )
     });
     if let Some(h) = history {
-        check_loops(h, destination_cluster, &topic.name)?;
-    }
-    if let (Some(h), Some((forward, entry))) = (history, found) {
-        check_fence(h, forward, entry)?;
+        // Every incarnation's: the ACL names the topic, not its id.
+        for (forward, entry) in forward_entries(h, destination_cluster, &topic.name) {
+            check_loop(h, forward, entry)?;
+            check_fence(h, forward, entry)?;
+        }
     }
     let Some(dest) = destination_topic else {
         return match request.mode {

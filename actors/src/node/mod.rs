@@ -111,13 +111,15 @@ struct Inner {
     mirrors: tokio::sync::Mutex<Mirrors>,
     /// The coordinator's [`CoordinatorActor::log_failure`].
     log_failure: tokio::sync::watch::Receiver<Option<String>>,
-    /// One start at a time per mirror: a failback's side effects (a topic
-    /// deleted and re-created, an export) follow its recorded plan but come
-    /// before the start that ends it, and the StateValidationOffset lock
-    /// guards appends, not those effects. Two starts planned on one image
-    /// would otherwise both re-create the topic, the second after the
-    /// first's partitions began to copy into it.
-    starts: std::sync::Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// One start at a time on this node: a failback's side effects (a
+    /// topic deleted and re-created, an export) follow its recorded plan
+    /// but come before the start that ends it, and the StateValidationOffset
+    /// lock guards appends, not those effects. Two starts planned on one
+    /// image (of one mirror, or of two mirrors naming one topic) would
+    /// otherwise both re-create the topic, the second after the first's
+    /// partitions began to copy into it. Starts are rare; a long export
+    /// delays the others on this node.
+    starts: tokio::sync::Mutex<()>,
 }
 
 #[derive(Default)]
@@ -493,13 +495,6 @@ impl Node {
     ) -> Result<(Addr<MirrorActor>, Arc<dyn SourceCluster>), NodeError> {
         self.of_running(mirror, |r| (r.actor.clone(), r.source.clone()))
             .await
-    }
-
-    /// The lock that puts `mirror`'s starts one after another (see
-    /// `Inner::starts`).
-    fn start_lock(&self, mirror: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut starts = self.inner.starts.lock().expect("start locks");
-        starts.entry(mirror.to_string()).or_default().clone()
     }
 
     /// The status board of a running mirror's partitions.

@@ -16,7 +16,9 @@ use super::{
     NodeError, OperationReport,
 };
 use crate::cluster::{ensure_destination_topics, SourceCluster, TopicInfo};
-use crate::failback::{self, FailbackError, FailbackRequest, FailbackSettings, TopicFailback};
+use crate::failback::{
+    self, FailbackError, FailbackRequest, FailbackSettings, SourceHistory, TopicFailback,
+};
 use crate::mirror::{Reconcile, RecoverTopics, StopMirror};
 
 /// Every `mirror.*` property kmirror reads (the two unprefixed mirror keys
@@ -214,9 +216,12 @@ impl Node {
         state_validation_offset: Option<u64>,
         failback: FailbackRequest,
     ) -> Result<OperationReport, NodeError> {
-        let serial = self.start_lock(mirror);
-        let _serial = serial.lock().await;
-        let (actor, source) = self.running(mirror).await?;
+        let _serial = self.inner.starts.lock().await;
+        let (actor, source, history) = self
+            .of_running(mirror, |r| {
+                (r.actor.clone(), r.source.clone(), r.history.clone())
+            })
+            .await?;
         let image = self.image().await?;
         let offset = state_validation_offset.unwrap_or(image.end_offset());
         let config = image
@@ -243,7 +248,7 @@ impl Node {
             })
             .collect();
         let failbacks = self
-            .plan_failbacks(mirror, &*source, &config, &matched, failback)
+            .plan_failbacks(&history, &*source, &config, &matched, failback)
             .await?;
         let views = failback_views(&failbacks);
         if failback.dry_run {
@@ -347,7 +352,7 @@ impl Node {
     /// The failback of each matched topic the destination already holds.
     async fn plan_failbacks(
         &self,
-        mirror: &str,
+        history: &SourceHistory,
         source: &dyn SourceCluster,
         config: &MirrorConfig,
         matched: &[TopicInfo],
@@ -371,9 +376,7 @@ impl Node {
             .cluster_id()
             .await
             .map_err(|e| kafka("describe the destination cluster", e))?;
-        let history = self
-            .of_running(mirror, |r| r.history.clone())
-            .await?
+        let history = history
             .fresh(source)
             .await
             .map_err(|e| kafka(&e.doing, e.source))?;

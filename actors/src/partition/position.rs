@@ -48,6 +48,7 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
         .send(ReadPartition(cx.key.clone()))
         .await
         .map_err(|e| PumpExit::retryable(format!("coordinator unavailable: {e}")))?;
+    let floor = view.failback_floor();
     check_source_topic(cx).await?;
     check_mirror_loop(cx).await?;
     let dest = cx
@@ -99,8 +100,8 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
         .map_err(|e| kafka_failure("source offsets", e))?;
     let mut epochs = view.source_epochs.clone();
     let mut next_source = alignment.next_source.unwrap_or(src.log_start);
-    if let Some(copy_start) = view.failback_copy_start {
-        next_source = next_source.max(copy_start);
+    if let Some(floor) = floor {
+        next_source = next_source.max(floor);
     }
     // By leader epoch first: it also sees a source that has already grown
     // past our position with other records.
@@ -474,7 +475,10 @@ pub async fn stopped_position(
         }
         Err(e) => return Err(e.to_string()),
     };
-    let next_source = alignment.next_source.unwrap_or(0);
+    let next_source = alignment
+        .next_source
+        .unwrap_or(0)
+        .max(view.failback_floor().unwrap_or(0));
     let recorded_epoch = (next_source > 0)
         .then(|| view.source_epochs.epoch_at(next_source - 1))
         .flatten();

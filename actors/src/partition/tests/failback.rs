@@ -88,3 +88,65 @@ async fn a_stop_before_any_copy_records_the_plans_position_with_its_epoch() {
     assert_eq!((lme.source_offset, lme.destination_end_offset), (8, 6));
     assert!(lme.source_leader_epoch >= 0, "{lme:?}");
 }
+
+/// Stopped while FAILED (the source unreachable, the disaster a failover
+/// is for): the stop goes by `stopped_position`, and records the same
+/// position a pump's stop does.
+#[actix::test]
+async fn a_stop_of_a_failed_partition_records_the_plans_position_too() {
+    let rig = rig().await;
+    failed_back_at_eight(&rig).await;
+    rig.source.set_unreachable(true);
+    let actor = rig.start(fast_retry());
+    eventually("FAILED", async || {
+        state(&actor).await.state == PartitionState::Failed
+    })
+    .await;
+    stopped(&actor).await;
+    let lme = rig.last_mirror_epochs().await;
+    assert_eq!((lme.source_offset, lme.destination_end_offset), (8, 6));
+}
+
+/// The floor lasts until something is copied after the plan: from then on
+/// the map says where the copy is, even cut back below `copy_start` by a
+/// repair of its own (an unclean election on the source), whose records
+/// below it must be copied again.
+#[test]
+fn the_plans_floor_ends_once_the_map_reaches_past_the_plan() {
+    let plan = FailbackPlan {
+        forward_mirror: "back".into(),
+        mode: FailbackMode::Delta,
+        destination_position: 6,
+        source_position: 8,
+        divergent_start: 6,
+        divergent_end: 6,
+        copy_start: 8,
+        copy_end: 8,
+        quarantine_topic: None,
+        reason: None,
+    };
+    let view = |runs: Vec<OffsetMapRun>, holes| crate::coordinator::PartitionView {
+        state: None,
+        runs,
+        holes,
+        producer: None,
+        source_epochs: Default::default(),
+        failback: Some(plan.clone()),
+    };
+    assert_eq!(view(vec![run(0, 0, 6)], vec![]).failback_floor(), Some(8));
+    // Opened ahead at the plan's position, nothing in it yet.
+    assert_eq!(
+        view(vec![run(0, 0, 6), run(8, 6, 0)], vec![]).failback_floor(),
+        Some(8)
+    );
+    assert_eq!(
+        view(vec![run(0, 0, 6), run(8, 6, 3)], vec![]).failback_floor(),
+        None
+    );
+    // Copied 8..11 to 6..9, then cut back to 7 by a repair: 6..9 a hole.
+    let repaired = vec![kmirror_events::OffsetMapHole {
+        destination_start: 6,
+        length: 3,
+    }];
+    assert_eq!(view(vec![run(0, 0, 6)], repaired).failback_floor(), None);
+}
