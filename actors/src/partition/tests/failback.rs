@@ -7,6 +7,22 @@ use kmirror_events::{Command, FailbackMode, FailbackPlan};
 use super::stopped::stopped;
 use super::*;
 
+/// The delta plan: the copy resumes at 8, where the destination ends at 6.
+fn plan() -> FailbackPlan {
+    FailbackPlan {
+        forward_mirror: "back".into(),
+        mode: FailbackMode::Delta,
+        destination_position: 6,
+        source_position: 8,
+        divergent_start: 6,
+        divergent_end: 6,
+        copy_start: 8,
+        copy_end: 8,
+        quarantine_topic: None,
+        reason: None,
+    }
+}
+
 /// The forward mirror copied this partition's source 0..6 to 0..6 and
 /// stopped at 8 (its last two records, on the source only, were a
 /// divergent tail an earlier failback quarantined: a hole in its map, no
@@ -20,23 +36,11 @@ async fn failed_back_at_eight(rig: &Rig) {
         );
     }
     rig.record_runs(vec![run(0, 0, 6)]).await;
-    let plan = FailbackPlan {
-        forward_mirror: "back".into(),
-        mode: FailbackMode::Delta,
-        destination_position: 6,
-        source_position: 8,
-        divergent_start: 6,
-        divergent_end: 6,
-        copy_start: 8,
-        copy_end: 8,
-        quarantine_topic: None,
-        reason: None,
-    };
     rig.coordinator
         .send(crate::coordinator::Execute::new(
             Command::RecordFailbackPlan {
                 key: rig.key.clone(),
-                plan,
+                plan: plan(),
             },
         ))
         .await
@@ -113,25 +117,13 @@ async fn a_stop_of_a_failed_partition_records_the_plans_position_too() {
 /// below it must be copied again.
 #[test]
 fn the_plans_floor_ends_once_the_map_reaches_past_the_plan() {
-    let plan = FailbackPlan {
-        forward_mirror: "back".into(),
-        mode: FailbackMode::Delta,
-        destination_position: 6,
-        source_position: 8,
-        divergent_start: 6,
-        divergent_end: 6,
-        copy_start: 8,
-        copy_end: 8,
-        quarantine_topic: None,
-        reason: None,
-    };
     let view = |runs: Vec<OffsetMapRun>, holes| crate::coordinator::PartitionView {
         state: None,
         runs,
         holes,
         producer: None,
         source_epochs: Default::default(),
-        failback: Some(plan.clone()),
+        failback: Some(plan()),
     };
     assert_eq!(view(vec![run(0, 0, 6)], vec![]).failback_floor(), Some(8));
     // Opened ahead at the plan's position, nothing in it yet.
