@@ -155,14 +155,14 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
     // the recorded one, or (none recorded: a map seeded by a failback, a
     // gap) the source's: a stop before any copy records it, and a later
     // failback can go by delta.
-    let last = cursor.next_source - 1;
-    let source_leader_epoch = match (last >= 0).then(|| epochs.epoch_at(last)).flatten() {
-        Some(epoch) => epoch,
-        None if last >= src.log_start => source_epoch_at(&*cx.source, &cx.tp, last)
-            .await
-            .unwrap_or(-1),
-        None => -1,
-    };
+    let source_leader_epoch = epoch_before(
+        &*cx.source,
+        &cx.tp,
+        &epochs,
+        cursor.next_source,
+        src.log_start,
+    )
+    .await;
     {
         let mut p = cx.progress.lock().unwrap();
         p.source_offset = cursor.next_source;
@@ -424,8 +424,8 @@ fn trailing_markers(batches: &[RecordBatch], producer: i64, end: i64) -> Option<
     (at < end).then_some(at)
 }
 
-/// How long reading the source's leader epoch at the stopped position may
-/// take: a failover must not wait on a source that is gone.
+/// How long reading the source's leader epoch of the last mirrored record
+/// may take: a failover must not wait on a source that is gone.
 const SOURCE_EPOCH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where a stopped partition's copy stands ([`stopped_position`]), and the
@@ -479,21 +479,7 @@ pub async fn stopped_position(
         .next_source
         .unwrap_or(0)
         .max(view.failback_floor().unwrap_or(0));
-    let recorded_epoch = (next_source > 0)
-        .then(|| view.source_epochs.epoch_at(next_source - 1))
-        .flatten();
-    let source_leader_epoch = match recorded_epoch {
-        Some(epoch) => epoch,
-        None if next_source > 0 => tokio::time::timeout(
-            SOURCE_EPOCH_TIMEOUT,
-            source_epoch_at(source, tp, next_source - 1),
-        )
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or(-1),
-        None => -1,
-    };
+    let source_leader_epoch = epoch_before(source, tp, &view.source_epochs, next_source, 0).await;
     Ok(StoppedPosition {
         progress: Progress {
             source_offset: next_source,
@@ -618,6 +604,34 @@ fn as_recorded(runs: &[OffsetMapRun], holes: &[OffsetMapHole], end: i64) -> Alig
         next_destination: recorded.min(end),
         recorded_end: recorded,
     }
+}
+
+/// The source leader epoch of the record before `next` (the last one
+/// mirrored): as recorded, else — a map seeded by a failback, a gap — the
+/// source's own if it holds that record (`readable_from`: its log start,
+/// as far as known) and answers in time, else −1.
+async fn epoch_before(
+    source: &dyn SourceCluster,
+    tp: &TopicPartition,
+    epochs: &SourceEpochs,
+    next: i64,
+    readable_from: i64,
+) -> i32 {
+    let last = next - 1;
+    if last < 0 {
+        return -1;
+    }
+    if let Some(epoch) = epochs.epoch_at(last) {
+        return epoch;
+    }
+    if last < readable_from {
+        return -1;
+    }
+    tokio::time::timeout(SOURCE_EPOCH_TIMEOUT, source_epoch_at(source, tp, last))
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(-1)
 }
 
 /// The leader epoch the source batch holding `offset` was written in, read
