@@ -1374,16 +1374,23 @@ impl DestinationCluster for MemoryDestination {
         Box::pin(async move { result })
     }
 
-    fn read_batches(
+    fn read_page(
         &self,
         tp: &TopicPartition,
         from: i64,
         to: i64,
+        max_bytes: usize,
     ) -> BoxFuture<'_, Result<Vec<RecordBatch>, KafkaError>> {
         let found = self.with(tp, |p| {
+            let mut bytes = 0;
             p.appended
                 .iter()
                 .filter(|b| b.next_offset() > from && b.base_offset() < to)
+                .take_while(|b| {
+                    let more = bytes < max_bytes;
+                    bytes += b.size();
+                    more
+                })
                 .cloned()
                 .collect()
         });

@@ -380,13 +380,24 @@ pub trait DestinationCluster: ClusterView {
     ) -> BoxFuture<'_, Result<(), KafkaError>>;
     /// The batches holding offsets `[from, to)`, read uncommitted: after a
     /// crash, alignment checks that the batches above the recorded run
-    /// lengths are kmirror's own; a failback exports the records only the
-    /// destination has.
+    /// lengths are kmirror's own (a range bounded by what was in flight).
     fn read_batches(
         &self,
         tp: &TopicPartition,
         from: i64,
         to: i64,
+    ) -> BoxFuture<'_, Result<Vec<RecordBatch>, KafkaError>> {
+        self.read_page(tp, from, to, usize::MAX)
+    }
+    /// The first batches holding offsets `[from, to)`, read uncommitted, up
+    /// to the one that reaches `max_bytes` (at least one): a failback's
+    /// export reads ranges only the operator bounds, page by page.
+    fn read_page(
+        &self,
+        tp: &TopicPartition,
+        from: i64,
+        to: i64,
+        max_bytes: usize,
     ) -> BoxFuture<'_, Result<Vec<RecordBatch>, KafkaError>>;
     /// Deletes a topic (a failback `from-scratch` re-creates it).
     fn delete_topic(&self, name: &str) -> BoxFuture<'_, Result<(), KafkaError>>;

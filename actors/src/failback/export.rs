@@ -5,8 +5,10 @@
 
 use bytes::Bytes;
 
-use crate::cluster::{ClusterError, DestinationCluster, Doing};
-use crate::kafka::batch::{decode_records, encode_batch, Codec, OutgoingBatch, SourceOffsets};
+use crate::cluster::{ClusterError, DestinationCluster, Doing, PartitionSink};
+use crate::kafka::batch::{
+    decode_records, encode_batch, Codec, OutgoingBatch, RecordBatch, SourceOffsets,
+};
 use crate::kafka::fetch::TopicPartition;
 use crate::kafka::KafkaError;
 
@@ -65,91 +67,132 @@ pub(super) async fn export(
         Exported::Whole => return Ok(()),
         Exported::Since(offsets) => offsets,
     };
-    let tp = TopicPartition::new(topic, p);
-    let batches = destination
-        .read_batches(&tp, start, end)
-        .await
-        .doing(|| format!("read divergent records of {tp}"))?;
-    let export_id = Bytes::from(manifest_id.clone());
-    let mut records = Vec::new();
-    let mut offsets = Vec::new();
-    let mut producers = std::collections::BTreeSet::new();
-    let (mut min_ts, mut max_ts) = (i64::MAX, i64::MIN);
-    for b in batches.iter().filter(|b| !b.is_control()) {
-        let decoded = decode_records(b).doing(|| format!("decode divergent records of {tp}"))?;
-        for mut r in decoded.records {
-            let offset = b.base_offset() + r.offset_delta as i64;
-            if !(start..end).contains(&offset) {
-                continue;
-            }
-            producers.insert(b.producer_id());
-            min_ts = min_ts.min(r.timestamp);
-            max_ts = max_ts.max(r.timestamp);
-            r.headers.push((
-                Bytes::from_static(OFFSET_HEADER.as_bytes()),
-                Some(Bytes::from(offset.to_string())),
-            ));
-            r.headers.push((
-                Bytes::from_static(EXPORT_HEADER.as_bytes()),
-                Some(export_id.clone()),
-            ));
-            records.push(r);
-            offsets.push(offset);
-        }
-    }
-    let count = records.len();
-    let manifest = format!(
-        "{{\"manifest\":\"{manifest_id}\",\"mirror\":\"{mirror}\",\"forward_mirror\":\"{forward}\",\"topic\":\"{topic}\",\"partition\":{p},\"start_offset\":{start},\"end_offset\":{end},\"count\":{count},\"producer_ids\":{producers:?},\"min_timestamp\":{},\"max_timestamp\":{}}}",
-        if count > 0 { min_ts } else { -1 },
-        if count > 0 { max_ts } else { -1 },
-    );
-    // An interrupted run's records are not written twice: what it left
-    // after the last manifest is, in order, the first records of this
-    // export, and the rest follows them (the manifest still describes the
-    // whole range).
-    let already = if offsets.starts_with(&leftover) {
-        leftover.len()
-    } else {
-        0
-    };
-    let mut records = records.split_off(already);
-    records.push(manifest_record(
-        Bytes::from_static(MANIFEST_KEY.as_bytes()),
-        Bytes::from(manifest),
-    ));
     let mut sink = destination
         .open_sink(qtp.clone())
         .await
         .doing(|| format!("open a producer for {qtp}"))?;
-    let result: Result<(), KafkaError> = async {
-        let mut acks = Vec::new();
-        for chunk in records.chunks(500) {
-            let chunk: Vec<_> = chunk
-                .iter()
-                .enumerate()
-                .map(|(i, r)| crate::kafka::batch::Record {
-                    offset_delta: i as i32,
-                    ..r.clone()
-                })
-                .collect();
-            let batch = OutgoingBatch::new(
-                encode_batch(&chunk, Codec::Lz4)?,
-                chunk.len() as i32,
-                SourceOffsets::Range {
-                    first: 0,
-                    last: chunk.len() as i64 - 1,
-                },
-            );
-            acks.push(sink.send(batch).await?);
+    let tp = TopicPartition::new(topic, p);
+    let export_id = Bytes::from(manifest_id.clone());
+    let mut count = 0usize;
+    let mut producers = std::collections::BTreeSet::new();
+    let (mut min_ts, mut max_ts) = (i64::MAX, i64::MIN);
+    // An interrupted run's records are not written twice: what it left
+    // after the last manifest is, as far as it agrees, the first records of
+    // this export, and the rest follows them (the manifest still describes
+    // the whole range).
+    let mut resuming = true;
+    let result: Result<(), ClusterError> = async {
+        let mut at = start;
+        while at < end {
+            let batches;
+            (batches, at) = page(destination, &tp, at, end).await?;
+            let mut records = Vec::new();
+            for b in batches.iter().filter(|b| !b.is_control()) {
+                let decoded =
+                    decode_records(b).doing(|| format!("decode divergent records of {tp}"))?;
+                for mut r in decoded.records {
+                    let offset = b.base_offset() + r.offset_delta as i64;
+                    if !(start..end).contains(&offset) {
+                        continue;
+                    }
+                    producers.insert(b.producer_id());
+                    min_ts = min_ts.min(r.timestamp);
+                    max_ts = max_ts.max(r.timestamp);
+                    resuming &= leftover.get(count) == Some(&offset);
+                    count += 1;
+                    if resuming {
+                        continue;
+                    }
+                    r.headers.push((
+                        Bytes::from_static(OFFSET_HEADER.as_bytes()),
+                        Some(Bytes::from(offset.to_string())),
+                    ));
+                    r.headers.push((
+                        Bytes::from_static(EXPORT_HEADER.as_bytes()),
+                        Some(export_id.clone()),
+                    ));
+                    records.push(r);
+                }
+            }
+            send(&mut *sink, &records)
+                .await
+                .doing(|| format!("export divergent records to {qtp}"))?;
         }
-        for a in acks {
-            a.await?;
-        }
-        Ok(())
+        let manifest = format!(
+            "{{\"manifest\":\"{manifest_id}\",\"mirror\":\"{mirror}\",\"forward_mirror\":\"{forward}\",\"topic\":\"{topic}\",\"partition\":{p},\"start_offset\":{start},\"end_offset\":{end},\"count\":{count},\"producer_ids\":{producers:?},\"min_timestamp\":{},\"max_timestamp\":{}}}",
+            if count > 0 { min_ts } else { -1 },
+            if count > 0 { max_ts } else { -1 },
+        );
+        let manifest = manifest_record(
+            Bytes::from_static(MANIFEST_KEY.as_bytes()),
+            Bytes::from(manifest),
+        );
+        send(&mut *sink, &[manifest])
+            .await
+            .doing(|| format!("export divergent records to {qtp}"))
     }
     .await;
     sink.close().await;
-    result.doing(|| format!("export divergent records to {qtp}"))?;
+    result
+}
+
+/// Bytes of divergent batches read at a time: the range is as long as the
+/// old source went on taking writes, which only the operator bounds. (One
+/// batch at a time in tests, so that paging is what they run.)
+#[cfg(not(test))]
+const PAGE_BYTES: usize = 4 << 20;
+#[cfg(test)]
+const PAGE_BYTES: usize = 1;
+
+/// The batches of one page of `[at, end)`, and where the next page begins.
+async fn page(
+    destination: &dyn DestinationCluster,
+    tp: &TopicPartition,
+    at: i64,
+    end: i64,
+) -> Result<(Vec<RecordBatch>, i64), ClusterError> {
+    let batches = destination
+        .read_page(tp, at, end, PAGE_BYTES)
+        .await
+        .doing(|| format!("read {tp} from {at}"))?;
+    match batches.last().map(|b| b.next_offset()) {
+        Some(next) if next > at => Ok((batches, next)),
+        _ => Err(ClusterError::new(
+            format!("read {tp}"),
+            KafkaError::Unknown(format!("no batch at offset {at} below {end}")),
+        )),
+    }
+}
+
+/// Produces `records` into the sink in batches of up to 500 and waits for
+/// every acknowledgement.
+async fn send(
+    sink: &mut dyn PartitionSink,
+    records: &[crate::kafka::batch::Record],
+) -> Result<(), KafkaError> {
+    let mut acks = Vec::new();
+    for chunk in records.chunks(500) {
+        let chunk: Vec<_> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, r)| crate::kafka::batch::Record {
+                offset_delta: i as i32,
+                ..r.clone()
+            })
+            .collect();
+        let batch = OutgoingBatch::new(
+            encode_batch(&chunk, Codec::Lz4)?,
+            chunk.len() as i32,
+            SourceOffsets::Range {
+                first: 0,
+                last: chunk.len() as i64 - 1,
+            },
+        );
+        acks.push(sink.send(batch).await?);
+    }
+    for a in acks {
+        a.await?;
+    }
     Ok(())
 }
 
@@ -173,9 +216,10 @@ enum Exported {
     Since(Vec<i64>),
 }
 
-/// Reads the quarantine partition: whether it holds the manifest `id`, and
-/// what follows its last manifest. Quarantine topics are written only by
-/// failbacks, so reading one whole is rare and bounded by what they wrote.
+/// Reads the quarantine partition, page by page: whether it holds the
+/// manifest `id`, and what follows its last manifest. Quarantine topics are
+/// written only by failbacks, so reading one whole is rare and bounded by
+/// what they wrote.
 async fn exported(
     destination: &dyn DestinationCluster,
     tp: &TopicPartition,
@@ -185,32 +229,31 @@ async fn exported(
         .bounds(tp)
         .await
         .doing(|| format!("offsets of {tp}"))?;
-    let mut since = Vec::new();
-    if b.end <= b.log_start {
-        return Ok(Exported::Since(since));
-    }
-    let batches = destination
-        .read_batches(tp, b.log_start, b.end)
-        .await
-        .doing(|| format!("read {tp}"))?;
     let needle = format!("\"manifest\":\"{id}\"");
-    for batch in batches.iter().filter(|b| !b.is_control()) {
-        let decoded = decode_records(batch).doing(|| format!("decode {tp}"))?;
-        for r in decoded.records {
-            if r.key.as_deref() == Some(MANIFEST_KEY.as_bytes()) {
-                if r.value
-                    .as_deref()
-                    .is_some_and(|v| String::from_utf8_lossy(v).contains(&needle))
-                {
-                    return Ok(Exported::Whole);
+    let mut since = Vec::new();
+    let mut at = b.log_start;
+    while at < b.end {
+        let batches;
+        (batches, at) = page(destination, tp, at, b.end).await?;
+        for batch in batches.iter().filter(|b| !b.is_control()) {
+            let decoded = decode_records(batch).doing(|| format!("decode {tp}"))?;
+            for r in decoded.records {
+                if r.key.as_deref() == Some(MANIFEST_KEY.as_bytes()) {
+                    if r.value
+                        .as_deref()
+                        .is_some_and(|v| String::from_utf8_lossy(v).contains(&needle))
+                    {
+                        return Ok(Exported::Whole);
+                    }
+                    since.clear();
+                    continue;
                 }
-                since.clear();
-                continue;
+                // Another export's record, or one without a readable
+                // offset, is no prefix of this one: -1 matches no
+                // divergent offset.
+                let ours = header(&r, EXPORT_HEADER) == Some(id.as_bytes());
+                since.push(original_offset(&r).filter(|_| ours).unwrap_or(-1));
             }
-            // Another export's record, or one without a readable offset,
-            // is no prefix of this one: -1 matches no divergent offset.
-            let ours = header(&r, EXPORT_HEADER) == Some(id.as_bytes());
-            since.push(original_offset(&r).filter(|_| ours).unwrap_or(-1));
         }
     }
     Ok(Exported::Since(since))

@@ -575,11 +575,12 @@ impl DestinationCluster for KafkaCluster {
         })
     }
 
-    fn read_batches(
+    fn read_page(
         &self,
         tp: &TopicPartition,
         from: i64,
         to: i64,
+        max_bytes: usize,
     ) -> BoxFuture<'_, Result<Vec<RecordBatch>, KafkaError>> {
         let tp = tp.clone();
         Box::pin(async move {
@@ -588,7 +589,7 @@ impl DestinationCluster for KafkaCluster {
                 &tp,
                 from,
                 to,
-                usize::MAX,
+                max_bytes,
                 IsolationLevel::ReadUncommitted,
             )
             .await?;
