@@ -43,7 +43,6 @@ pub use routing::{
 };
 pub use state::{is_valid_transition, next_state, retry_target, PartitionState};
 pub use sync::{
-    group_offset_target, is_active_group_state, keyless_hold_in_place, keyless_hold_recorded,
-    undo_keyless_hold, verify_interval, AclEntry, AclRules, ConfigChange, KeylessCopy,
-    SyncSettings, KEYLESS_HOLD, VERIFY_INTERVAL_KEY,
+    group_offset_target, is_active_group_state, verify_interval, AclEntry, AclRules, SyncSettings,
+    VERIFY_INTERVAL_KEY,
 };

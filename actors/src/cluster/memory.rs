@@ -1340,16 +1340,15 @@ impl DestinationCluster for MemoryDestination {
     fn alter_topic_configs(
         &self,
         topic: &str,
-        changes: Vec<(String, Option<String>)>,
+        set: Vec<(String, String)>,
     ) -> BoxFuture<'_, Result<(), KafkaError>> {
-        let mut s = self.state.lock().unwrap();
-        let configs = s.configs.entry(topic.to_string()).or_default();
-        for (k, v) in changes {
-            match v {
-                Some(v) => configs.insert(k, v),
-                None => configs.remove(&k),
-            };
-        }
+        self.state
+            .lock()
+            .unwrap()
+            .configs
+            .entry(topic.to_string())
+            .or_default()
+            .extend(set);
         Box::pin(async move { Ok(()) })
     }
 

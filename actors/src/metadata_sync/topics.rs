@@ -2,19 +2,12 @@
 //! `topic.properties.exclude`), and partition counts grow with it. Each
 //! change is recorded before it is applied, except new destination
 //! partitions, which must exist before the record that starts copying them.
-//!
-//! One departure from the source's configs: while a partition is refused
-//! a record without a key by its compacted destination, the topic is held
-//! (`kmirror_events::KEYLESS_HOLD`) until the copy has caught up. The
-//! refusal is the partition's error on the status board; the hold itself
-//! is the destination's configs, so it outlives a restart.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use kmirror_events::{
-    keyless_hold_in_place, keyless_hold_recorded, undo_keyless_hold, Command, ConfigChange,
-    KeylessCopy, MirrorStateImage, PartitionState, SyncSettings, TopicConfigSync,
-    TopicConfigSyncKey, TopicId,
+    Command, MirrorStateImage, PartitionState, SyncSettings, TopicConfigSync, TopicConfigSyncKey,
+    TopicId,
 };
 
 use super::{mirrored_topics, record, PartitionsGrew, Shared, SyncError};
@@ -27,38 +20,10 @@ pub(super) async fn sync_configs(
     changed: &mut u64,
 ) -> Vec<SyncError> {
     let mut errors = Vec::new();
-    let mirror = &shared.spec.mirror;
-    let copies = (shared.spec.keyless)();
-    for (name, (topic_id, _)) in mirrored_topics(image, mirror, &[PartitionState::Mirroring]) {
-        // A topic with no partition on the board yet is not known to be
-        // caught up.
-        let copy = copies
-            .get(&topic_id)
-            .copied()
-            .unwrap_or(KeylessCopy::Behind);
-        match sync_topic_configs(shared, image, settings, &name, topic_id, copy).await {
-            Ok(n) => *changed += n,
-            Err(e) => errors.push(e),
-        }
-    }
-    // A topic stopped during a keyless hold (a failover) is let go from the
-    // records alone: its copy is over, and the source may be gone. Only
-    // topics whose records say so are asked about.
-    for (name, (topic_id, _)) in mirrored_topics(image, mirror, &[PartitionState::Stopped]) {
-        if !keyless_hold_recorded(recorded(image, mirror, topic_id)) {
-            continue;
-        }
-        let undone = async {
-            let dest = shared
-                .spec
-                .destination
-                .topic_config_values(&name)
-                .await
-                .doing(|| format!("describe destination configs of {name}"))?;
-            let changes = undo_keyless_hold(&dest, recorded(image, mirror, topic_id));
-            apply(shared, &name, topic_id, changes).await
-        };
-        match undone.await {
+    for (name, (topic_id, _)) in
+        mirrored_topics(image, &shared.spec.mirror, &[PartitionState::Mirroring])
+    {
+        match sync_topic_configs(shared, settings, &name, topic_id).await {
             Ok(n) => *changed += n,
             Err(e) => errors.push(e),
         }
@@ -66,31 +31,12 @@ pub(super) async fn sync_configs(
     errors
 }
 
-/// The last recorded change of each of a topic's configs.
-fn recorded<'a>(
-    image: &'a MirrorStateImage,
-    mirror: &'a str,
-    topic_id: TopicId,
-) -> impl Fn(&str) -> Option<TopicConfigSync> + 'a {
-    move |config_name| {
-        image
-            .topic_config(&TopicConfigSyncKey {
-                mirror_name: mirror.to_string(),
-                topic_id,
-                config_name: config_name.to_string(),
-            })
-            .cloned()
-    }
-}
-
 /// Brings one destination topic's configs in line; returns how many changed.
 async fn sync_topic_configs(
     shared: &Shared,
-    image: &MirrorStateImage,
     settings: &SyncSettings,
     name: &str,
     topic_id: TopicId,
-    copy: KeylessCopy,
 ) -> Result<u64, SyncError> {
     let spec = &shared.spec;
     let source = spec
@@ -103,56 +49,22 @@ async fn sync_topic_configs(
         .topic_config_values(name)
         .await
         .doing(|| format!("describe destination configs of {name}"))?;
-    let held = keyless_hold_in_place(&dest);
-    // The destination's own overrides, for the records of a hold (rare).
-    let overrides = if copy == KeylessCopy::Refused || held {
-        spec.destination
-            .topic_configs(name)
-            .await
-            .doing(|| format!("describe destination configs of {name}"))?
-            .into_iter()
-            .collect()
-    } else {
-        BTreeMap::new()
-    };
-    let changes = settings.topic_config_changes(
-        &source,
-        &dest,
-        &overrides,
-        copy,
-        recorded(image, &spec.mirror, topic_id),
-    );
-    let n = apply(shared, name, topic_id, changes).await?;
-    if copy == KeylessCopy::Refused && !held {
-        tracing::warn!(mirror = %spec.mirror, topic = %name,
-            "a partition was refused records without a key: the destination is held at cleanup.policy=delete, retention -1, until the copy catches up");
-    }
-    Ok(n)
-}
-
-/// Records each change, then makes them; returns how many there were.
-async fn apply(
-    shared: &Shared,
-    name: &str,
-    topic_id: TopicId,
-    changes: Vec<ConfigChange>,
-) -> Result<u64, SyncError> {
+    let changes = settings.config_changes(&source, &dest);
     if changes.is_empty() {
         return Ok(0);
     }
-    let spec = &shared.spec;
-    for (config, from, to) in &changes {
+    for (key, from, to) in &changes {
         record(
             shared,
             Command::RecordTopicConfigSync {
                 key: TopicConfigSyncKey {
                     mirror_name: spec.mirror.clone(),
                     topic_id,
-                    config_name: config.clone(),
+                    config_name: key.clone(),
                 },
                 value: TopicConfigSync {
                     from: from.clone(),
-                    to: to.clone(),
+                    to: Some(to.clone()),
                 },
             },
         )

@@ -640,15 +640,12 @@ impl DestinationCluster for KafkaCluster {
     fn alter_topic_configs(
         &self,
         topic: &str,
-        changes: Vec<(String, Option<String>)>,
+        set: Vec<(String, String)>,
     ) -> BoxFuture<'_, Result<(), KafkaError>> {
         let resource = ConfigResource::Topic(topic.to_string());
-        let ops: Vec<AlterConfigOp> = changes
+        let ops: Vec<AlterConfigOp> = set
             .into_iter()
-            .map(|(k, v)| match v {
-                Some(v) => AlterConfigOp::Set(k, v),
-                None => AlterConfigOp::Delete(k),
-            })
+            .map(|(k, v)| AlterConfigOp::Set(k, v))
             .collect();
         Box::pin(async move {
             self.under_lease("topic configs").await?;

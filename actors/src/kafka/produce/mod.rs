@@ -113,19 +113,11 @@ const DISPATCH_QUEUE: usize = 4096;
 /// What an operator needs to know when a compacted destination refuses a
 /// record without a key: the source took it before its topic became
 /// compacted (Kafka checks keys at produce, not when the policy changes),
-/// and an exact copy can neither drop nor key it. The metadata sync reads
-/// it on the failed partition ([`is_keyless_refusal`]) and holds the
-/// destination topic (`kmirror_events::KEYLESS_HOLD`); the retry copies on.
-pub(crate) const KEYLESS_INTO_COMPACTED: &str =
+/// and an exact copy can neither drop nor key it. Not handled yet (README,
+/// "Not yet").
+const KEYLESS_INTO_COMPACTED: &str =
     "the source topic holds records without a key from before it became \
-     compacted, which a compacted destination refuses; kmirror holds the \
-     destination topic at cleanup.policy=delete until they are copied";
-
-/// Whether a partition's error is a compacted destination's refusal of a
-/// record without a key, as [`IdempotentProducer`] words it.
-pub fn is_keyless_refusal(error: &str) -> bool {
-    error.contains(KEYLESS_INTO_COMPACTED)
-}
+     compacted, which a compacted destination refuses; kmirror cannot copy them yet";
 
 impl IdempotentProducer {
     /// The dispatcher task of `lane` to broker `node`, started on first use.

@@ -14,12 +14,6 @@ use crate::offset_map::Translation;
 use crate::pattern::{list_items, PatternError, PatternList, DEFAULT_TOPIC_PROPERTIES_EXCLUDE};
 use crate::record::MirrorConfig;
 
-mod keyless;
-pub use keyless::{
-    keyless_hold_in_place, keyless_hold_recorded, undo_keyless_hold, ConfigChange, KeylessCopy,
-    KEYLESS_HOLD,
-};
-
 /// Destination group states in which a group has (or is getting) live
 /// members (KIP-1279 JR20). A standalone commit into such a group would be
 /// refused by the coordinator or, worse, overwrite what its live consumers
