@@ -248,6 +248,10 @@ impl Actor for MirrorActor {
                 partitions_grew: ctx.address().recipient(),
                 metadata_interval: self.spec.refresh_interval,
                 start_delay: std::time::Duration::from_secs(1),
+                keyless: {
+                    let board = self.spec.board.clone();
+                    Arc::new(move || board.keyless_copies())
+                },
             })
             .start(),
         );

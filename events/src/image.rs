@@ -376,6 +376,11 @@ impl MirrorStateImage {
         self.topic_configs.iter()
     }
 
+    /// The last change the sync recorded of one destination topic config.
+    pub fn topic_config(&self, key: &TopicConfigSyncKey) -> Option<&TopicConfigSync> {
+        self.topic_configs.get(key)
+    }
+
     pub fn acls(&self) -> impl Iterator<Item = (&AclSyncKey, &AclSync)> {
         self.acls.iter()
     }

@@ -43,6 +43,7 @@ pub use routing::{
 };
 pub use state::{is_valid_transition, next_state, retry_target, PartitionState};
 pub use sync::{
-    group_offset_target, is_active_group_state, verify_interval, AclEntry, AclRules, SyncSettings,
-    VERIFY_INTERVAL_KEY,
+    group_offset_target, is_active_group_state, keyless_hold, marker_name, release_stopped,
+    verify_interval, AclEntry, AclRules, ConfigChange, ConfigPlan, Hold, KeylessCopy, SyncSettings,
+    TopicConfigs, KEYLESS_HOLD, KEYLESS_HOLD_MARKER, VERIFY_INTERVAL_KEY,
 };

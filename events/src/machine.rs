@@ -14,6 +14,7 @@ use crate::image::MirrorStateImage;
 use crate::pattern::{is_internal_topic, join_lists, GroupFilter, TopicFilter};
 use crate::record::*;
 use crate::state::{is_valid_transition, retry_target, PartitionState};
+use crate::sync::keyless_hold_refuses;
 
 /// Mirror names follow topic-name rules (KIP AS3), so they are safe in
 /// client ids, metric tags and file names.
@@ -322,6 +323,9 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
                     v.state
                 )));
             }
+            if let Some(why) = keyless_hold_refuses(image, name, None) {
+                return Err(DecideError::InvalidClusterMirrorStates(why));
+            }
             let mut out = vec![Record::MirrorConfig(
                 MirrorConfigKey {
                     mirror_name: name.clone(),
@@ -383,6 +387,10 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
                         "topic {label} has partition count {}",
                         t.partition_count
                     )));
+                }
+                if let Some(why) = keyless_hold_refuses(image, mirror, Some((t.topic_id, &t.name)))
+                {
+                    return Err(DecideError::InvalidClusterMirrorStates(why));
                 }
                 if let Some(e) = image.topic(&t.topic_id) {
                     let c = &e.change;

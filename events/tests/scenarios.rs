@@ -336,6 +336,29 @@ fn topic_commands_and_delete() {
     );
     go(&mut img, &k, PartitionState::Stopping).unwrap();
     go(&mut img, &k, PartitionState::Stopped).unwrap();
+    // A keyless hold not let go yet refuses the delete: its markers are
+    // the only record of what to put back.
+    let marker = |to: Option<&str>| Command::RecordTopicConfigSync {
+        key: TopicConfigSyncKey {
+            mirror_name: "m1".into(),
+            topic_id: t,
+            config_name: marker_name("cleanup.policy"),
+        },
+        value: TopicConfigSync {
+            from: Some("compact".into()),
+            to: to.map(str::to_string),
+        },
+    };
+    cmd(marker(Some("delete")), &mut img).unwrap();
+    let e = cmd(Command::DeleteMirror { name: "m1".into() }, &mut img).unwrap_err();
+    assert_eq!(e.kip_name(), "INVALID_CLUSTER_MIRROR_STATES");
+    assert!(e.to_string().contains("topic orders ("), "{e}");
+    // Nor can another mirror take the topic over: its hold would keep the
+    // first hold's values as the topic's own.
+    let e = cmd(start_m2.clone(), &mut img).unwrap_err();
+    assert_eq!(e.kip_name(), "INVALID_CLUSTER_MIRROR_STATES");
+    assert!(e.to_string().contains("mirror m1's keyless hold"), "{e}");
+    cmd(marker(None), &mut img).unwrap();
     let recs = cmd(Command::DeleteMirror { name: "m1".into() }, &mut img).unwrap();
     assert!(recs.iter().any(
         |r| matches!(r, Record::MirrorTopicStateChange(_, Some(c)) if c.mirror_name.is_empty())

@@ -18,6 +18,48 @@ use kmirror_store::SledLog;
 use crate::proxy::FaultProxy;
 use crate::{bed, kafka_tool_ok, kafka_tool_stdin};
 
+/// `kafka-configs --alter` of an entity on the source: `op` is
+/// `--add-config` or `--delete-config`.
+pub fn alter_configs(entity_type: &str, name: &str, op: &str, config: &str) {
+    kafka_tool_ok(
+        "kafka-configs",
+        &[
+            "--bootstrap-server",
+            &bed().source,
+            "--alter",
+            "--entity-type",
+            entity_type,
+            "--entity-name",
+            name,
+            op,
+            config,
+        ],
+    );
+}
+
+/// A topic's own configs (its overrides) at `bootstrap`, as
+/// `kafka-configs --describe` lists them.
+pub fn topic_overrides(bootstrap: &str, topic: &str) -> BTreeMap<String, String> {
+    let out = kafka_tool_ok(
+        "kafka-configs",
+        &[
+            "--bootstrap-server",
+            bootstrap,
+            "--describe",
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            topic,
+        ],
+    );
+    // `  name=value sensitive=false synonyms={…}` under a heading line.
+    out.lines()
+        .filter(|l| l.starts_with("  "))
+        .filter_map(|l| l.trim().split(' ').next()?.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 pub fn connector() -> SourceConnector {
     connector_through(None)
 }

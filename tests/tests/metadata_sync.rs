@@ -13,8 +13,8 @@ use kmirror_actors::kafka::admin::{Admin, ConfigResource};
 use kmirror_actors::kafka::{ClientConfig, KafkaClient};
 use kmirror_actors::node::Node;
 use kmirror_tests::mirror::{
-    consume_sorted, describe_group, group_read, mirror_props, node, produce, records,
-    wait_caught_up,
+    alter_configs, consume_sorted, describe_group, group_read, mirror_props, node, produce,
+    records, wait_caught_up,
 };
 use kmirror_tests::{bed, create_topic, kafka_script, kafka_tool_ok, unique};
 
@@ -301,25 +301,6 @@ async fn a_compacted_topic_with_gaps_translates_group_offsets_exactly() {
         "compaction gaps make the offsets differ"
     );
     node.shutdown().await;
-}
-
-/// `kafka-configs --alter` of an entity on the source: `op` is
-/// `--add-config` or `--delete-config`.
-fn alter_configs(entity_type: &str, name: &str, op: &str, config: &str) {
-    kafka_tool_ok(
-        "kafka-configs",
-        &[
-            "--bootstrap-server",
-            &bed().source,
-            "--alter",
-            "--entity-type",
-            entity_type,
-            "--entity-name",
-            name,
-            op,
-            config,
-        ],
-    );
 }
 
 async fn wait_config(dest: &Admin, topic: &str, key: &str, value: &str) {

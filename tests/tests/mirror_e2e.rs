@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use kmirror_tests::mirror::{
-    consume_sorted, consume_sorted_with, lines, mirror_props, node, open_log, produce,
-    produce_with, wait_caught_up, without_offsets,
+    alter_configs, consume_sorted, consume_sorted_with, lines, mirror_props, node, open_log,
+    produce, produce_with, topic_overrides, wait_caught_up, without_offsets,
 };
 use kmirror_tests::{bed, create_topic, kafka_tool_ok, unique, wire};
 
@@ -405,29 +405,22 @@ async fn a_start_of_many_topics_creates_each_as_its_source_is() {
 
 /// A topic altered from `delete` to `compact` keeps the keyless records it
 /// took before (Kafka checks keys at produce, not when the policy
-/// changes), and the destination, created compacted, refuses them: the
-/// partition fails with the broker's reason and what it means, never
-/// silently, and nothing after the refused record lands.
+/// changes), and the destination, created compacted, refuses them. The
+/// partition fails saying why; the metadata sync holds the destination at
+/// `delete` with nothing deleted by time or size; the retry copies every
+/// record at its offset; caught up, the destination is compacted again and
+/// the hold's overrides are gone — as Kafka's own tools read both sides.
 #[actix::test]
-async fn keyless_records_from_before_a_topic_became_compacted_fail_the_partition_saying_why() {
+async fn keyless_records_from_before_a_topic_became_compacted_are_copied_under_a_hold() {
     let topic = unique("e2e-keyless");
     create_topic(&bed().source, &topic, 1, &[]);
-    produce(&topic, "seq:0\tNULL\tbefore\n", "none");
-    kafka_tool_ok(
-        "kafka-configs",
-        &[
-            "--bootstrap-server",
-            &bed().source,
-            "--alter",
-            "--entity-type",
-            "topics",
-            "--entity-name",
-            &topic,
-            "--add-config",
-            "cleanup.policy=compact",
-        ],
+    produce(
+        &topic,
+        "seq:0\tNULL\tbefore\nseq:1\tNULL\tbefore-too\n",
+        "none",
     );
-    produce(&topic, "seq:1\tk\tafter\n", "none");
+    alter_configs("topics", &topic, "--add-config", "cleanup.policy=compact");
+    produce(&topic, "seq:2\tk\tafter\n", "none");
     let dir = tempfile::tempdir().unwrap();
     let node = node(dir.path()).await;
     node.create_mirror("kl", mirror_props()).await.unwrap();
@@ -435,22 +428,41 @@ async fn keyless_records_from_before_a_topic_became_compacted_fail_the_partition
         .await
         .unwrap();
     let start = Instant::now();
-    let p = loop {
+    let error = loop {
         let p = node.describe(Some("kl")).await.unwrap().remove(0);
         if p.state == "FAILED" {
-            break p;
+            break p.error.unwrap_or_default();
         }
         assert!(
             start.elapsed() < Duration::from_secs(60),
             "not FAILED: {p:?}"
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    let error = p.error.unwrap_or_default();
     assert!(
-        error.contains("without key") && error.contains("kmirror cannot copy them yet"),
+        error.contains("without key") && error.contains("holds the destination topic"),
         "{error}"
     );
+    wait_caught_up(&node, "kl", 3, Duration::from_secs(60)).await;
+    assert_eq!(
+        consume_sorted(&bed().destination, &topic, 3, 10_000),
+        consume_sorted(&bed().source, &topic, 3, 10_000),
+        "every record at its offset"
+    );
+    let start = Instant::now();
+    loop {
+        let overrides = topic_overrides(&bed().destination, &topic);
+        if overrides.get("cleanup.policy").map(String::as_str) == Some("compact")
+            && !overrides.contains_key("retention.ms")
+            && !overrides.contains_key("retention.bytes")
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "still held: {overrides:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     node.shutdown().await;
-    assert!(consume_sorted(&bed().destination, &topic, 1, 3_000).is_empty());
 }

@@ -1340,15 +1340,16 @@ impl DestinationCluster for MemoryDestination {
     fn alter_topic_configs(
         &self,
         topic: &str,
-        set: Vec<(String, String)>,
+        changes: Vec<(String, Option<String>)>,
     ) -> BoxFuture<'_, Result<(), KafkaError>> {
-        self.state
-            .lock()
-            .unwrap()
-            .configs
-            .entry(topic.to_string())
-            .or_default()
-            .extend(set);
+        let mut s = self.state.lock().unwrap();
+        let configs = s.configs.entry(topic.to_string()).or_default();
+        for (k, v) in changes {
+            match v {
+                Some(v) => configs.insert(k, v),
+                None => configs.remove(&k),
+            };
+        }
         Box::pin(async move { Ok(()) })
     }
 

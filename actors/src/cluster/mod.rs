@@ -411,11 +411,12 @@ pub trait DestinationCluster: ClusterView {
         group: &str,
         offsets: GroupOffsets,
     ) -> BoxFuture<'_, Result<(), KafkaError>>;
-    /// IncrementalAlterConfigs SET of each pair; other keys are untouched.
+    /// IncrementalAlterConfigs: SET of each `Some`, DELETE (back to the
+    /// default) of each `None`; other keys are untouched.
     fn alter_topic_configs(
         &self,
         topic: &str,
-        set: Vec<(String, String)>,
+        changes: Vec<(String, Option<String>)>,
     ) -> BoxFuture<'_, Result<(), KafkaError>>;
     /// Grows `topic` to `total` partitions (counts never shrink).
     fn create_partitions(&self, topic: &str, total: i32) -> BoxFuture<'_, Result<(), KafkaError>>;

@@ -26,15 +26,15 @@ mod acls;
 mod groups;
 mod topics;
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
 use futures_util::future::{abortable, AbortHandle, AbortRegistration, Abortable};
 use kmirror_events::{
-    Command, MirrorPartitionKey, MirrorStateImage, PartitionState, PatternError, SyncSettings,
-    TopicId,
+    Command, KeylessCopy, MirrorPartitionKey, MirrorStateImage, PartitionState, PatternError,
+    SyncSettings, TopicId,
 };
 use serde::Serialize;
 use tokio::sync::oneshot;
@@ -152,7 +152,13 @@ pub struct SyncSpec {
     /// Delay before the first passes, so the MirrorActor's first refresh
     /// (discovery, topic creation) goes first.
     pub start_delay: Duration,
+    /// Where each topic's copy stands for the keyless hold (the mirror's
+    /// status board says; see `topics`).
+    pub keyless: KeylessCopies,
 }
+
+/// Reads where each topic's copy stands for the keyless hold.
+pub type KeylessCopies = Arc<dyn Fn() -> HashMap<TopicId, (KeylessCopy, usize)> + Send + Sync>;
 
 struct Shared {
     spec: SyncSpec,

@@ -4,11 +4,13 @@
 //! is tested in `tests/tests/metadata_sync.rs`.)
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
-use kmirror_events::{Command, MirrorConfig, MirrorPartitionKey, OffsetMapRun, Record, TopicId};
+use kmirror_events::{
+    marker_name, Command, MirrorConfig, MirrorPartitionKey, OffsetMapRun, Record, TopicId,
+};
 use kmirror_store::MemLog;
 
 use super::*;
@@ -39,6 +41,8 @@ struct Rig {
     dest: MemoryDestination,
     sync: Addr<MetadataSyncActor>,
     reconciles: Arc<AtomicUsize>,
+    /// What the status board would say of each topic's copy.
+    keyless: Arc<Mutex<HashMap<TopicId, (KeylessCopy, usize)>>>,
 }
 
 async fn rig(props: &[(&str, &str)]) -> Rig {
@@ -62,6 +66,10 @@ async fn rig(props: &[(&str, &str)]) -> Rig {
     } = Fixture::new(config, TOPIC, ID, 2).await;
     let reconciles = Arc::new(AtomicUsize::new(0));
     let recipient = Reconciles(reconciles.clone()).start().recipient();
+    let keyless = Arc::new(Mutex::new(HashMap::from([(
+        ID,
+        (KeylessCopy::CaughtUp, 2),
+    )])));
     let sync = MetadataSyncActor::new(SyncSpec {
         mirror: "m".into(),
         source: Arc::new(source.clone()),
@@ -70,6 +78,10 @@ async fn rig(props: &[(&str, &str)]) -> Rig {
         partitions_grew: recipient,
         metadata_interval: Duration::from_secs(3600),
         start_delay: Duration::from_secs(3600),
+        keyless: {
+            let keyless = keyless.clone();
+            Arc::new(move || keyless.lock().unwrap().clone())
+        },
     })
     .start();
     Rig {
@@ -79,6 +91,7 @@ async fn rig(props: &[(&str, &str)]) -> Rig {
         dest,
         sync,
         reconciles,
+        keyless,
     }
 }
 
@@ -304,6 +317,135 @@ async fn configs_follow_the_source_except_excluded_ones() {
     r.sync().await;
     assert_eq!(r.log.entries().len(), entries);
     assert_eq!(r.metrics().await.topic_configs_changed, 1);
+}
+
+/// A rig whose topic is compacted on both sides (the destination with
+/// `cleanup.policy` and `configs` of its own), held after a refusal.
+async fn held(configs: &[(&str, &str)]) -> Rig {
+    let r = rig(&[]).await;
+    r.source
+        .set_topic_config(TOPIC, "cleanup.policy", "compact");
+    let own = [("cleanup.policy", "compact")].iter().chain(configs);
+    r.dest
+        .alter_topic_configs(
+            TOPIC,
+            own.map(|(k, v)| (k.to_string(), Some(v.to_string())))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    r.keyless
+        .lock()
+        .unwrap()
+        .insert(ID, (KeylessCopy::Refused, 2));
+    assert!(r.sync().await.errors.is_empty());
+    let c = r.dest.topic_config(TOPIC);
+    for (k, v) in kmirror_events::KEYLESS_HOLD {
+        assert_eq!(c.get(k).map(String::as_str), Some(v), "{k}");
+    }
+    r
+}
+
+/// A topic altered to compact while it held keyless records: a refusal
+/// holds the destination (and the partition's retry copies them), the
+/// hold outlives a copy that is behind, and a caught-up copy gets the
+/// source's policy back, with what the hold changed and the source does
+/// not set put back as it was, each step recorded.
+#[actix::test]
+async fn a_keyless_refusal_holds_the_destination_until_the_copy_caught_up() {
+    let r = held(&[("retention.ms", "604800000")]).await;
+    let dest = |k: &str| r.dest.topic_config(TOPIC).get(k).cloned();
+    let set = |copy| {
+        r.keyless.lock().unwrap().insert(ID, (copy, 2));
+    };
+    // Behind (the retry copying), it stays held.
+    set(KeylessCopy::Behind);
+    let entries = r.log.entries().len();
+    r.sync().await;
+    assert_eq!(dest("cleanup.policy").as_deref(), Some("delete"));
+    assert_eq!(r.log.entries().len(), entries, "nothing to change");
+    set(KeylessCopy::CaughtUp);
+    assert!(r.sync().await.errors.is_empty());
+    assert_eq!(dest("cleanup.policy").as_deref(), Some("compact"));
+    assert_eq!(dest("retention.ms").as_deref(), Some("604800000"));
+    assert_eq!(dest("retention.bytes"), None, "the hold's override removed");
+    let image = r.coordinator.send(ReadImage).await.unwrap();
+    let last: BTreeMap<_, _> = image
+        .topic_configs()
+        .map(|(k, v)| (k.config_name.clone(), (v.from.clone(), v.to.clone())))
+        .collect();
+    let s = |v: &str| Some(v.to_string());
+    assert_eq!(
+        last,
+        BTreeMap::from([
+            ("cleanup.policy".to_string(), (s("delete"), s("compact"))),
+            ("retention.ms".to_string(), (s("-1"), s("604800000"))),
+            ("retention.bytes".to_string(), (s("-1"), None)),
+            // The markers, cleared, each with the override it kept.
+            (marker_name("cleanup.policy"), (s("compact"), None)),
+            (marker_name("retention.ms"), (s("604800000"), None)),
+            (marker_name("retention.bytes"), (None, None)),
+        ])
+    );
+    // Caught up and let go, nothing more changes.
+    let entries = r.log.entries().len();
+    r.sync().await;
+    assert_eq!(r.log.entries().len(), entries);
+}
+
+/// A failover during a keyless hold: the stopped topic's copy is over, so
+/// the hold is let go from its markers (not the source, which may be gone),
+/// once no partition copies any more; until then the mirror cannot be
+/// deleted.
+#[actix::test]
+async fn a_topic_stopped_during_a_keyless_hold_is_let_go_from_the_records() {
+    let r = held(&[]).await;
+    let exec = |command| async {
+        r.coordinator
+            .send(Execute::new(command))
+            .await
+            .unwrap()
+            .map(|_| ())
+    };
+    let key = MirrorPartitionKey::new("m", ID, 0);
+    let go = |target| Command::TransitionPartition {
+        key: key.clone(),
+        target,
+        leader_epoch: -1,
+        expected_state_epoch: -1,
+    };
+    exec(go(PartitionState::LogAlignment)).await.unwrap();
+    exec(go(PartitionState::Mirroring)).await.unwrap();
+    exec(Command::StopTopics {
+        mirror: "m".into(),
+        topics: vec![ID],
+    })
+    .await
+    .unwrap();
+    // The source now says otherwise; a stopped topic no longer follows it.
+    r.source
+        .set_topic_config(TOPIC, "cleanup.policy", "compact,delete");
+    // A partition still copying (its stop not done) keeps the hold.
+    assert!(r.sync().await.errors.is_empty());
+    let policy = || r.dest.topic_config(TOPIC).get("cleanup.policy").cloned();
+    assert_eq!(policy().as_deref(), Some("delete"));
+    exec(go(PartitionState::Stopping)).await.unwrap();
+    exec(go(PartitionState::Stopped)).await.unwrap();
+    let e = exec(Command::DeleteMirror { name: "m".into() })
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("keyless hold"), "{e}");
+    assert!(r.sync().await.errors.is_empty());
+    let c = r.dest.topic_config(TOPIC);
+    assert_eq!(c.get("cleanup.policy").map(String::as_str), Some("compact"));
+    assert_eq!(c.get("retention.ms"), None);
+    assert_eq!(c.get("retention.bytes"), None);
+    let entries = r.log.entries().len();
+    assert!(r.sync().await.errors.is_empty());
+    assert_eq!(r.log.entries().len(), entries, "let go once");
+    exec(Command::DeleteMirror { name: "m".into() })
+        .await
+        .unwrap();
 }
 
 #[actix::test]

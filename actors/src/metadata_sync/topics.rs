@@ -2,12 +2,21 @@
 //! `topic.properties.exclude`), and partition counts grow with it. Each
 //! change is recorded before it is applied, except new destination
 //! partitions, which must exist before the record that starts copying them.
+//!
+//! One departure from the source's configs: while a partition is refused
+//! a record without a key by its compacted destination, the topic is held
+//! (`kmirror_events::KEYLESS_HOLD`) until the copy has caught up. The
+//! refusal is the partition's error on the status board; the hold is its
+//! own marker records (`kmirror_events::keyless_hold`), written before the
+//! destination is altered and cleared after it is put back, so a restart
+//! finds it, and a release cut short is let go again by a later pass.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use kmirror_events::{
-    Command, MirrorStateImage, PartitionState, SyncSettings, TopicConfigSync, TopicConfigSyncKey,
-    TopicId,
+    keyless_hold, release_stopped, Command, ConfigChange, ConfigPlan, Hold, KeylessCopy,
+    MirrorStateImage, PartitionState, SyncSettings, TopicConfigSync, TopicConfigSyncKey,
+    TopicConfigs, TopicId,
 };
 
 use super::{mirrored_topics, record, PartitionsGrew, Shared, SyncError};
@@ -20,15 +29,96 @@ pub(super) async fn sync_configs(
     changed: &mut u64,
 ) -> Vec<SyncError> {
     let mut errors = Vec::new();
-    for (name, (topic_id, _)) in
-        mirrored_topics(image, &shared.spec.mirror, &[PartitionState::Mirroring])
-    {
-        match sync_topic_configs(shared, settings, &name, topic_id).await {
+    let mirror = &shared.spec.mirror;
+    let copies = (shared.spec.keyless)();
+    for (name, (topic_id, count)) in mirrored_topics(image, mirror, &[PartitionState::Mirroring]) {
+        // A topic not whole on the board (partitions that growth added
+        // have not joined yet) is not known to be caught up.
+        let copy = match copies.get(&topic_id) {
+            Some(&(KeylessCopy::CaughtUp, on_board)) if on_board < count as usize => {
+                KeylessCopy::Behind
+            }
+            Some(&(copy, _)) => copy,
+            None => KeylessCopy::Behind,
+        };
+        let hold = keyless_hold(recorded(image, mirror, topic_id));
+        match sync_topic_configs(shared, settings, &name, topic_id, copy, hold).await {
+            Ok(n) => *changed += n,
+            Err(e) => errors.push(e),
+        }
+    }
+    // A topic stopped during a keyless hold (a failover) is let go once
+    // every partition is STOPPED, from its markers alone: its copy is over,
+    // and the source may be gone.
+    for (name, (topic_id, _)) in mirrored_topics(image, mirror, &[PartitionState::Stopped]) {
+        let Some(hold) = keyless_hold(recorded(image, mirror, topic_id)) else {
+            continue;
+        };
+        let copying = image.partition_states_of(mirror).any(|(k, v)| {
+            k.topic_id == topic_id
+                && !matches!(
+                    v.state,
+                    PartitionState::Stopped | PartitionState::Failed | PartitionState::Unknown
+                )
+        });
+        if copying {
+            continue;
+        }
+        let released = async {
+            let exists = shared
+                .spec
+                .destination
+                .topics()
+                .await
+                .doing(|| "list destination topics".into())?
+                .iter()
+                .any(|t| t.name == name);
+            // A destination topic deleted since has nothing to put back;
+            // its markers are cleared all the same, or they would refuse
+            // the mirror's deletion for good.
+            let plan = if exists {
+                let (values, overrides) = destination_configs(shared, &name).await?;
+                release_stopped(Some((&values, &overrides)), &hold)
+            } else {
+                release_stopped(None, &hold)
+            };
+            apply(shared, &name, topic_id, plan).await
+        };
+        match released.await {
             Ok(n) => *changed += n,
             Err(e) => errors.push(e),
         }
     }
     errors
+}
+
+/// The last recorded change of each of a topic's configs.
+fn recorded<'a>(
+    image: &'a MirrorStateImage,
+    mirror: &'a str,
+    topic_id: TopicId,
+) -> impl Fn(&str) -> Option<TopicConfigSync> + 'a {
+    move |config_name| {
+        image
+            .topic_config(&TopicConfigSyncKey {
+                mirror_name: mirror.to_string(),
+                topic_id,
+                config_name: config_name.to_string(),
+            })
+            .cloned()
+    }
+}
+
+/// The destination topic's effective values and its own overrides.
+async fn destination_configs(
+    shared: &Shared,
+    name: &str,
+) -> Result<(BTreeMap<String, Option<String>>, BTreeMap<String, String>), SyncError> {
+    let destination = &shared.spec.destination;
+    let doing = || format!("describe destination configs of {name}");
+    let values = destination.topic_config_values(name).await.doing(doing)?;
+    let overrides = destination.topic_configs(name).await.doing(doing)?;
+    Ok((values, overrides.into_iter().collect()))
 }
 
 /// Brings one destination topic's configs in line; returns how many changed.
@@ -37,6 +127,8 @@ async fn sync_topic_configs(
     settings: &SyncSettings,
     name: &str,
     topic_id: TopicId,
+    copy: KeylessCopy,
+    hold: Option<Hold>,
 ) -> Result<u64, SyncError> {
     let spec = &shared.spec;
     let source = spec
@@ -44,39 +136,97 @@ async fn sync_topic_configs(
         .topic_configs(name)
         .await
         .doing(|| format!("describe source configs of {name}"))?;
-    let dest = spec
-        .destination
-        .topic_config_values(name)
-        .await
-        .doing(|| format!("describe destination configs of {name}"))?;
-    let changes = settings.config_changes(&source, &dest);
-    if changes.is_empty() {
-        return Ok(0);
+    let hold_reads = copy.reads_for_hold(hold.is_some());
+    let (dest, overrides) = if hold_reads {
+        destination_configs(shared, name).await?
+    } else {
+        let values = spec
+            .destination
+            .topic_config_values(name)
+            .await
+            .doing(|| format!("describe destination configs of {name}"))?;
+        (values, BTreeMap::new())
+    };
+    // Whether the source compacts at all, its broker's default included:
+    // asked only when a hold would be placed.
+    let source_compacts = copy == KeylessCopy::Refused
+        && hold.is_none()
+        && spec
+            .source
+            .topic_config_values(name)
+            .await
+            .doing(|| format!("describe source configs of {name}"))?
+            .get("cleanup.policy")
+            .cloned()
+            .flatten()
+            .is_some_and(|p| p.contains("compact"));
+    let plan = settings.topic_config_plan(
+        &TopicConfigs {
+            source: &source,
+            source_compacts,
+            destination: &dest,
+            overrides: &overrides,
+        },
+        copy,
+        hold.as_ref(),
+    );
+    if !plan.mark.is_empty() {
+        tracing::warn!(mirror = %spec.mirror, topic = %name,
+            "a partition was refused records without a key: the destination is held at cleanup.policy=delete, retention -1, until the copy catches up");
+    } else if !plan.unmark.is_empty() {
+        tracing::info!(mirror = %spec.mirror, topic = %name,
+            "the copy caught up: the keyless hold is let go");
     }
-    for (key, from, to) in &changes {
+    apply(shared, name, topic_id, plan).await
+}
+
+/// Carries out a plan: its markers recorded, each change recorded then
+/// made, then the markers cleared; returns how many configs changed.
+async fn apply(
+    shared: &Shared,
+    name: &str,
+    topic_id: TopicId,
+    plan: ConfigPlan,
+) -> Result<u64, SyncError> {
+    let spec = &shared.spec;
+    record_all(shared, topic_id, &plan.mark).await?;
+    let n = plan.changes.len() as u64;
+    if n > 0 {
+        record_all(shared, topic_id, &plan.changes).await?;
+        let changes = plan.changes.into_iter().map(|(k, _, v)| (k, v)).collect();
+        spec.destination
+            .alter_topic_configs(name, changes)
+            .await
+            .doing(|| format!("alter destination configs of {name}"))?;
+        tracing::info!(mirror = %spec.mirror, topic = %name, configs = n, "synced topic configs");
+    }
+    record_all(shared, topic_id, &plan.unmark).await?;
+    Ok(n)
+}
+
+async fn record_all(
+    shared: &Shared,
+    topic_id: TopicId,
+    changes: &[ConfigChange],
+) -> Result<(), SyncError> {
+    for (config, from, to) in changes {
         record(
             shared,
             Command::RecordTopicConfigSync {
                 key: TopicConfigSyncKey {
-                    mirror_name: spec.mirror.clone(),
+                    mirror_name: shared.spec.mirror.clone(),
                     topic_id,
-                    config_name: key.clone(),
+                    config_name: config.clone(),
                 },
                 value: TopicConfigSync {
                     from: from.clone(),
-                    to: Some(to.clone()),
+                    to: to.clone(),
                 },
             },
         )
         .await?;
     }
-    let n = changes.len() as u64;
-    spec.destination
-        .alter_topic_configs(name, changes.into_iter().map(|(k, _, v)| (k, v)).collect())
-        .await
-        .doing(|| format!("alter destination configs of {name}"))?;
-    tracing::info!(mirror = %spec.mirror, topic = %name, configs = n, "synced topic configs");
-    Ok(n)
+    Ok(())
 }
 
 /// Source partition counts that grew: destination partitions first (so the

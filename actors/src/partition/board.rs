@@ -15,10 +15,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use kmirror_events::{MirrorPartitionKey, MirrorPartitionStateValue, PartitionState};
+use kmirror_events::{
+    KeylessCopy, MirrorPartitionKey, MirrorPartitionStateValue, PartitionState, TopicId,
+};
 
 use super::context::Progress;
 use super::risk::{Risk, RiskView};
+use crate::kafka::produce::is_keyless_refusal;
 
 /// A partition's state and live figures, as describe and metrics show them.
 #[derive(Clone, Debug)]
@@ -110,6 +113,58 @@ impl StatusBoard {
         out
     }
 
+    /// Where each topic's copy stands for the keyless hold the metadata
+    /// sync keeps (`kmirror_events::KEYLESS_HOLD`), with how many of its
+    /// partitions are on the board (fewer than the topic has is not caught
+    /// up): refused when a partition failed on a record without a key,
+    /// caught up when every partition is MIRRORING with nothing left to
+    /// copy as of its last fetch or alignment in this process. A partition
+    /// whose figures are not this process's yet is behind: a restart lets a
+    /// hold go only after each partition has seen the source again.
+    pub fn keyless_copies(&self) -> HashMap<TopicId, (KeylessCopy, usize)> {
+        let entries: Vec<(TopicId, Arc<Entry>)> = self
+            .entries
+            .read()
+            .unwrap()
+            .iter()
+            .map(|(k, e)| (k.topic_id, e.clone()))
+            .collect();
+        let mut out = HashMap::new();
+        for (topic_id, e) in entries {
+            let (state, refused) = {
+                let own = e.actor.lock().unwrap();
+                let refused = own.state.state == PartitionState::Failed
+                    && own
+                        .state
+                        .error_message
+                        .as_deref()
+                        .is_some_and(is_keyless_refusal);
+                (own.state.state, refused)
+            };
+            let copy = if refused {
+                KeylessCopy::Refused
+            } else {
+                let p = e.progress.lock().unwrap();
+                if state == PartitionState::Mirroring
+                    && p.source_log_start.is_some()
+                    && p.lag() == 0
+                {
+                    KeylessCopy::CaughtUp
+                } else {
+                    KeylessCopy::Behind
+                }
+            };
+            let (topic, n) = out.entry(topic_id).or_insert((KeylessCopy::CaughtUp, 0));
+            *n += 1;
+            *topic = match (*topic, copy) {
+                (KeylessCopy::Refused, _) | (_, KeylessCopy::Refused) => KeylessCopy::Refused,
+                (KeylessCopy::Behind, _) | (_, KeylessCopy::Behind) => KeylessCopy::Behind,
+                _ => KeylessCopy::CaughtUp,
+            };
+        }
+        out
+    }
+
     /// One partition, if it is on the board.
     pub fn status(&self, key: &MirrorPartitionKey) -> Option<PartitionStatus> {
         let entry = self.entries.read().unwrap().get(key).cloned();
@@ -183,5 +238,93 @@ impl Drop for Slot {
         {
             entries.remove(&self.key);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::memory::MemorySource;
+    use crate::partition::risk::RiskReads;
+    use kmirror_events::RiskSettings;
+
+    /// A board of one topic's partitions, each `(state, error, progress)`.
+    fn board(parts: &[(PartitionState, Option<&str>, Progress)]) -> (StatusBoard, Vec<Slot>) {
+        let board = StatusBoard::default();
+        let reads = RiskReads::new(Arc::new(MemorySource::new("src")));
+        let slots = parts
+            .iter()
+            .enumerate()
+            .map(|(p, (state, error, progress))| {
+                board.join(
+                    MirrorPartitionKey {
+                        mirror_name: "m".into(),
+                        topic_id: TopicId([1; 16]),
+                        partition: p as i32,
+                    },
+                    "t".into(),
+                    Arc::new(Mutex::new(progress.clone())),
+                    Risk::new(RiskSettings::default(), reads.clone()),
+                    ActorPart {
+                        state: MirrorPartitionStateValue {
+                            state: *state,
+                            leader_epoch: -1,
+                            state_epoch: 1,
+                            error_message: error.map(str::to_string),
+                            retry_attempt: 1,
+                            previous_state: PartitionState::Mirroring,
+                        },
+                        next_retry_at_ms: None,
+                        pumped: true,
+                    },
+                )
+            })
+            .collect();
+        (board, slots)
+    }
+
+    #[test]
+    fn a_topic_is_caught_up_only_when_every_partition_saw_the_source_and_copied_it_all() {
+        use PartitionState::*;
+        let seen = |offset, hw| Progress {
+            source_offset: offset,
+            source_high_watermark: hw,
+            source_log_start: Some(0),
+            ..Default::default()
+        };
+        let copy = |parts: &[(PartitionState, Option<&str>, Progress)]| {
+            let (b, _slots) = board(parts);
+            let (copy, n) = b.keyless_copies()[&TopicId([1; 16])];
+            assert_eq!(n, parts.len());
+            copy
+        };
+        let refused = format!(
+            "Produce to t-0: INVALID_RECORD (Compacted topic cannot accept message without key {})",
+            crate::kafka::produce::KEYLESS_INTO_COMPACTED
+        );
+        assert_eq!(
+            copy(&[(Mirroring, None, seen(5, 5)), (Mirroring, None, seen(0, 0))]),
+            KeylessCopy::CaughtUp
+        );
+        // Not seen by this process yet (a restart): behind.
+        assert_eq!(
+            copy(&[
+                (Mirroring, None, seen(5, 5)),
+                (Mirroring, None, Progress::default())
+            ]),
+            KeylessCopy::Behind
+        );
+        assert_eq!(copy(&[(Mirroring, None, seen(4, 5))]), KeylessCopy::Behind);
+        assert_eq!(
+            copy(&[(Failed, Some("timeout"), seen(5, 5))]),
+            KeylessCopy::Behind
+        );
+        assert_eq!(
+            copy(&[
+                (Mirroring, None, seen(4, 5)),
+                (Failed, Some(&refused), seen(1, 5))
+            ]),
+            KeylessCopy::Refused
+        );
     }
 }

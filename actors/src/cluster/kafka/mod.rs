@@ -640,12 +640,15 @@ impl DestinationCluster for KafkaCluster {
     fn alter_topic_configs(
         &self,
         topic: &str,
-        set: Vec<(String, String)>,
+        changes: Vec<(String, Option<String>)>,
     ) -> BoxFuture<'_, Result<(), KafkaError>> {
         let resource = ConfigResource::Topic(topic.to_string());
-        let ops: Vec<AlterConfigOp> = set
+        let ops: Vec<AlterConfigOp> = changes
             .into_iter()
-            .map(|(k, v)| AlterConfigOp::Set(k, v))
+            .map(|(k, v)| match v {
+                Some(v) => AlterConfigOp::Set(k, v),
+                None => AlterConfigOp::Delete(k),
+            })
             .collect();
         Box::pin(async move {
             self.under_lease("topic configs").await?;

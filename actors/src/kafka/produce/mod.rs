@@ -113,11 +113,23 @@ const DISPATCH_QUEUE: usize = 4096;
 /// What an operator needs to know when a compacted destination refuses a
 /// record without a key: the source took it before its topic became
 /// compacted (Kafka checks keys at produce, not when the policy changes),
-/// and an exact copy can neither drop nor key it. Not handled yet (README,
-/// "Not yet").
-const KEYLESS_INTO_COMPACTED: &str =
-    "the source topic holds records without a key from before it became \
-     compacted, which a compacted destination refuses; kmirror cannot copy them yet";
+/// and an exact copy can neither drop nor key it. The metadata sync reads
+/// it on the failed partition ([`is_keyless_refusal`], by the tag in
+/// brackets, not the prose) and holds the destination topic
+/// (`kmirror_events::KEYLESS_HOLD`); the retry copies on.
+pub(crate) const KEYLESS_INTO_COMPACTED: &str =
+    "[KEYLESS_INTO_COMPACTED: the source topic holds records without a key from before \
+     it became compacted, which a compacted destination refuses; kmirror holds the \
+     destination topic at cleanup.policy=delete until they are copied]";
+
+/// The stable part of [`KEYLESS_INTO_COMPACTED`].
+const KEYLESS_TAG: &str = "[KEYLESS_INTO_COMPACTED:";
+
+/// Whether a partition's error is a compacted destination's refusal of a
+/// record without a key, as [`IdempotentProducer`] words it.
+pub fn is_keyless_refusal(error: &str) -> bool {
+    error.contains(KEYLESS_TAG)
+}
 
 impl IdempotentProducer {
     /// The dispatcher task of `lane` to broker `node`, started on first use.
@@ -569,7 +581,7 @@ impl Driver {
             })
             .map(|m| match err {
                 ResponseError::InvalidRecord if m.contains("without key") => {
-                    format!("{m} ({KEYLESS_INTO_COMPACTED})")
+                    format!("{m} {KEYLESS_INTO_COMPACTED}")
                 }
                 _ => m,
             });

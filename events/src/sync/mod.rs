@@ -14,6 +14,12 @@ use crate::offset_map::Translation;
 use crate::pattern::{list_items, PatternError, PatternList, DEFAULT_TOPIC_PROPERTIES_EXCLUDE};
 use crate::record::MirrorConfig;
 
+mod keyless;
+pub use keyless::{
+    keyless_hold, keyless_hold_refuses, marker_name, release_stopped, ConfigChange, ConfigPlan,
+    Hold, KeylessCopy, TopicConfigs, KEYLESS_HOLD, KEYLESS_HOLD_MARKER,
+};
+
 /// Destination group states in which a group has (or is getting) live
 /// members (KIP-1279 JR20). A standalone commit into such a group would be
 /// refused by the coordinator or, worse, overwrite what its live consumers
