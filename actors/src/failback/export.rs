@@ -1,7 +1,9 @@
 //! A `delta` failback's quarantine export: the destination's divergent
 //! records copied, with their offsets, to a topic the operator can read,
-//! closed by a manifest. Safe to run again: a finished export is found by
-//! its manifest, an interrupted one is finished where it stopped.
+//! closed by a manifest. Safe to run again: what manifests already cover
+//! is not exported again (a range that grew since, because the old source
+//! took more writes between two attempts, gets a manifest for its new part
+//! only), and an interrupted export is finished where it stopped.
 
 use bytes::Bytes;
 
@@ -15,8 +17,10 @@ use crate::kafka::KafkaError;
 /// The header carrying a quarantined record's offset in its topic, and the
 /// key of the manifest record that closes an export.
 const OFFSET_HEADER: &str = "kmirror.offset";
-/// The header naming the export (its manifest id) a quarantined record
-/// belongs to: an interrupted export resumes after its own records only.
+/// The header naming the export (its manifest id,
+/// `{topic}/{topic id}/{partition}/{from}-{end}`) a quarantined record
+/// belongs to: an interrupted export resumes after the records of an
+/// export from the same offset only, whatever end that one had.
 const EXPORT_HEADER: &str = "kmirror.export";
 const MANIFEST_KEY: &str = "kmirror.manifest";
 
@@ -41,9 +45,9 @@ pub(super) async fn export(
     let partitions = exported_topic.map_or(p + 1, |t| t.partitions);
     // The topic id makes the export of a re-created topic (its offsets
     // begin again at 0) another export than its old incarnation's.
-    let manifest_id = match exported_topic {
-        Some(t) => format!("{topic}/{}/{p}/{start}-{end}", t.topic_id),
-        None => format!("{topic}/{p}/{start}-{end}"),
+    let partition = match exported_topic {
+        Some(t) => format!("{topic}/{}/{p}", t.topic_id),
+        None => format!("{topic}/{p}"),
     };
     if !existing.iter().any(|t| t.name == quarantine) {
         if let Err(e) = destination
@@ -63,10 +67,11 @@ pub(super) async fn export(
         }
     }
     let qtp = TopicPartition::new(quarantine, p);
-    let leftover = match exported(destination, &qtp, &manifest_id).await? {
-        Exported::Whole => return Ok(()),
-        Exported::Since(offsets) => offsets,
-    };
+    let Exported { from, leftover } = exported(destination, &qtp, &partition, start).await?;
+    if from >= end {
+        return Ok(());
+    }
+    let (start, manifest_id) = (from, format!("{partition}/{from}-{end}"));
     let mut sink = destination
         .open_sink(qtp.clone())
         .await
@@ -208,29 +213,31 @@ fn manifest_record(key: Bytes, value: Bytes) -> crate::kafka::batch::Record {
 }
 
 /// How much of one export a quarantine partition already holds.
-enum Exported {
-    /// Its manifest is there: the export happened.
-    Whole,
-    /// The original offsets of the records after the last manifest (or from
-    /// the partition's start): an interrupted export's, or nothing.
-    Since(Vec<i64>),
+struct Exported {
+    /// Manifests cover the divergent range up to here: the export goes on
+    /// from it.
+    from: i64,
+    /// The original offsets of the records after the last manifest: an
+    /// interrupted export's from `from`, or nothing. -1 for any other.
+    leftover: Vec<i64>,
 }
 
-/// Reads the quarantine partition, page by page: whether it holds the
-/// manifest `id`, and what follows its last manifest. Quarantine topics are
-/// written only by failbacks, so reading one whole is rare and bounded by
-/// what they wrote.
+/// Reads the quarantine partition, page by page: how far from `start` the
+/// manifests of `partition` (the manifest id up to the range) cover, and
+/// what follows the last manifest. Quarantine topics are written only by
+/// failbacks, so reading one whole is rare and bounded by what they wrote.
 async fn exported(
     destination: &dyn DestinationCluster,
     tp: &TopicPartition,
-    id: &str,
+    partition: &str,
+    start: i64,
 ) -> Result<Exported, ClusterError> {
     let b = destination
         .bounds(tp)
         .await
         .doing(|| format!("offsets of {tp}"))?;
-    let needle = format!("\"manifest\":\"{id}\"");
-    let mut since = Vec::new();
+    let mut ranges = Vec::new();
+    let mut since: Vec<(Option<Bytes>, Option<i64>)> = Vec::new();
     let mut at = b.log_start;
     while at < b.end {
         let batches;
@@ -239,24 +246,51 @@ async fn exported(
             let decoded = decode_records(batch).doing(|| format!("decode {tp}"))?;
             for r in decoded.records {
                 if r.key.as_deref() == Some(MANIFEST_KEY.as_bytes()) {
-                    if r.value
-                        .as_deref()
-                        .is_some_and(|v| String::from_utf8_lossy(v).contains(&needle))
-                    {
-                        return Ok(Exported::Whole);
-                    }
+                    let id = r.value.as_deref().and_then(manifest_id);
+                    ranges.extend(id.and_then(|id| range_of(&id, partition)));
                     since.clear();
                     continue;
                 }
-                // Another export's record, or one without a readable
-                // offset, is no prefix of this one: -1 matches no
-                // divergent offset.
-                let ours = header(&r, EXPORT_HEADER) == Some(id.as_bytes());
-                since.push(original_offset(&r).filter(|_| ours).unwrap_or(-1));
+                let export = header(&r, EXPORT_HEADER).map(Bytes::copy_from_slice);
+                since.push((export, original_offset(&r)));
             }
         }
     }
-    Ok(Exported::Since(since))
+    ranges.sort_unstable();
+    let mut from = start;
+    for (s, e) in ranges {
+        if s <= from && e > from {
+            from = e;
+        }
+    }
+    // Another export's record, or one without a readable offset, is no
+    // prefix of this one: -1 matches no divergent offset.
+    let ours = format!("{partition}/{from}-");
+    let leftover = since
+        .into_iter()
+        .map(|(export, offset)| {
+            let is_ours = export.is_some_and(|e| e.starts_with(ours.as_bytes()));
+            offset.filter(|_| is_ours).unwrap_or(-1)
+        })
+        .collect();
+    Ok(Exported { from, leftover })
+}
+
+/// The `manifest` field of a manifest record's JSON value.
+fn manifest_id(value: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(value).ok()?;
+    let rest = text.split_once("\"manifest\":\"")?.1;
+    Some(rest.split_once('"')?.0.to_string())
+}
+
+/// The range `[from, end)` manifest `id` covers, if it is one of
+/// `partition`'s (`{partition}/{from}-{end}`).
+fn range_of(id: &str, partition: &str) -> Option<(i64, i64)> {
+    let (from, end) = id
+        .strip_prefix(partition)?
+        .strip_prefix('/')?
+        .split_once('-')?;
+    Some((from.parse().ok()?, end.parse().ok()?))
 }
 
 /// The value of a record's header `key`, if it has one.
@@ -374,5 +408,61 @@ mod tests {
         // Run again (a crash after the manifest): nothing more.
         run().await.unwrap();
         assert_eq!(offsets(&destination), expected);
+
+        // The old source took more writes before the next attempt: the
+        // range grew to 1500. Only its new part is exported, under a
+        // manifest of its own; cut off after 100 records and asked again
+        // with a range grown further (1600), it resumes after them.
+        for o in 1200..1600 {
+            destination.foreign_write(
+                &tp,
+                crate::cluster::memory::record(Some("k"), Some(&format!("v{o}")), 7),
+            );
+        }
+        for o in 1200..1300 {
+            destination.foreign_write(
+                &qtp,
+                quarantined(&format!("orders/{topic_id}/0/1200-1500"), o),
+            );
+        }
+        let grown = kmirror_events::FailbackPlan {
+            divergent_end: 1600,
+            ..plan.clone()
+        };
+        export(&destination, "ba", "ab", "orders", 0, "orders.q", &grown)
+            .await
+            .unwrap();
+        let expected: Vec<Option<i64>> = expected
+            .into_iter()
+            .chain((1200..1600).map(Some))
+            .chain([None])
+            .collect();
+        assert_eq!(offsets(&destination), expected, "nothing exported twice");
+        let last = destination.records(&qtp).pop().unwrap().record;
+        let manifest = String::from_utf8(last.value.unwrap().to_vec()).unwrap();
+        assert!(
+            manifest.contains(&format!("\"orders/{topic_id}/0/1200-1600\""))
+                && manifest.contains("\"start_offset\":1200")
+                && manifest.contains("\"count\":400"),
+            "{manifest}"
+        );
+        export(&destination, "ba", "ab", "orders", 0, "orders.q", &grown)
+            .await
+            .unwrap();
+        assert_eq!(offsets(&destination), expected);
+    }
+
+    #[test]
+    fn a_manifest_covers_only_its_own_partition_s_range() {
+        let id = |v: &str| manifest_id(v.as_bytes());
+        assert_eq!(
+            id("{\"manifest\":\"t/AAA/1/5-9\",\"mirror\":\"m\"}").as_deref(),
+            Some("t/AAA/1/5-9")
+        );
+        assert_eq!(id("not json"), None);
+        assert_eq!(range_of("t/AAA/1/5-9", "t/AAA/1"), Some((5, 9)));
+        assert_eq!(range_of("t/AAA/11/5-9", "t/AAA/1"), None);
+        assert_eq!(range_of("t/1/5-9", "t/AAA/1"), None);
+        assert_eq!(range_of("t/AAA/1/x-9", "t/AAA/1"), None);
     }
 }
