@@ -314,7 +314,7 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
             }
             if let Some((k, v)) = image
                 .partition_states_of(name)
-                .find(|(_, v)| !matches!(v.state, S::Stopped | S::Unknown | S::Failed))
+                .find(|(_, v)| !v.state.is_idle())
             {
                 return Err(DecideError::InvalidClusterMirrorStates(format!(
                     "partition {} of {} is {}, not STOPPED",
@@ -410,7 +410,7 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
                     }
                 }
                 if let Some(s) = partitions_of(image, mirror, t.topic_id, t.partition_count)
-                    .find(|s| !matches!(s, S::Stopped | S::Unknown | S::Failed))
+                    .find(|s| !s.is_idle())
                 {
                     return Err(if s == S::Stopping {
                         DecideError::MirrorTopicBeingStopped(label)

@@ -69,6 +69,18 @@ impl PartitionState {
         }
     }
 
+    /// Whether no copy runs in this state: nothing of the partition's own
+    /// is moving, so its mirror may be deleted, its topic started afresh
+    /// elsewhere, or a hold placed for its copy let go. UNKNOWN counts, as
+    /// a partition never started copies nothing; FAILED too, as a failed
+    /// partition's pump has exited.
+    pub fn is_idle(self) -> bool {
+        matches!(
+            self,
+            PartitionState::Stopped | PartitionState::Unknown | PartitionState::Failed
+        )
+    }
+
     /// Parses a KIP name (case-insensitive), for CLI filters.
     pub fn from_kip_name(s: &str) -> Option<Self> {
         Self::ALL

@@ -36,7 +36,7 @@ pub(super) async fn export(
     quarantine: &str,
     plan: &kmirror_events::FailbackPlan,
 ) -> Result<(), ClusterError> {
-    let (start, end) = (plan.divergent_start, plan.divergent_end);
+    let (divergent_start, end) = (plan.divergent_start, plan.divergent_end);
     let existing = destination
         .topics()
         .await
@@ -67,11 +67,13 @@ pub(super) async fn export(
         }
     }
     let qtp = TopicPartition::new(quarantine, p);
-    let Exported { from, leftover } = exported(destination, &qtp, &partition, start).await?;
+    let Exported { from, leftover } =
+        exported(destination, &qtp, &partition, divergent_start).await?;
     if from >= end {
         return Ok(());
     }
-    let (start, manifest_id) = (from, format!("{partition}/{from}-{end}"));
+    // This export's own range, `[from, end)`, and its manifest.
+    let manifest_id = format!("{partition}/{from}-{end}");
     let mut sink = destination
         .open_sink(qtp.clone())
         .await
@@ -87,7 +89,7 @@ pub(super) async fn export(
     // the whole range).
     let mut resuming = true;
     let result: Result<(), ClusterError> = async {
-        let mut at = start;
+        let mut at = from;
         while at < end {
             let batches;
             (batches, at) = page(destination, &tp, at, end).await?;
@@ -97,7 +99,7 @@ pub(super) async fn export(
                     decode_records(b).doing(|| format!("decode divergent records of {tp}"))?;
                 for mut r in decoded.records {
                     let offset = b.base_offset() + r.offset_delta as i64;
-                    if !(start..end).contains(&offset) {
+                    if !(from..end).contains(&offset) {
                         continue;
                     }
                     producers.insert(b.producer_id());
@@ -124,7 +126,7 @@ pub(super) async fn export(
                 .doing(|| format!("export divergent records to {qtp}"))?;
         }
         let manifest = format!(
-            "{{\"manifest\":\"{manifest_id}\",\"mirror\":\"{mirror}\",\"forward_mirror\":\"{forward}\",\"topic\":\"{topic}\",\"partition\":{p},\"start_offset\":{start},\"end_offset\":{end},\"count\":{count},\"producer_ids\":{producers:?},\"min_timestamp\":{},\"max_timestamp\":{}}}",
+            "{{\"manifest\":\"{manifest_id}\",\"mirror\":\"{mirror}\",\"forward_mirror\":\"{forward}\",\"topic\":\"{topic}\",\"partition\":{p},\"start_offset\":{from},\"end_offset\":{end},\"count\":{count},\"producer_ids\":{producers:?},\"min_timestamp\":{},\"max_timestamp\":{}}}",
             if count > 0 { min_ts } else { -1 },
             if count > 0 { max_ts } else { -1 },
         );

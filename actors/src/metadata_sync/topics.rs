@@ -54,13 +54,9 @@ pub(super) async fn sync_configs(
         let Some(hold) = keyless_hold(recorded(image, mirror, topic_id)) else {
             continue;
         };
-        let copying = image.partition_states_of(mirror).any(|(k, v)| {
-            k.topic_id == topic_id
-                && !matches!(
-                    v.state,
-                    PartitionState::Stopped | PartitionState::Failed | PartitionState::Unknown
-                )
-        });
+        let copying = image
+            .partition_states_of(mirror)
+            .any(|(k, v)| k.topic_id == topic_id && !v.state.is_idle());
         if copying {
             continue;
         }

@@ -298,9 +298,8 @@ mod tests {
             assert_eq!(n, parts.len());
             copy
         };
-        let refused = format!(
-            "Produce to t-0: INVALID_RECORD (Compacted topic cannot accept message without key {})",
-            crate::kafka::produce::KEYLESS_INTO_COMPACTED
+        let refused = crate::kafka::produce::keyless_refusal(
+            "Produce to t-0: INVALID_RECORD (Compacted topic cannot accept message without key)",
         );
         assert_eq!(
             copy(&[(Mirroring, None, seen(5, 5)), (Mirroring, None, seen(0, 0))]),

@@ -110,20 +110,23 @@ pub struct ProducerStats {
 /// A lane's queue (a request carries what is queued); slots are made 32 at a time.
 const DISPATCH_QUEUE: usize = 4096;
 
-/// What an operator needs to know when a compacted destination refuses a
-/// record without a key: the source took it before its topic became
-/// compacted (Kafka checks keys at produce, not when the policy changes),
-/// and an exact copy can neither drop nor key it. The metadata sync reads
-/// it on the failed partition ([`is_keyless_refusal`], by the tag in
-/// brackets, not the prose) and holds the destination topic
-/// (`kmirror_events::KEYLESS_HOLD`); the retry copies on.
-pub(crate) const KEYLESS_INTO_COMPACTED: &str =
-    "[KEYLESS_INTO_COMPACTED: the source topic holds records without a key from before \
-     it became compacted, which a compacted destination refuses; kmirror holds the \
-     destination topic at cleanup.policy=delete until they are copied]";
-
-/// The stable part of [`KEYLESS_INTO_COMPACTED`].
+/// The stable head of a keyless refusal's explanation, which
+/// [`is_keyless_refusal`] matches rather than the prose.
 const KEYLESS_TAG: &str = "[KEYLESS_INTO_COMPACTED:";
+
+/// A compacted destination's refusal of a record without a key (the broker's
+/// `message`), with what an operator needs to know: the source took it
+/// before its topic became compacted (Kafka checks keys at produce, not when
+/// the policy changes), and an exact copy can neither drop nor key it. The
+/// metadata sync reads it on the failed partition and holds the destination
+/// topic (`kmirror_events::KEYLESS_HOLD`); the retry copies on.
+pub(crate) fn keyless_refusal(message: &str) -> String {
+    format!(
+        "{message} {KEYLESS_TAG} the source topic holds records without a key from before \
+         it became compacted, which a compacted destination refuses; kmirror holds the \
+         destination topic at cleanup.policy=delete until they are copied]"
+    )
+}
 
 /// Whether a partition's error is a compacted destination's refusal of a
 /// record without a key, as [`IdempotentProducer`] words it.
@@ -580,9 +583,7 @@ impl Driver {
                     .and_then(|e| e.batch_index_error_message.as_ref().map(|m| m.to_string()))
             })
             .map(|m| match err {
-                ResponseError::InvalidRecord if m.contains("without key") => {
-                    format!("{m} {KEYLESS_INTO_COMPACTED}")
-                }
+                ResponseError::InvalidRecord if m.contains("without key") => keyless_refusal(&m),
                 _ => m,
             });
         let e = KafkaError::Broker {
