@@ -791,6 +791,8 @@ struct DestPartition {
     /// leader checks it: a batch after a failed one is refused, never
     /// appended in its place.
     sequences: HashMap<i64, i32>,
+    /// The next accepted produce lands twice ([`MemoryDestination::duplicate_next_produce`]).
+    duplicate_next: bool,
 }
 
 impl DestPartition {
@@ -817,6 +819,9 @@ struct DestState {
     /// Fenced like a clustered node's destination: the producer id of
     /// every partition's transactional id (one, for simplicity).
     fence_producer: Option<i64>,
+    /// The epoch the last fenced sink took: each one opened bumps it, as
+    /// the transactional id's InitProducerId does.
+    fence_epoch: i16,
     /// What fenced sinks report as their leader's producer expiry.
     keep_alive: Option<crate::kafka::fence::KeepAlive>,
     /// Set while acknowledgements are held (see `hold_acks`).
@@ -931,6 +936,14 @@ impl MemoryDestination {
         s.acks_held
             .get_or_insert_with(|| tokio::sync::watch::channel(false).0)
             .send_replace(held);
+    }
+
+    /// The next produce to `tp` lands twice, its acknowledgement naming the
+    /// second copy: a leader that forgot kmirror's producer (its state
+    /// expired, as it does for records older than `producer.id.expiration.ms`)
+    /// taking a retry whose first answer was lost.
+    pub fn duplicate_next_produce(&self, tp: &TopicPartition) {
+        self.with(tp, |p| p.duplicate_next = true);
     }
 
     /// The next produce to `tp` fails with `error`.
@@ -1073,19 +1086,27 @@ impl MemoryDestination {
                 });
             }
             *expected += batch.record_count;
-            let base = p.end();
-            p.batches += 1;
-            let mut stored = BytesMut::from(rb.as_bytes().as_ref());
-            stored[0..8].copy_from_slice(&base.to_be_bytes());
-            // Stamped by the leader, as a broker does (outside the CRC).
-            stored[12..16].copy_from_slice(&p.leader_epoch.to_be_bytes());
-            p.appended
-                .push(RecordBatch::new(stored.freeze()).expect("a batch it accepted"));
-            for (i, r) in decoded.records.into_iter().enumerate() {
-                p.records.push(StoredRecord {
-                    offset: base + i as i64,
-                    record: r,
-                });
+            let copies = if std::mem::take(&mut p.duplicate_next) {
+                2
+            } else {
+                1
+            };
+            let mut base = p.end();
+            for _ in 0..copies {
+                base = p.end();
+                p.batches += 1;
+                let mut stored = BytesMut::from(rb.as_bytes().as_ref());
+                stored[0..8].copy_from_slice(&base.to_be_bytes());
+                // Stamped by the leader, as a broker does (outside the CRC).
+                stored[12..16].copy_from_slice(&p.leader_epoch.to_be_bytes());
+                p.appended
+                    .push(RecordBatch::new(stored.freeze()).expect("a batch it accepted"));
+                for (i, r) in decoded.records.iter().enumerate() {
+                    p.records.push(StoredRecord {
+                        offset: base + i as i64,
+                        record: r.clone(),
+                    });
+                }
             }
             Ok(ProduceAck {
                 base_offset: base,
@@ -1103,6 +1124,7 @@ struct MemorySink {
     dest: MemoryDestination,
     tp: TopicPartition,
     producer_id: i64,
+    epoch: i16,
     next_sequence: i32,
     keep_alive: Option<crate::kafka::fence::KeepAlive>,
 }
@@ -1110,7 +1132,7 @@ struct MemorySink {
 impl PartitionSink for MemorySink {
     fn send(&mut self, mut batch: OutgoingBatch) -> BoxFuture<'_, Result<Ack, KafkaError>> {
         // Stamped as the real producer stamps every batch it writes.
-        batch.stamp(self.producer_id, 0, self.next_sequence);
+        batch.stamp(self.producer_id, self.epoch, self.next_sequence);
         let sequence = self.next_sequence;
         self.next_sequence += batch.record_count;
         let result = self
@@ -1136,7 +1158,7 @@ impl PartitionSink for MemorySink {
     }
 
     fn producer(&self) -> (i64, i16) {
-        (self.producer_id, 0)
+        (self.producer_id, self.epoch)
     }
 
     fn close(self: Box<Self>) -> BoxFuture<'static, ()> {
@@ -1148,7 +1170,8 @@ impl PartitionSink for MemorySink {
     }
 
     fn refence(&mut self) -> BoxFuture<'_, Result<(), KafkaError>> {
-        self.dest.append_marker(&self.tp, self.producer_id, 0);
+        self.dest
+            .append_marker(&self.tp, self.producer_id, self.epoch);
         Box::pin(async { Ok(()) })
     }
 }
@@ -1433,19 +1456,27 @@ impl DestinationCluster for MemoryDestination {
             let keep_alive = s.fence_producer.and(s.keep_alive);
             let producer_id = s.fence_producer.unwrap_or(s.last_producer_id);
             // A fenced sink's producer id is the fence's, under a new
-            // epoch (which this fake leaves out): its sequences restart.
+            // epoch: its sequences restart.
+            let epoch = match s.fence_producer {
+                Some(_) => {
+                    s.fence_epoch += 1;
+                    s.fence_epoch
+                }
+                None => 0,
+            };
             if let Some((_, parts)) = s.topics.get_mut(&*tp.topic) {
                 if let Some(p) = parts.get_mut(tp.partition as usize) {
                     p.sequences.remove(&producer_id);
                 }
             }
-            (producer_id, keep_alive)
+            (producer_id, epoch, keep_alive)
         };
-        let (producer_id, keep_alive) = producer_id;
+        let (producer_id, epoch, keep_alive) = producer_id;
         let sink = MemorySink {
             dest: self.clone(),
             tp,
             producer_id,
+            epoch,
             next_sequence: 0,
             keep_alive,
         };

@@ -53,7 +53,7 @@ pub enum AlignError {
     NotEmpty { end: i64 },
     #[error("destination end offset {end} is below {acked}, which kmirror had already mirrored (records deleted or truncated on the destination)")]
     Truncated { end: i64, acked: i64 },
-    #[error("destination produce landed at offset {landed}, expected {expected}: another producer wrote to the mirror partition")]
+    #[error("destination produce landed at offset {landed}, expected {expected}: another producer wrote to the mirror partition, or its leader took a retry twice; aligning again")]
     ForeignWrite { landed: i64, expected: i64 },
     #[error("destination records {from}..{end} follow the divergent range kmirror kept, but kmirror never wrote them")]
     AfterHole { from: i64, end: i64 },
@@ -361,7 +361,8 @@ impl Cursor {
     }
 
     /// Records that the destination acknowledged a produce of `records` at
-    /// `landed`; any other offset than the planned one is a foreign write.
+    /// `landed`; any other offset than the planned one is a foreign write
+    /// or a repeat, which alignment tells apart.
     pub fn ack(&mut self, landed: i64, records: i64) -> Result<(), AlignError> {
         if landed != self.acked_destination {
             return Err(AlignError::ForeignWrite {

@@ -21,6 +21,7 @@ pub mod pump;
 mod retry;
 pub mod risk;
 mod spec;
+mod tail;
 
 pub use board::{PartitionStatus, StatusBoard};
 pub use context::{Progress, PumpExit};

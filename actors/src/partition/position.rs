@@ -18,11 +18,11 @@ use kmirror_events::{
 
 use super::context::{kafka_failure, Progress, PumpContext, PumpExit};
 use super::cursor::{align as align_map, cut_divergent, Alignment, Cursor};
+use super::tail::{out_of_sequence, trailing_markers};
 use crate::cluster::{DestinationCluster, SourceCluster};
 use crate::coordinator::{CoordinatorActor, ReadPartition};
 use crate::failback;
 use crate::kafka::batch::RecordBatch;
-use crate::kafka::fence::EXHAUSTED_EPOCH;
 use crate::kafka::fetch::TopicPartition;
 
 /// Where an aligned copy resumes.
@@ -56,12 +56,12 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
         .settled_bounds(&cx.tp)
         .await
         .map_err(|e| kafka_failure("destination offsets", e))?;
-    let MapWithMarkers {
+    let MapWithTail {
         runs,
         holes,
         never_landed,
-        markers,
-    } = with_fence_markers(
+        trailing,
+    } = with_trailing_hole(
         &*cx.destination,
         &cx.tp,
         (view.runs, view.holes),
@@ -73,7 +73,7 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
         .map_err(|e| PumpExit::fatal(e.to_string()))?;
     alignment.stale.extend(never_landed);
     let from = alignment.recorded_end.max(dest.log_start);
-    match (view.producer, markers) {
+    match (view.producer, trailing) {
         (Some(ours), None) => {
             check_unrecorded_tail(cx, from, alignment.next_destination, ours).await?
         }
@@ -88,9 +88,9 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
         }
         _ => {}
     }
-    // The markers' hole is durable before anything is produced after it,
-    // so no later alignment stretches a run over them.
-    if let Some(correction) = correction(&cx.key, &alignment, markers) {
+    // The trailing hole is durable before anything is produced after it,
+    // so no later alignment stretches a run over it.
+    if let Some(correction) = correction(&cx.key, &alignment, trailing) {
         cx.execute(correction).await?;
     }
     let src = cx
@@ -327,31 +327,31 @@ fn check_ours(
 /// recorded producer's data, as for any unrecorded tail: the previous
 /// owner's appends it had no time to checkpoint. `None`: no marker there
 /// (or no fence on this destination), and alignment is as before.
-/// A partition's map with the fence markers that end its destination.
-struct MapWithMarkers {
+/// A partition's map with the hole that ends its destination.
+struct MapWithTail {
     runs: Vec<OffsetMapRun>,
-    /// The recorded holes, and the markers' if any.
+    /// The recorded holes, and the trailing one if any.
     holes: Vec<OffsetMapHole>,
-    /// Runs opened at or above the markers: they never landed (the fence
-    /// came first).
+    /// Runs opened at or above the trailing hole: they never landed
+    /// (fence markers came first) or are copied again after it.
     never_landed: Vec<OffsetMapRun>,
-    /// The markers, as a hole not recorded yet.
-    markers: Option<OffsetMapHole>,
+    /// The trailing hole, not recorded yet ([`trailing_hole`]).
+    trailing: Option<OffsetMapHole>,
 }
 
-/// The map with the fence markers that end the destination (if any) as a
-/// hole, the last landed run ending where they begin: what a pump's
-/// alignment records and a stopped partition's position reads.
-async fn with_fence_markers(
+/// The map with the hole that ends the destination (if any), the last
+/// landed run ending where it begins: what a pump's alignment records and
+/// a stopped partition's position reads.
+async fn with_trailing_hole(
     destination: &dyn DestinationCluster,
     tp: &TopicPartition,
     (mut runs, mut holes): (Vec<OffsetMapRun>, Vec<OffsetMapHole>),
     (log_start, end): (i64, i64),
     producer: Option<MirrorProducer>,
-) -> Result<MapWithMarkers, PumpExit> {
+) -> Result<MapWithTail, PumpExit> {
     let mut never_landed = Vec::new();
-    let markers = fence_markers(destination, tp, &runs, &holes, log_start, end, producer).await?;
-    if let Some(hole) = markers {
+    let trailing = trailing_hole(destination, tp, &runs, &holes, log_start, end, producer).await?;
+    if let Some(hole) = trailing {
         runs.retain(|r| {
             let keep = r.destination_start < hole.destination_start;
             if !keep {
@@ -361,15 +361,24 @@ async fn with_fence_markers(
         });
         holes.push(hole);
     }
-    Ok(MapWithMarkers {
+    Ok(MapWithTail {
         runs,
         holes,
         never_landed,
-        markers,
+        trailing,
     })
 }
 
-async fn fence_markers(
+/// The hole that ends the destination above the recorded map: the fence
+/// markers a takeover left there, and below them, from kmirror's first
+/// batch that does not follow on by producer sequence
+/// ([`out_of_sequence`]: the broker forgot kmirror's producer and took a
+/// retry twice, or a batch in place of a lost one). What lies in it is
+/// nobody's copy; the source records after the last run are copied again
+/// after it, so none is skipped. Another writer's batch below the markers
+/// fails the partition; with no markers it makes no hole, and the caller
+/// judges it (a pump fails, a stop ends before it).
+async fn trailing_hole(
     destination: &dyn DestinationCluster,
     tp: &TopicPartition,
     runs: &[OffsetMapRun],
@@ -378,50 +387,48 @@ async fn fence_markers(
     end: i64,
     producer: Option<MirrorProducer>,
 ) -> Result<Option<OffsetMapHole>, PumpExit> {
-    let Some(fence_producer) = destination.fence_producer_id(tp) else {
-        return Ok(None);
-    };
+    let fence_producer = destination.fence_producer_id(tp);
     let recorded_end = recorded_end(runs, holes).max(log_start);
-    if recorded_end >= end {
+    if recorded_end >= end || (fence_producer.is_none() && producer.is_none()) {
         return Ok(None);
     }
+    // From the batch below the recorded end: the first one above follows
+    // on from it.
     let batches = destination
-        .read_batches(tp, recorded_end, end)
+        .read_batches(tp, (recorded_end - 1).max(log_start), end)
         .await
         .map_err(|e| kafka_failure("read the destination above the recorded map", e))?;
-    let Some(at) = trailing_markers(&batches, fence_producer, end) else {
-        return Ok(None);
-    };
+    let markers = fence_producer
+        .and_then(|f| trailing_markers(&batches, f, end))
+        .map(|at| at.max(recorded_end));
+    let mut at = markers.unwrap_or(end);
     if at > recorded_end {
-        let Some(ours) = producer else {
-            return Err(PumpExit::fatal(format!(
-                "destination offsets {recorded_end}..{at} hold records but kmirror never recorded a producer for this partition: another producer wrote to the mirror partition"
-            )));
-        };
-        check_ours(&batches, recorded_end, at, ours)?;
+        match (producer, markers) {
+            (None, Some(_)) => {
+                return Err(PumpExit::fatal(format!(
+                    "destination offsets {recorded_end}..{at} hold records but kmirror never recorded a producer for this partition: another producer wrote to the mirror partition"
+                )))
+            }
+            (None, None) => return Ok(None),
+            (Some(ours), markers) => match (check_ours(&batches, recorded_end, at, ours), markers) {
+                (Err(e), Some(_)) => return Err(e),
+                (Err(_), None) => return Ok(None),
+                (Ok(()), _) => at = out_of_sequence(&batches, recorded_end, at).unwrap_or(at),
+            },
+        }
     }
-    tracing::info!(partition = %tp, from = at, to = end, "fence markers at the destination's end recorded as a hole");
+    if at >= end {
+        return Ok(None);
+    }
+    if markers != Some(at) {
+        tracing::warn!(partition = %tp, from = at, to = end, "kmirror's own batches above the recorded map stop following on by producer sequence at {at} (the destination broker forgot kmirror's producer: producer.id.expiration.ms counts from record timestamps): recorded as a hole, and the source records after the last mirrored one are copied again after it");
+    } else {
+        tracing::info!(partition = %tp, from = at, to = end, "fence markers at the destination's end recorded as a hole");
+    }
     Ok(Some(OffsetMapHole {
         destination_start: at,
         length: end - at,
     }))
-}
-
-/// Where the run of control batches of `producer` that ends the log at
-/// `end` begins, if the log ends with one. A marker at an exhausted epoch
-/// belongs to the run whatever its producer id: the fence that made the
-/// coordinator rotate the partition's id to `producer` left it
-/// (`fence::acquire`).
-fn trailing_markers(batches: &[RecordBatch], producer: i64, end: i64) -> Option<i64> {
-    let mut at = end;
-    for b in batches.iter().rev() {
-        let ours = b.producer_id() == producer || b.producer_epoch() >= EXHAUSTED_EPOCH;
-        if b.next_offset() != at || !b.is_control() || !ours {
-            break;
-        }
-        at = b.base_offset();
-    }
-    (at < end).then_some(at)
 }
 
 /// How long reading the source's leader epoch of the last mirrored record
@@ -504,12 +511,12 @@ async fn aligned_as_ours(
     view: &crate::coordinator::PartitionView,
     dest: &crate::cluster::LogBounds,
 ) -> Result<(Alignment, Option<Command>), PumpExit> {
-    let MapWithMarkers {
+    let MapWithTail {
         runs,
         holes,
         never_landed,
-        markers,
-    } = with_fence_markers(
+        trailing,
+    } = with_trailing_hole(
         destination,
         tp,
         (view.runs.clone(), view.holes.clone()),
@@ -517,33 +524,40 @@ async fn aligned_as_ours(
         view.producer,
     )
     .await?;
-    let end = match markers {
+    let end = match trailing {
         Some(_) => dest.end,
         None => {
             let from = recorded_end(&runs, &holes).max(dest.log_start);
-            ours_up_to(destination, tp, from, dest.end, view.producer).await?
+            ours_up_to(
+                destination,
+                tp,
+                (dest.log_start, from),
+                dest.end,
+                view.producer,
+            )
+            .await?
         }
     };
     let mut alignment =
         align_map(runs, holes, dest.log_start, end).map_err(|e| PumpExit::fatal(e.to_string()))?;
     alignment.stale.extend(never_landed);
-    let correction = correction(key, &alignment, markers);
+    let correction = correction(key, &alignment, trailing);
     Ok((alignment, correction))
 }
 
 /// What an alignment found that the map does not say yet (corrected
-/// lengths, runs that never landed, fence markers), as one record.
+/// lengths, runs that never landed, the trailing hole), as one record.
 fn correction(
     key: &MirrorPartitionKey,
     alignment: &Alignment,
-    markers: Option<OffsetMapHole>,
+    trailing: Option<OffsetMapHole>,
 ) -> Option<Command> {
-    (!alignment.stale.is_empty() || !alignment.corrected.is_empty() || markers.is_some()).then(
+    (!alignment.stale.is_empty() || !alignment.corrected.is_empty() || trailing.is_some()).then(
         || Command::SetOffsetRuns {
             key: key.clone(),
             upsert: alignment.corrected.clone(),
             remove: alignment.stale.iter().map(|r| r.source_start).collect(),
-            holes: markers.into_iter().collect(),
+            holes: trailing.into_iter().collect(),
         },
     )
 }
@@ -560,13 +574,14 @@ fn recorded_end(runs: &[OffsetMapRun], holes: &[OffsetMapHole]) -> i64 {
 }
 
 /// How far above `from` (the recorded end) the destination holds data
-/// batches of `producer` only, up to `to`: where the first record of
-/// another writer (or a marker) begins. With no producer recorded nothing
-/// above the map is kmirror's.
+/// batches of `producer` only, up to `to`, in sequence: where the first
+/// record of another writer (or a marker) begins, or the first batch of
+/// kmirror's that does not follow on ([`out_of_sequence`]). With no
+/// producer recorded nothing above the map is kmirror's.
 async fn ours_up_to(
     destination: &dyn DestinationCluster,
     tp: &TopicPartition,
-    from: i64,
+    (log_start, from): (i64, i64),
     to: i64,
     producer: Option<MirrorProducer>,
 ) -> Result<i64, PumpExit> {
@@ -574,7 +589,7 @@ async fn ours_up_to(
         return Ok(from.min(to));
     };
     let batches = destination
-        .read_batches(tp, from, to)
+        .read_batches(tp, (from - 1).max(log_start), to)
         .await
         .map_err(|e| kafka_failure("read the destination above the recorded map", e))?;
     let mut covered = from;
@@ -584,7 +599,7 @@ async fn ours_up_to(
         }
         covered = b.next_offset().min(to);
     }
-    Ok(covered)
+    Ok(out_of_sequence(&batches, from, covered).unwrap_or(covered))
 }
 
 /// The map as recorded, for a destination that contradicts it: its
@@ -728,49 +743,5 @@ pub(super) async fn check_source_topic(cx: &PumpContext) -> Result<(), PumpExit>
             cx.tp.topic, t.topic_id, cx.key.topic_id
         ))),
         Some(_) => Ok(()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use bytes::Bytes;
-
-    use super::*;
-    use crate::kafka::batch::{BatchBuilder, Record};
-
-    fn batch(base_offset: i64, producer: (i64, i16), control: bool) -> RecordBatch {
-        let record = Record {
-            offset_delta: 0,
-            timestamp: 0,
-            key: Some(Bytes::from_static(&[0, 0, 0, 0])),
-            value: None,
-            headers: vec![],
-        };
-        BatchBuilder {
-            base_offset,
-            transactional: control,
-            control,
-            producer: (producer.0, producer.1, if control { -1 } else { 0 }),
-            ..BatchBuilder::new(vec![record])
-        }
-        .build()
-        .unwrap()
-    }
-
-    #[test]
-    fn the_marker_before_a_rotation_belongs_to_the_fence_markers() {
-        // Data of producer 7, the takeover's marker at 7's exhausted epoch,
-        // then the marker of 9, the id the coordinator rotated to.
-        let log = [
-            batch(0, (7, 3), false),
-            batch(1, (7, EXHAUSTED_EPOCH), true),
-            batch(2, (9, 0), true),
-        ];
-        assert_eq!(trailing_markers(&log, 9, 3), Some(1));
-        // Only the marker at the exhausted epoch: a clean handover's.
-        assert_eq!(trailing_markers(&log[..2], 9, 2), Some(1));
-        // Another producer's marker below an ordinary epoch is not ours.
-        let foreign = [batch(0, (7, 3), false), batch(1, (5, 2), true)];
-        assert_eq!(trailing_markers(&foreign, 9, 2), None);
     }
 }

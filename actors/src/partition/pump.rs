@@ -16,7 +16,7 @@ use kmirror_events::{
 };
 
 use super::context::{kafka_failure, PumpContext, PumpExit};
-use super::cursor::{AlignError, Cursor, Segment};
+use super::cursor::{Cursor, Segment};
 use super::position;
 use crate::cluster::{Ack, BoxFuture, PartitionFetch, PartitionSink};
 use crate::kafka::batch::{
@@ -369,12 +369,13 @@ fn on_ack(
         )),
         _ => kafka_failure("produce to destination", e),
     })?;
+    // Landed elsewhere than planned: another writer's records, or kmirror's
+    // own retry taken twice by a leader that forgot its producer. The next
+    // alignment tells them apart (failing for the one, a hole for the
+    // other), so the pump only stops here.
     cursor
         .ack(ack.base_offset, pending.records)
-        .map_err(|e| match e {
-            AlignError::ForeignWrite { .. } => PumpExit::fatal(e.to_string()),
-            other => PumpExit::retryable(other.to_string()),
-        })?;
+        .map_err(|e| PumpExit::retryable(e.to_string()))?;
     debug_assert_eq!(ack.base_offset, pending.destination_offset);
     if tracing::enabled!(target: "kmirror::profile", tracing::Level::DEBUG) {
         tracing::debug!(
