@@ -826,6 +826,9 @@ struct DestState {
     keep_alive: Option<crate::kafka::fence::KeepAlive>,
     /// Set while acknowledgements are held (see `hold_acks`).
     acks_held: Option<tokio::sync::watch::Sender<bool>>,
+    /// Set while topic config describes are held (see
+    /// `hold_topic_configs`).
+    configs_held: Option<tokio::sync::watch::Sender<bool>>,
     /// Partitions whose bounds cannot be read (all their replicas down).
     unreadable: BTreeSet<(String, i32)>,
 }
@@ -944,6 +947,24 @@ impl MemoryDestination {
     /// taking a retry whose first answer was lost.
     pub fn duplicate_next_produce(&self, tp: &TopicPartition) {
         self.with(tp, |p| p.duplicate_next = true);
+    }
+
+    /// Holds every topic config describe until released, as a slow
+    /// controller would: it answers then, with the configs of that moment.
+    /// How a test keeps an admin operation waiting between two of its
+    /// steps.
+    pub fn hold_topic_configs(&self, held: bool) {
+        let mut s = self.state.lock().unwrap();
+        s.configs_held
+            .get_or_insert_with(|| tokio::sync::watch::channel(false).0)
+            .send_replace(held);
+    }
+
+    /// How many topic config describes are under way (waiting, while
+    /// [`Self::hold_topic_configs`] holds them).
+    pub fn topic_config_reads(&self) -> usize {
+        let s = self.state.lock().unwrap();
+        s.configs_held.as_ref().map_or(0, |h| h.receiver_count())
     }
 
     /// The next produce to `tp` fails with `error`.
@@ -1285,14 +1306,26 @@ impl ClusterView for MemoryDestination {
         &self,
         topic: &str,
     ) -> BoxFuture<'_, Result<Vec<(String, String)>, KafkaError>> {
-        let configs = self
-            .topic_config(topic)
-            .into_iter()
-            .filter(|(k, _)| {
-                !kmirror_events::DEFAULT_TOPIC_PROPERTIES_EXCLUDE.contains(&k.as_str())
-            })
-            .collect();
-        Box::pin(async move { Ok(configs) })
+        let held = self
+            .state
+            .lock()
+            .unwrap()
+            .configs_held
+            .as_ref()
+            .map(|h| h.subscribe());
+        let topic = topic.to_string();
+        Box::pin(async move {
+            if let Some(mut held) = held {
+                let _ = held.wait_for(|h| !*h).await;
+            }
+            Ok(self
+                .topic_config(&topic)
+                .into_iter()
+                .filter(|(k, _)| {
+                    !kmirror_events::DEFAULT_TOPIC_PROPERTIES_EXCLUDE.contains(&k.as_str())
+                })
+                .collect())
+        })
     }
 }
 

@@ -5,6 +5,8 @@
 //! took more writes between two attempts, gets a manifest for its new part
 //! only), and an interrupted export is finished where it stopped.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use bytes::Bytes;
 
 use crate::cluster::{ClusterError, DestinationCluster, Doing, PartitionSink};
@@ -27,6 +29,9 @@ const MANIFEST_KEY: &str = "kmirror.manifest";
 /// Copies the destination records `[divergent_start, divergent_end)` of
 /// partition `p` into the same partition of `quarantine` (each with its
 /// original offset in a header), then a manifest record describing them.
+/// `stop` cuts it off (`Ok(false)`) before the quarantine topic is created
+/// and between pages: what it wrote by then is finished by the next run.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn export(
     destination: &dyn DestinationCluster,
     mirror: &str,
@@ -35,7 +40,9 @@ pub(super) async fn export(
     p: i32,
     quarantine: &str,
     plan: &kmirror_events::FailbackPlan,
-) -> Result<(), ClusterError> {
+    stop: &AtomicBool,
+) -> Result<bool, ClusterError> {
+    let stopped = || stop.load(Ordering::SeqCst);
     let (divergent_start, end) = (plan.divergent_start, plan.divergent_end);
     let existing = destination
         .topics()
@@ -50,6 +57,9 @@ pub(super) async fn export(
         None => format!("{topic}/{p}"),
     };
     if !existing.iter().any(|t| t.name == quarantine) {
+        if stopped() {
+            return Ok(false);
+        }
         if let Err(e) = destination
             .create_topic(quarantine, partitions, Vec::new())
             .await
@@ -70,7 +80,7 @@ pub(super) async fn export(
     let Exported { from, leftover } =
         exported(destination, &qtp, &partition, divergent_start).await?;
     if from >= end {
-        return Ok(());
+        return Ok(true);
     }
     // This export's own range, `[from, end)`, and its manifest.
     let manifest_id = format!("{partition}/{from}-{end}");
@@ -88,9 +98,12 @@ pub(super) async fn export(
     // this export, and the rest follows them (the manifest still describes
     // the whole range).
     let mut resuming = true;
-    let result: Result<(), ClusterError> = async {
+    let result: Result<bool, ClusterError> = async {
         let mut at = from;
         while at < end {
+            if stopped() {
+                return Ok(false);
+            }
             let batches;
             (batches, at) = page(destination, &tp, at, end).await?;
             let mut records = Vec::new();
@@ -136,7 +149,8 @@ pub(super) async fn export(
         );
         send(&mut *sink, &[manifest])
             .await
-            .doing(|| format!("export divergent records to {qtp}"))
+            .doing(|| format!("export divergent records to {qtp}"))?;
+        Ok(true)
     }
     .await;
     sink.close().await;
@@ -384,7 +398,19 @@ mod tests {
         for o in 200..700 {
             destination.foreign_write(&qtp, quarantined(&id, o));
         }
-        let run = || export(&destination, "ba", "ab", "orders", 0, "orders.q", &plan);
+        let go = AtomicBool::new(false);
+        let run = || {
+            export(
+                &destination,
+                "ba",
+                "ab",
+                "orders",
+                0,
+                "orders.q",
+                &plan,
+                &go,
+            )
+        };
         run().await.unwrap();
         let offsets = |d: &MemoryDestination| -> Vec<Option<i64>> {
             d.records(&qtp)
@@ -431,9 +457,18 @@ mod tests {
             divergent_end: 1600,
             ..plan.clone()
         };
-        export(&destination, "ba", "ab", "orders", 0, "orders.q", &grown)
-            .await
-            .unwrap();
+        export(
+            &destination,
+            "ba",
+            "ab",
+            "orders",
+            0,
+            "orders.q",
+            &grown,
+            &go,
+        )
+        .await
+        .unwrap();
         let expected: Vec<Option<i64>> = expected
             .into_iter()
             .chain((1200..1600).map(Some))
@@ -448,9 +483,18 @@ mod tests {
                 && manifest.contains("\"count\":400"),
             "{manifest}"
         );
-        export(&destination, "ba", "ab", "orders", 0, "orders.q", &grown)
-            .await
-            .unwrap();
+        export(
+            &destination,
+            "ba",
+            "ab",
+            "orders",
+            0,
+            "orders.q",
+            &grown,
+            &go,
+        )
+        .await
+        .unwrap();
         assert_eq!(offsets(&destination), expected);
     }
 

@@ -12,6 +12,7 @@
 
 mod export;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use kmirror_events::failback::{
@@ -50,6 +51,19 @@ pub enum FailbackError {
     Refused { topic: String, reason: String },
     #[error("{0}")]
     Settings(String),
+    /// The node is stopping (its shard's next owner must find the clusters
+    /// left alone), between two steps: asked again, the failback goes on.
+    #[error("the node is stopping: the failback of {topic} was cut off before {next}; start it again (its shard's next owner goes on where it stopped)")]
+    Stopping { topic: String, next: String },
+}
+
+/// Refuses the next step, `next`, of `topic`'s failback once `stop` is set.
+fn go_on(stop: &AtomicBool, topic: &str, next: &str) -> Result<(), FailbackError> {
+    if !stop.load(Ordering::SeqCst) {
+        return Ok(());
+    }
+    let (topic, next) = (topic.into(), next.into());
+    Err(FailbackError::Stopping { topic, next })
 }
 
 /// The history on a mirror's source, read from its state topic and kept for
@@ -484,11 +498,14 @@ async fn plan_from_scratch(
 /// exports each partition's divergent records to the quarantine topic with
 /// a manifest. Safe to run again after a crash: an export is finished, not
 /// repeated, and a topic deleted by a run cut off before its re-create is
-/// left to the start, which creates it as its source is.
+/// left to the start, which creates it as its source is. `stop` (the node
+/// is stopping) cuts it off at the same places: before a topic is deleted
+/// or created, between export pages.
 pub async fn carry_out(
     destination: &dyn DestinationCluster,
     mirror: &str,
     failback: &TopicFailback,
+    stop: &AtomicBool,
 ) -> Result<(), FailbackError> {
     let name = &failback.topic.name;
     let scratch = failback
@@ -511,10 +528,12 @@ pub async fn carry_out(
             .topic_configs(name)
             .await
             .doing(|| format!("describe destination topic {name} configs"))?;
+        go_on(stop, name, "its delete")?;
         destination
             .delete_topic(name)
             .await
             .doing(|| format!("delete destination topic {name}"))?;
+        go_on(stop, name, "its re-create (the start creates it)")?;
         destination
             .create_topic(name, failback.topic.partitions, configs)
             .await
@@ -525,7 +544,7 @@ pub async fn carry_out(
         let Some(quarantine) = &plan.plan.quarantine_topic else {
             continue;
         };
-        export(
+        let whole = export(
             destination,
             mirror,
             &failback.forward_mirror,
@@ -533,8 +552,15 @@ pub async fn carry_out(
             *p,
             quarantine,
             &plan.plan,
+            stop,
         )
         .await?;
+        if !whole {
+            return Err(FailbackError::Stopping {
+                topic: name.clone(),
+                next: format!("partition {p}'s export to {quarantine} was whole"),
+            });
+        }
     }
     Ok(())
 }
@@ -755,7 +781,9 @@ mod tests {
             (p.mode, p.divergent_end, p.copy_start, p.copy_end),
             (FailbackMode::FromScratch, 0, 0, 3)
         );
-        carry_out(&destination, "ba", &fb).await.unwrap();
+        carry_out(&destination, "ba", &fb, &AtomicBool::new(false))
+            .await
+            .unwrap();
         let dest: &dyn DestinationCluster = &destination;
         assert!(dest.topics().await.unwrap().is_empty());
         let Err(delta) = plan(FailbackMode::Delta).await else {

@@ -85,6 +85,7 @@ impl Node {
                 "--dry-run reports what a stop would leave unmirrored; --fence-source leaves nothing (it drains to lag 0), so the two do not go together",
             ));
         }
+        let admitted = self.admit().await?;
         let (actor, source) = self.running(mirror).await?;
         let image = self.image().await?;
         let offset = options
@@ -131,6 +132,8 @@ impl Node {
             });
         }
         let _ = actor.send(Reconcile).await;
+        // Only waiting is left, which changes no cluster.
+        drop(admitted);
         let partitions = self.wait_stopped(mirror, &found, options.timeout).await?;
         let note = fence.as_ref().and_then(|_| {
             let left: i64 = partitions

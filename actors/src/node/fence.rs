@@ -9,7 +9,8 @@
 //! did not create: one already present is used, not recorded. Without an
 //! authorizer (SECURITY_DISABLED) kmirror cannot stop anyone and waits until
 //! no new offsets appear for the quiet period instead. A refusal before the
-//! fence changes nothing; a failure after it removes the fence again.
+//! fence changes nothing; a failure after it removes the fence again, and
+//! so does the node's shutdown, which cuts the waits short.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -113,7 +114,9 @@ impl Node {
     /// writers, waits until the source's end offsets settle and drains to
     /// them, each wait bounded by `timeout`; `quiet` is how long a source
     /// without an authorizer must show no new offsets. On failure after
-    /// fencing, the fence is removed again.
+    /// fencing, the fence is removed again: also when the node stops, whose
+    /// release must come after that removal's records (the waits are cut
+    /// short for it, or the release would wait up to `timeout`).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn fence_and_drain(
         &self,
@@ -162,10 +165,12 @@ impl Node {
             }
         };
         let tps = topic_partitions(&keys);
+        let go_on = || self.go_on();
         let drained = async {
-            let (targets, quiet) = wait_quiet(source, &tps, settle, deadline, mode).await?;
+            let (targets, quiet) =
+                wait_quiet(source, &tps, settle, (deadline, &go_on), mode).await?;
             let targets = keys.iter().map(|(k, _)| k.clone()).zip(targets).collect();
-            drain(board, &targets, deadline, &keys).await?;
+            drain(board, &targets, (deadline, &go_on), &keys).await?;
             Ok::<_, NodeError>(quiet)
         }
         .await;
@@ -234,6 +239,10 @@ impl Node {
             .filter(|(e, _, _)| created.contains(&e.canonical()))
             .filter_map(|(e, _, _)| acl_binding(e))
             .collect();
+        if let Err(e) = self.go_on() {
+            let undo = self.forget_fences(mirror, &created).await;
+            return Err(with_undo(e, undo.map(|()| Vec::new())));
+        }
         if !bindings.is_empty() {
             if let Err(e) = source.create_acls(bindings).await {
                 let _ = self.forget_fences(mirror, &created).await;
@@ -253,6 +262,10 @@ impl Node {
             });
             if listed.as_ref().is_ok_and(|l| wanted.is_subset(l)) {
                 return Ok(created);
+            }
+            if let Err(e) = self.go_on() {
+                let undo = self.remove_fences(mirror, source, &created).await;
+                return Err(with_undo(e, undo));
             }
             if Instant::now() >= deadline {
                 let why = match listed {
@@ -339,6 +352,7 @@ impl Node {
         mirror: &str,
         topics: &[String],
     ) -> Result<UnfenceReport, NodeError> {
+        let _admitted = self.admit().await?;
         let (_, source) = self.running(mirror).await?;
         let image = self.image().await?;
         let found = Self::resolve(&image, mirror, topics)?;
@@ -354,13 +368,16 @@ impl Node {
     }
 }
 
+/// Until when a wait goes on, and whether it may (`Node::go_on`).
+type Bound<'a> = (Instant, &'a (dyn Fn() -> Result<(), NodeError> + Sync));
+
 /// Waits until the end offsets of `tps` stay unchanged for `settle`, and
 /// returns them (the drain's targets) with how long they were still.
 async fn wait_quiet(
     source: &dyn SourceCluster,
     tps: &[TopicPartition],
     settle: Duration,
-    deadline: Instant,
+    (deadline, go_on): Bound<'_>,
     mode: &str,
 ) -> Result<(Vec<i64>, Duration), NodeError> {
     let mut last: Option<(Vec<i64>, Instant)> = None;
@@ -381,6 +398,7 @@ async fn wait_quiet(
             }
             _ => last = Some((ends, Instant::now())),
         }
+        go_on()?;
         if Instant::now() >= deadline {
             let why = if mode == "quiet" {
                 "the source has no authorizer, so kmirror cannot fence its writers and waits until no new offsets appear; stop the producers, then try again"
@@ -403,7 +421,7 @@ async fn wait_quiet(
 async fn drain(
     board: &StatusBoard,
     targets: &BTreeMap<MirrorPartitionKey, i64>,
-    deadline: Instant,
+    (deadline, go_on): Bound<'_>,
     keys: &[(MirrorPartitionKey, String)],
 ) -> Result<(), NodeError> {
     let name = |k: &MirrorPartitionKey| {
@@ -440,6 +458,7 @@ async fn drain(
         if behind.is_empty() {
             return Ok(());
         }
+        go_on()?;
         if Instant::now() >= deadline {
             return Err(NodeError::new(
                 "REQUEST_TIMED_OUT",

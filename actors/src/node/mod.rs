@@ -25,6 +25,7 @@ pub use views::{
 };
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use actix::prelude::*;
@@ -120,6 +121,19 @@ struct Inner {
     /// partitions began to copy into it. Starts are rare; a long export
     /// delays the others on this node.
     starts: tokio::sync::Mutex<()>,
+    /// Held (read) by each admin operation that changes the clusters (a
+    /// failback's delete and re-create, a quarantine export, source fences
+    /// made or lifted), for its whole length; `shutdown` holds it (write)
+    /// until after the release. These run on the caller's task, outside
+    /// any actor, and the log fenced by the release refuses only appends:
+    /// a DeleteTopics landing after it could delete the topic the shard's
+    /// next owner re-created and copies into.
+    ops: tokio::sync::RwLock<()>,
+    /// Set by `shutdown` before it waits for `ops`: an operation refuses
+    /// to begin, and one under way stops at its next safe point (see
+    /// `Node::go_on`), so the release stays well inside the rebalance
+    /// timeout.
+    stop: AtomicBool,
 }
 
 #[derive(Default)]
@@ -302,6 +316,8 @@ impl Node {
                 mirrors: tokio::sync::Mutex::default(),
                 log_failure,
                 starts: Default::default(),
+                ops: Default::default(),
+                stop: AtomicBool::new(false),
             }),
         };
         let image = node.image().await?;
@@ -528,10 +544,36 @@ impl Node {
         self.inner.log_failure.borrow().clone()
     }
 
+    /// Admits an admin operation that changes the clusters: it holds the
+    /// guard until done, and is refused once the node is stopping (see
+    /// `Inner::ops`).
+    async fn admit(&self) -> Result<tokio::sync::RwLockReadGuard<'_, ()>, NodeError> {
+        self.go_on()?;
+        let admitted = self.inner.ops.read().await;
+        self.go_on()?;
+        Ok(admitted)
+    }
+
+    /// Refuses as a node that no longer coordinates once `shutdown` began:
+    /// checked where an admitted operation can stop and be asked again.
+    fn go_on(&self) -> Result<(), NodeError> {
+        if self.inner.stop.load(Ordering::SeqCst) {
+            return Err(NodeError::new(
+                "NOT_COORDINATOR",
+                "the node is stopping: ask again once it, or its shard's next owner, runs",
+            ));
+        }
+        Ok(())
+    }
+
     /// Graceful stop: every partition stops fetching, finishes what is in
     /// flight, makes its map durable; the log is flushed. A shard then
-    /// appends its `ShardRelease` last (see [`Node::release`]).
+    /// appends its `ShardRelease` last (see [`Node::release`]). Admin
+    /// operations under way are cut off (or finish) first: they change the
+    /// clusters outside any actor, and none may after the release.
     pub async fn shutdown(&self) {
+        self.inner.stop.store(true, Ordering::SeqCst);
+        let _ops = self.inner.ops.write().await;
         let actors = {
             let mut mirrors = self.inner.mirrors.lock().await;
             mirrors.stopping = true;

@@ -216,7 +216,9 @@ impl Node {
         state_validation_offset: Option<u64>,
         failback: FailbackRequest,
     ) -> Result<OperationReport, NodeError> {
+        let _admitted = self.admit().await?;
         let _serial = self.inner.starts.lock().await;
+        self.go_on()?;
         let (actor, source, history) = self
             .of_running(mirror, |r| {
                 (r.actor.clone(), r.source.clone(), r.history.clone())
@@ -264,6 +266,7 @@ impl Node {
         // record is exported or any topic re-created, and are refused, as
         // the start would be, when another operation moved the topic after
         // the image they were planned on.
+        self.go_on()?;
         for fb in &failbacks {
             for (p, plan) in &fb.partitions {
                 self.execute(
@@ -278,10 +281,11 @@ impl Node {
                 )
                 .await?;
             }
-            failback::carry_out(&*self.inner.destination, mirror, fb)
+            failback::carry_out(&*self.inner.destination, mirror, fb, &self.inner.stop)
                 .await
                 .map_err(failback_error)?;
         }
+        self.go_on()?;
         let start = ensure_destination_topics(&*source, &*self.inner.destination, &matched)
             .await
             .map_err(|e| kafka(&e.doing, e.source))?;
@@ -494,6 +498,7 @@ impl Node {
         mirror: &str,
         state_validation_offset: Option<u64>,
     ) -> Result<(), NodeError> {
+        let _admitted = self.admit().await?;
         let (actor, source) = self.running(mirror).await?;
         let image = self.image().await?;
         let offset = state_validation_offset.unwrap_or(image.end_offset());
@@ -540,6 +545,7 @@ fn failback_error(e: FailbackError) -> NodeError {
             NodeError::new("INVALID_CLUSTER_MIRROR_STATES", e.to_string())
         }
         FailbackError::Settings(_) => NodeError::new("INVALID_CONFIG", e.to_string()),
+        FailbackError::Stopping { .. } => NodeError::new("NOT_COORDINATOR", e.to_string()),
     }
 }
 

@@ -1,17 +1,19 @@
 //! A shard's handover on the in-memory clusters: a clean one (the previous
 //! owner's `ShardRelease` ends the log) writes no fence marker, so the
 //! destination's offsets stay the source's; any other costs one marker per
-//! partition.
+//! partition. A node's own admin operations touch the clusters no more once
+//! its shutdown returned (its shard is then another node's).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use kmirror_events::{coordinator_partition, Record, TopicId};
+use kmirror_events::{coordinator_partition, FailbackMode, Record, TopicId};
 use kmirror_store::MemLog;
 
 use super::*;
 use crate::cluster::memory::{record, MemoryDestination, MemorySource};
 use crate::cluster::{ClusterView, SourceCluster};
+use crate::failback::FailbackRequest;
 use crate::kafka::batch::Codec;
 use crate::kafka::fetch::TopicPartition;
 
@@ -102,6 +104,16 @@ impl Bed {
         );
     }
 
+    /// The destination's `name`: its id and each partition's records.
+    async fn dest_topic(&self, name: &str) -> Option<(TopicId, Vec<usize>)> {
+        let topics = ClusterView::topics(&self.dest).await.unwrap();
+        let t = topics.into_iter().find(|t| t.name == name)?;
+        let records = (0..t.partitions)
+            .map(|p| self.dest.records(&TopicPartition::new(name, p)).len())
+            .collect();
+        Some((t.topic_id, records))
+    }
+
     fn last_record(&self) -> Record {
         let entries: Vec<_> = self.log.read(0).unwrap().map(|e| e.unwrap()).collect();
         entries.last().unwrap().record.clone()
@@ -157,4 +169,163 @@ async fn a_clean_handover_writes_no_marker_and_a_crash_one_per_partition() {
     println!("after an unclean handover, per partition (records, markers): {unclean:?}");
     assert_eq!(unclean, vec![(6, 1); PARTITIONS as usize]);
     third.shutdown().await;
+}
+
+fn from_scratch() -> FailbackRequest {
+    FailbackRequest {
+        mode: Some(FailbackMode::FromScratch),
+        dry_run: false,
+    }
+}
+
+/// The review's worst case: a from-scratch failback deletes and re-creates
+/// the destination topic. Were that to land after the release, it could
+/// delete the topic the shard's next owner re-created and copies into. The
+/// shutdown either cuts the start off before its delete or lets it finish
+/// first; nothing happens after it returned.
+#[actix::test]
+async fn a_failback_under_way_touches_the_destination_no_more_once_the_shutdown_returned() {
+    let bed = Bed::new();
+    bed.append(3);
+    DestinationCluster::create_topic(&bed.dest, "orders", PARTITIONS, Vec::new())
+        .await
+        .unwrap();
+    for p in 0..PARTITIONS {
+        for i in 0..4 {
+            let r = record(Some("old"), Some(&i.to_string()), 500);
+            bed.dest.foreign_write(&TopicPartition::new("orders", p), r);
+        }
+    }
+    let before = bed.dest_topic("orders").await;
+    let node = bed.start().await;
+    node.create_mirror("m", props()).await.unwrap();
+
+    bed.dest.hold_topic_configs(true);
+    let start = actix::spawn({
+        let node = node.clone();
+        async move {
+            node.start_with("m", &["orders".into()], &[], None, from_scratch())
+                .await
+        }
+    });
+    for _ in 0..500 {
+        if bed.dest.topic_config_reads() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        bed.dest.topic_config_reads(),
+        1,
+        "the start never described"
+    );
+    let shutdown = actix::spawn({
+        let node = node.clone();
+        async move { node.shutdown().await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    bed.dest.hold_topic_configs(false);
+    shutdown.await.unwrap();
+    let at_shutdown = bed.dest_topic("orders").await;
+    let started_first = start.is_finished();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = bed.dest_topic("orders").await;
+    println!("destination orders: before {before:?}, at shutdown {at_shutdown:?}, after {after:?}");
+    assert_eq!(
+        after, at_shutdown,
+        "the destination topic changed after the shutdown returned"
+    );
+    let started = start.await.unwrap();
+    println!("the start: {started:?} (finished before the shutdown returned: {started_first})");
+    match &started {
+        Ok(_) => assert!(started_first, "the start finished after the shutdown"),
+        Err(e) => {
+            assert_eq!(e.code, "NOT_COORDINATOR", "{e:?}");
+            assert_eq!(at_shutdown, before, "a refused start changed the topic");
+        }
+    }
+    let last = bed.last_record();
+    assert!(matches!(last, Record::ShardRelease(..)), "{last:?}");
+}
+
+/// An operation that begins once the shutdown did is refused before it
+/// touches a cluster, not only at its first append.
+#[actix::test]
+async fn an_operation_begun_after_the_shutdown_did_is_refused_and_touches_nothing() {
+    let bed = Bed::new();
+    let node = bed.start().await;
+    node.create_mirror("m", props()).await.unwrap();
+    node.shutdown().await;
+    let refused = node
+        .start_topics("m", &["orders".into()], &[], None)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code, "NOT_COORDINATOR", "{refused:?}");
+    assert_eq!(
+        bed.dest_topic("orders").await,
+        None,
+        "a start after the shutdown created the destination topic"
+    );
+    let refused = node.unfence("m", &["orders".into()]).await.unwrap_err();
+    assert_eq!(refused.code, "NOT_COORDINATOR", "{refused:?}");
+}
+
+/// A planned switchover waiting for the source to settle when the node
+/// stops: its fence is lifted, records and all, before the release (the
+/// next owner would find a fence with no record of it after), and the
+/// wait is cut short rather than run to its timeout.
+#[actix::test]
+async fn a_switchover_under_way_lifts_its_source_fence_before_the_release() {
+    let bed = Bed::new();
+    bed.source.enable_acls();
+    bed.append(3);
+    let node = bed.start().await;
+    node.create_mirror("m", props()).await.unwrap();
+    node.start_topics("m", &["orders".into()], &[], None)
+        .await
+        .unwrap();
+    bed.copied(&node, 3).await;
+    // A super user's producer (ACLs do not fence it): the source never
+    // settles.
+    let writer = actix::spawn({
+        let source = bed.source.clone();
+        async move {
+            for i in 0.. {
+                let r = record(None, Some("busy"), 10_000 + i);
+                source.append(&TopicPartition::new("orders", 0), &[r], Codec::None);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    });
+    let stop = actix::spawn({
+        let node = node.clone();
+        async move {
+            let options = StopOptions {
+                fence_source: true,
+                timeout: Duration::from_secs(60),
+                ..StopOptions::default()
+            };
+            node.stop_topics("m", &["orders".into()], options).await
+        }
+    });
+    for _ in 0..500 {
+        if !bed.source.acl_list().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(bed.source.acl_list().len(), 1, "the fence is not in force");
+    let began = std::time::Instant::now();
+    node.shutdown().await;
+    let took = began.elapsed();
+    let left = bed.source.acl_list();
+    writer.abort();
+    assert!(left.is_empty(), "the fence outlived the shutdown: {left:?}");
+    assert!(took < Duration::from_secs(5), "the shutdown took {took:?}");
+    let refused = stop.await.unwrap().unwrap_err();
+    println!("the stop: {refused:?}");
+    assert_eq!(refused.code, "NOT_COORDINATOR", "{refused:?}");
+    assert!(refused.message.contains("removed again"), "{refused:?}");
+    let last = bed.last_record();
+    assert!(matches!(last, Record::ShardRelease(..)), "{last:?}");
 }
