@@ -2,20 +2,26 @@
 //! destination broker forwards Produce requests but drops the connection
 //! instead of relaying the first Produce response. The broker has appended
 //! the batch; the producer never heard so. It must retry (same producer id,
-//! epoch and sequences) and the destination must hold exactly one copy.
+//! epoch and sequences) and the destination must hold exactly one copy —
+//! unless the broker forgot the producer before the retry came, which the
+//! last test shows it does for old record timestamps, and what kmirror's
+//! alignment reads instead (`partition/tail.rs`).
 
 mod protocol_common;
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use kmirror_actors::kafka::admin::{Admin, OffsetSpec};
-use kmirror_actors::kafka::batch::{encode_batch, Codec, OutgoingBatch, Record, SourceOffsets};
+use kmirror_actors::kafka::batch::{
+    encode_batch, Codec, OutgoingBatch, Record, RecordBatch, SourceOffsets,
+};
 use kmirror_actors::kafka::fetch::IsolationLevel;
 use kmirror_actors::kafka::produce::IdempotentProducer;
 use kmirror_actors::kafka::{ClientConfig, KafkaClient};
+use kmirror_tests::wire::raw_batches;
 use kmirror_tests::{bed, unique};
 use protocol_common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -24,6 +30,9 @@ use tokio::net::{TcpListener, TcpStream};
 struct Proxy {
     addr: String,
     drop_next_produce_response: Arc<AtomicBool>,
+    /// How long a connection accepted after a cut waits before it is
+    /// relayed (0: at once): the retry reaches the broker that much later.
+    hold_after_cut_ms: Arc<AtomicU64>,
     dropped: Arc<AtomicUsize>,
     produce_requests: Arc<AtomicUsize>,
 }
@@ -42,7 +51,13 @@ async fn start_proxy(upstream: String) -> Proxy {
     let drop_flag = Arc::new(AtomicBool::new(false));
     let dropped = Arc::new(AtomicUsize::new(0));
     let produce_requests = Arc::new(AtomicUsize::new(0));
-    let (d, dc, pr) = (drop_flag.clone(), dropped.clone(), produce_requests.clone());
+    let hold = Arc::new(AtomicU64::new(0));
+    let (d, dc, pr, h) = (
+        drop_flag.clone(),
+        dropped.clone(),
+        produce_requests.clone(),
+        hold.clone(),
+    );
     tokio::spawn(async move {
         loop {
             let Ok((client, _)) = listener.accept().await else {
@@ -50,7 +65,12 @@ async fn start_proxy(upstream: String) -> Proxy {
             };
             let upstream = upstream.clone();
             let (d, dc, pr) = (d.clone(), dc.clone(), pr.clone());
+            let held = match dc.load(Ordering::SeqCst) {
+                0 => 0,
+                _ => h.load(Ordering::SeqCst),
+            };
             tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(held)).await;
                 let server = TcpStream::connect(&upstream).await.unwrap();
                 let (mut cr, mut cw) = client.into_split();
                 let (mut sr, mut sw) = server.into_split();
@@ -89,6 +109,7 @@ async fn start_proxy(upstream: String) -> Proxy {
     Proxy {
         addr,
         drop_next_produce_response: drop_flag,
+        hold_after_cut_ms: hold,
         dropped,
         produce_requests,
     }
@@ -114,6 +135,19 @@ fn batch(i: usize, n: usize) -> OutgoingBatch {
     )
 }
 
+/// An idempotent producer whose connections to `bootstrap`'s broker go
+/// through a [`Proxy`].
+async fn producer_via_proxy(bootstrap: &str, direct: &KafkaClient) -> (Proxy, IdempotentProducer) {
+    let proxy = start_proxy(bootstrap.to_owned()).await;
+    let mut cfg = ClientConfig::plaintext(&proxy.addr);
+    let advertised = direct.metadata().brokers.values().next().unwrap().address();
+    cfg.address_map.insert(advertised, proxy.addr.clone());
+    cfg.request_timeout = std::time::Duration::from_secs(10);
+    let via_proxy = KafkaClient::connect(cfg).await.unwrap();
+    let producer = IdempotentProducer::new(via_proxy).await.unwrap();
+    (proxy, producer)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cut_connection_after_produce_request_leaves_one_copy() {
     let bed = bed();
@@ -122,13 +156,7 @@ async fn cut_connection_after_produce_request_leaves_one_copy() {
     let admin = Admin::new(direct.clone());
     create(&admin, &topic, 1, &[]).await;
 
-    let proxy = start_proxy(bed.destination.clone()).await;
-    let mut cfg = ClientConfig::plaintext(&proxy.addr);
-    let advertised = direct.metadata().brokers.values().next().unwrap().address();
-    cfg.address_map.insert(advertised, proxy.addr.clone());
-    cfg.request_timeout = std::time::Duration::from_secs(10);
-    let via_proxy = KafkaClient::connect(cfg).await.unwrap();
-    let producer = IdempotentProducer::new(via_proxy).await.unwrap();
+    let (proxy, producer) = producer_via_proxy(&bed.destination, &direct).await;
     let pp = producer.partition(&topic, 0).unwrap();
 
     // 1) A single batch whose response is lost.
@@ -184,4 +212,60 @@ async fn cut_connection_after_produce_request_leaves_one_copy() {
         .await
         .unwrap();
     assert_eq!(end.offset, 60, "exactly one copy of each of the 6 batches");
+}
+
+/// A retry the broker takes twice: the producer's state is forgotten
+/// between the first copy and the retry. `producer.id.expiration.ms`
+/// counts from the batch's record timestamps (2023 here, as a mirrored
+/// backlog keeps them), so the state expires at the next check, however
+/// recently the producer wrote. The retry then lands at a new offset; the
+/// stored copies carry the same producer id, epoch and base sequence,
+/// which is what kmirror's alignment reads to make the repeat a hole
+/// rather than the next source records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_the_producer_state_expired_lands_twice() {
+    let cluster = kmirror_tests::OwnCluster::start(&[
+        "producer.id.expiration.ms=600000".into(),
+        "producer.id.expiration.check.interval.ms=200".into(),
+    ]);
+    let topic = unique("proto-idem-expired");
+    let direct = client(&cluster.bootstrap).await;
+    let admin = Admin::new(direct.clone());
+    create(&admin, &topic, 1, &[]).await;
+    let (proxy, producer) = producer_via_proxy(&cluster.bootstrap, &direct).await;
+    proxy.hold_after_cut_ms.store(3000, Ordering::SeqCst);
+    proxy
+        .drop_next_produce_response
+        .store(true, Ordering::SeqCst);
+    let pp = producer.partition(&topic, 0).unwrap();
+    let ack = pp
+        .send(batch(0, 10))
+        .await
+        .unwrap()
+        .await
+        .expect("the retry is acknowledged");
+    assert_eq!(proxy.dropped.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        ack.base_offset, 10,
+        "the retry was appended again, not recognised as a duplicate"
+    );
+    let stored = raw_batches(&cluster.bootstrap, &topic, 0, 0).unwrap();
+    let parsed: Vec<RecordBatch> = stored
+        .iter()
+        .map(|b| RecordBatch::new(b.bytes.clone()).unwrap())
+        .collect();
+    let facts: Vec<_> = parsed
+        .iter()
+        .map(|b| {
+            (
+                b.base_offset(),
+                b.producer_id(),
+                b.producer_epoch(),
+                b.base_sequence(),
+            )
+        })
+        .collect();
+    let (id, epoch) = (parsed[0].producer_id(), parsed[0].producer_epoch());
+    assert_eq!(facts, vec![(0, id, epoch, 0), (10, id, epoch, 0)]);
+    assert_eq!(parsed[0].crc(), parsed[1].crc(), "the same batch");
 }
