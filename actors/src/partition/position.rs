@@ -66,7 +66,7 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
         &cx.tp,
         (view.runs, view.holes),
         (dest.log_start, dest.end),
-        view.producer,
+        (view.producer, Foreign::Fail),
     )
     .await?;
     let mut alignment = align_map(runs, holes, dest.log_start, dest.end)
@@ -74,9 +74,6 @@ pub(super) async fn align(cx: &PumpContext) -> Result<Aligned, PumpExit> {
     alignment.stale.extend(never_landed);
     let from = alignment.recorded_end.max(dest.log_start);
     match (view.producer, trailing) {
-        (Some(ours), None) => {
-            check_unrecorded_tail(cx, from, alignment.next_destination, ours).await?
-        }
         // A producer is recorded before its first produce: with none, a
         // run opened ahead never had anything sent into it, and records
         // above the recorded end are another writer's.
@@ -264,25 +261,17 @@ async fn check_mirror_loop(cx: &PumpContext) -> Result<(), PumpExit> {
     failback::check_loops(&image, &here, &cx.tp.topic).map_err(|e| PumpExit::fatal(e.to_string()))
 }
 
-/// After a crash the destination may hold appends above what the map
-/// records, and alignment counts them as kmirror's. They are, only if the
-/// producer recorded before them wrote every one: anything else is a foreign
-/// write that would shift every later offset.
-async fn check_unrecorded_tail(
-    cx: &PumpContext,
-    from: i64,
-    to: i64,
-    ours: MirrorProducer,
-) -> Result<(), PumpExit> {
-    if from >= to {
-        return Ok(());
-    }
-    let batches = cx
-        .destination
-        .read_batches(&cx.tp, from, to)
-        .await
-        .map_err(|e| kafka_failure("read the destination above the recorded map", e))?;
-    check_ours(&batches, from, to, ours)
+/// What alignment does with another writer's batch above the recorded
+/// map (after a crash the destination may hold kmirror's appends there,
+/// and anything else is a foreign write).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Foreign {
+    /// Fails the partition: a pump copying on would shift every later
+    /// offset.
+    Fail,
+    /// Ends the position before it: a stop completes whatever the
+    /// destination holds.
+    EndBefore,
 }
 
 /// Every batch of `[from, to)` is a data batch of `ours`.
@@ -325,8 +314,10 @@ fn check_ours(
 /// to no source offset). Above the recorded map, such markers at the very
 /// end become a hole, and what lies between the map and them must be the
 /// recorded producer's data, as for any unrecorded tail: the previous
-/// owner's appends it had no time to checkpoint. `None`: no marker there
-/// (or no fence on this destination), and alignment is as before.
+/// owner's appends it had no time to checkpoint. The same hole begins
+/// lower when those appends stop following on by producer sequence
+/// ([`trailing_hole`]).
+///
 /// A partition's map with the hole that ends its destination.
 struct MapWithTail {
     runs: Vec<OffsetMapRun>,
@@ -347,10 +338,10 @@ async fn with_trailing_hole(
     tp: &TopicPartition,
     (mut runs, mut holes): (Vec<OffsetMapRun>, Vec<OffsetMapHole>),
     (log_start, end): (i64, i64),
-    producer: Option<MirrorProducer>,
+    ours: (Option<MirrorProducer>, Foreign),
 ) -> Result<MapWithTail, PumpExit> {
     let mut never_landed = Vec::new();
-    let trailing = trailing_hole(destination, tp, &runs, &holes, log_start, end, producer).await?;
+    let trailing = trailing_hole(destination, tp, (&runs, &holes), (log_start, end), ours).await?;
     if let Some(hole) = trailing {
         runs.retain(|r| {
             let keep = r.destination_start < hole.destination_start;
@@ -376,16 +367,14 @@ async fn with_trailing_hole(
 /// retry twice, or a batch in place of a lost one). What lies in it is
 /// nobody's copy; the source records after the last run are copied again
 /// after it, so none is skipped. Another writer's batch below the markers
-/// fails the partition; with no markers it makes no hole, and the caller
-/// judges it (a pump fails, a stop ends before it).
+/// fails the partition; with no markers, as `foreign` says (a stop's
+/// position then ends before it, [`ours_up_to`]).
 async fn trailing_hole(
     destination: &dyn DestinationCluster,
     tp: &TopicPartition,
-    runs: &[OffsetMapRun],
-    holes: &[OffsetMapHole],
-    log_start: i64,
-    end: i64,
-    producer: Option<MirrorProducer>,
+    (runs, holes): (&[OffsetMapRun], &[OffsetMapHole]),
+    (log_start, end): (i64, i64),
+    (producer, foreign): (Option<MirrorProducer>, Foreign),
 ) -> Result<Option<OffsetMapHole>, PumpExit> {
     let fence_producer = destination.fence_producer_id(tp);
     let recorded_end = recorded_end(runs, holes).max(log_start);
@@ -410,10 +399,10 @@ async fn trailing_hole(
                 )))
             }
             (None, None) => return Ok(None),
-            (Some(ours), markers) => match (check_ours(&batches, recorded_end, at, ours), markers) {
-                (Err(e), Some(_)) => return Err(e),
-                (Err(_), None) => return Ok(None),
-                (Ok(()), _) => at = out_of_sequence(&batches, recorded_end, at).unwrap_or(at),
+            (Some(ours), markers) => match check_ours(&batches, recorded_end, at, ours) {
+                Err(e) if markers.is_some() || foreign == Foreign::Fail => return Err(e),
+                Err(_) => return Ok(None),
+                Ok(()) => at = out_of_sequence(&batches, recorded_end, at).unwrap_or(at),
             },
         }
     }
@@ -521,7 +510,7 @@ async fn aligned_as_ours(
         tp,
         (view.runs.clone(), view.holes.clone()),
         (dest.log_start, dest.end),
-        view.producer,
+        (view.producer, Foreign::EndBefore),
     )
     .await?;
     let end = match trailing {
