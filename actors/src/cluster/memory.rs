@@ -788,8 +788,8 @@ struct DestPartition {
     /// Offsets taken by transaction markers, which hold no record.
     markers: i64,
     /// The next sequence each producer id must send, as an idempotent
-    /// leader checks it: a batch after a failed one is refused, never
-    /// appended in its place.
+    /// leader checks it once it holds the id's state: a batch after a
+    /// failed one is refused then, never appended in its place.
     sequences: HashMap<i64, i32>,
     /// The next accepted produce lands twice ([`MemoryDestination::duplicate_next_produce`]).
     duplicate_next: bool,
@@ -1097,7 +1097,10 @@ impl MemoryDestination {
             if let Some(e) = p.produce_faults.pop_front() {
                 return Err(e);
             }
-            let expected = p.sequences.entry(producer_id).or_insert(0);
+            // With no state for the id (a new one, or a new epoch), Kafka
+            // takes any sequence: a batch behind a refused first one lands
+            // in its place.
+            let expected = p.sequences.entry(producer_id).or_insert(sequence);
             if sequence != *expected {
                 return Err(KafkaError::ProducerFenced {
                     partition: tp.to_string(),

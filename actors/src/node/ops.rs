@@ -266,8 +266,8 @@ impl Node {
         // record is exported or any topic re-created, and are refused, as
         // the start would be, when another operation moved the topic after
         // the image they were planned on.
-        self.go_on()?;
         for fb in &failbacks {
+            self.go_on()?;
             for (p, plan) in &fb.partitions {
                 self.execute(
                     Command::RecordFailbackPlan {

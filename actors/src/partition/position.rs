@@ -402,7 +402,10 @@ async fn trailing_hole(
             (Some(ours), markers) => match check_ours(&batches, recorded_end, at, ours) {
                 Err(e) if markers.is_some() || foreign == Foreign::Fail => return Err(e),
                 Err(_) => return Ok(None),
-                Ok(()) => at = out_of_sequence(&batches, recorded_end, at).unwrap_or(at),
+                Ok(()) => {
+                    let ours = (ours.producer_id, ours.producer_epoch);
+                    at = out_of_sequence(&batches, recorded_end, at, ours).unwrap_or(at)
+                }
             },
         }
     }
@@ -588,7 +591,8 @@ async fn ours_up_to(
         }
         covered = b.next_offset().min(to);
     }
-    Ok(out_of_sequence(&batches, from, covered).unwrap_or(covered))
+    let ours = (ours.producer_id, ours.producer_epoch);
+    Ok(out_of_sequence(&batches, from, covered, ours).unwrap_or(covered))
 }
 
 /// The map as recorded, for a destination that contradicts it: its

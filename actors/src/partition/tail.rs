@@ -8,11 +8,12 @@
 //! producer: `producer.id.expiration.ms` is measured from the batches'
 //! *record* timestamps, which a mirror keeps, so a backlog older than the
 //! expiry loses its producer state at every check however busy the copy
-//! is. A retry then lands a second time, and a batch may be taken in place
-//! of a lost one before it. Stretched over such a log, the map would pair
-//! later source records with copies of earlier ones and never copy them.
-//! The producer sequence tells: without the broker's state, nothing else
-//! makes kmirror's own batches skip or repeat a sequence.
+//! is. A retry then lands a second time; and a new producer id's batch sent
+//! behind a refused first one is taken in its place, as Kafka takes any
+//! sequence from an id it holds no state for. Stretched over such a log,
+//! the map would pair later source records with copies of earlier ones and
+//! never copy them. The producer sequence tells: with the broker's state,
+//! kmirror's own batches never skip or repeat one.
 
 use crate::kafka::batch::RecordBatch;
 use crate::kafka::fence::EXHAUSTED_EPOCH;
@@ -34,27 +35,38 @@ pub(super) fn trailing_markers(batches: &[RecordBatch], producer: i64, end: i64)
     (at < end).then_some(at)
 }
 
-/// The offset of the first of the batches in `[from, to)` that does not
-/// follow on by sequence from the batch before it (the last one below
-/// `from` too), where both are data batches of one producer id and epoch.
-/// A batch after a marker, another writer's batch, or a new epoch starts
-/// afresh: no sequence of its own before it is known.
-pub(super) fn out_of_sequence(batches: &[RecordBatch], from: i64, to: i64) -> Option<i64> {
-    let mut before = batches.iter().rfind(|b| b.base_offset() < from);
+/// The offset of the first of kmirror's data batches in `[from, to)` that
+/// is not the next one of `ours`, the producer recorded before the first
+/// of them (`MirrorProducer`): another epoch's (a late batch of an earlier
+/// sink, or an old owner's), or one that does not follow on by sequence
+/// from the batch before it. kmirror starts every producer id and epoch at
+/// sequence 0, so the first batch above `from` follows on from the batch
+/// below `from` when that is `ours`' data, and starts at 0 when it is
+/// another producer's batch or there is none (`from` is 0: a batch taken
+/// in place of a refused first one is not the first). Only a marker of
+/// `ours` below `from` (a re-fence, which takes no sequence) or a log
+/// that begins at `from` leaves the first batch unjudged.
+pub(super) fn out_of_sequence(
+    batches: &[RecordBatch],
+    from: i64,
+    to: i64,
+    ours: (i64, i16),
+) -> Option<i64> {
+    let of = |b: &RecordBatch| (b.producer_id(), b.producer_epoch());
+    let mut expected = match batches.iter().rfind(|b| b.base_offset() < from) {
+        Some(p) if of(p) == ours && p.is_control() => None,
+        Some(p) if of(p) == ours => Some(next_sequence(p)),
+        Some(_) => Some(0),
+        None => (from == 0).then_some(0),
+    };
     for b in batches
         .iter()
         .filter(|b| b.base_offset() >= from && b.base_offset() < to)
     {
-        let chained = before.filter(|p| {
-            !p.is_control()
-                && !b.is_control()
-                && p.producer_id() == b.producer_id()
-                && p.producer_epoch() == b.producer_epoch()
-        });
-        if chained.is_some_and(|p| b.base_sequence() != next_sequence(p)) {
+        if of(b) != ours || expected.is_some_and(|e| b.base_sequence() != e) {
             return Some(b.base_offset());
         }
-        before = Some(b);
+        expected = Some(next_sequence(b));
     }
     None
 }
@@ -113,15 +125,17 @@ mod tests {
         .unwrap()
     }
 
+    const OURS: (i64, i16) = (7, 0);
+
     #[test]
     fn batches_in_sequence_are_the_next_records() {
         let log = [
-            data(0, (7, 0), 0, 2),
-            data(2, (7, 0), 2, 3),
-            data(5, (7, 0), 5, 1),
+            data(0, OURS, 0, 2),
+            data(2, OURS, 2, 3),
+            data(5, OURS, 5, 1),
         ];
-        assert_eq!(out_of_sequence(&log, 2, 6), None);
-        assert_eq!(out_of_sequence(&log, 0, 6), None);
+        assert_eq!(out_of_sequence(&log, 2, 6, OURS), None);
+        assert_eq!(out_of_sequence(&log, 0, 6, OURS), None);
     }
 
     /// A retry taken twice: the repeat is where the log stops being the
@@ -130,42 +144,66 @@ mod tests {
     #[test]
     fn a_repeated_batch_is_out_of_sequence() {
         let log = [
-            data(0, (7, 0), 0, 2),
-            data(2, (7, 0), 2, 2),
-            data(4, (7, 0), 4, 2),
-            data(6, (7, 0), 2, 2),
-            data(8, (7, 0), 4, 2),
+            data(0, OURS, 0, 2),
+            data(2, OURS, 2, 2),
+            data(4, OURS, 4, 2),
+            data(6, OURS, 2, 2),
+            data(8, OURS, 4, 2),
         ];
-        assert_eq!(out_of_sequence(&log, 2, 10), Some(6));
+        assert_eq!(out_of_sequence(&log, 2, 10, OURS), Some(6));
         // The repeat of the batch just below the recorded end.
-        assert_eq!(out_of_sequence(&log[2..4], 6, 8), Some(6));
+        assert_eq!(out_of_sequence(&log[2..4], 6, 8, OURS), Some(6));
     }
 
-    /// A batch taken in place of a lost one before it.
+    /// A batch taken in place of a lost one before it: after one of ours,
+    /// after another producer's, and as the partition's first.
     #[test]
     fn a_skipped_sequence_is_out_of_sequence() {
-        let log = [data(0, (7, 0), 0, 2), data(2, (7, 0), 4, 2)];
-        assert_eq!(out_of_sequence(&log, 2, 4), Some(2));
+        let log = [data(0, OURS, 0, 2), data(2, OURS, 4, 2)];
+        assert_eq!(out_of_sequence(&log, 2, 4, OURS), Some(2));
+        let log = [data(0, (5, 0), 0, 2), data(2, OURS, 2, 2)];
+        assert_eq!(out_of_sequence(&log, 2, 4, OURS), Some(2));
+        // A log that begins at `from` (retention took the batch before).
+        assert_eq!(out_of_sequence(&log[1..], 2, 4, OURS), None);
+        let log = [data(0, OURS, 2, 2)];
+        assert_eq!(out_of_sequence(&log, 0, 2, OURS), Some(0));
     }
 
+    /// A late batch of an earlier epoch (a sink reopened meanwhile) is not
+    /// the next record, whatever its sequence.
     #[test]
-    fn a_new_epoch_a_marker_or_another_producer_starts_afresh() {
+    fn another_epochs_batch_is_out_of_sequence() {
         let log = [
-            data(0, (7, 0), 0, 2),
-            data(2, (7, 1), 0, 2),
-            marker(4, (7, 1)),
-            data(5, (7, 1), 9, 1),
-            data(6, (8, 0), 3, 1),
+            data(0, (7, 1), 0, 2),
+            data(2, (7, 1), 2, 2),
+            data(4, (7, 2), 0, 1),
         ];
-        assert_eq!(out_of_sequence(&log, 0, 7), None);
+        assert_eq!(out_of_sequence(&log, 2, 5, (7, 2)), Some(2));
+        assert_eq!(out_of_sequence(&log, 2, 5, (7, 1)), Some(4));
+    }
+
+    /// A re-fence marker of ours takes no sequence: the first batch after
+    /// it is not judged (its predecessor is not read); a new epoch's first
+    /// batch after another epoch's marker starts at 0.
+    #[test]
+    fn after_a_marker() {
+        let log = [data(0, OURS, 0, 2), marker(2, OURS), data(3, OURS, 2, 1)];
+        assert_eq!(out_of_sequence(&log[1..], 3, 4, OURS), None);
+        let log = [
+            marker(0, (7, 1)),
+            data(1, (7, 2), 0, 1),
+            data(2, (7, 2), 1, 1),
+        ];
+        assert_eq!(out_of_sequence(&log, 1, 3, (7, 2)), None);
+        assert_eq!(out_of_sequence(&log[..2], 1, 2, (7, 3)), Some(1));
     }
 
     #[test]
     fn sequences_wrap_past_the_largest() {
-        let log = [data(0, (7, 0), i32::MAX - 1, 2), data(2, (7, 0), 0, 1)];
-        assert_eq!(out_of_sequence(&log, 0, 3), None);
-        let log = [data(0, (7, 0), i32::MAX - 1, 2), data(2, (7, 0), 1, 1)];
-        assert_eq!(out_of_sequence(&log, 0, 3), Some(2));
+        let log = [data(0, OURS, i32::MAX - 1, 2), data(2, OURS, 0, 1)];
+        assert_eq!(out_of_sequence(&log, 2, 3, OURS), None);
+        let log = [data(0, OURS, i32::MAX - 1, 2), data(2, OURS, 1, 1)];
+        assert_eq!(out_of_sequence(&log, 2, 3, OURS), Some(2));
     }
 
     #[test]
