@@ -360,6 +360,11 @@ async fn with_trailing_hole(
     })
 }
 
+/// How many offsets of holes (re-fence markers, one offset each) between
+/// the last mapped record and the recorded end alignment reads through to
+/// find the batch the first one above follows on from.
+const MARKERS_READ_THROUGH: i64 = 64;
+
 /// The hole that ends the destination above the recorded map: the fence
 /// markers a takeover left there, and below them, from kmirror's first
 /// batch that does not follow on by producer sequence
@@ -381,10 +386,18 @@ async fn trailing_hole(
     if recorded_end >= end || (fence_producer.is_none() && producer.is_none()) {
         return Ok(None);
     }
-    // From the batch below the recorded end: the first one above follows
-    // on from it.
+    // From kmirror's last mapped record, through the re-fence markers
+    // after it (if only a few), or else the batch below the recorded end:
+    // the first batch above follows on from the last data batch of ours.
+    let last_mapped = runs
+        .iter()
+        .filter(|r| r.length > 0)
+        .map(|r| r.destination_end() - 1)
+        .max()
+        .filter(|&at| recorded_end - at <= MARKERS_READ_THROUGH)
+        .unwrap_or(recorded_end - 1);
     let batches = destination
-        .read_batches(tp, (recorded_end - 1).max(log_start), end)
+        .read_batches(tp, last_mapped.max(log_start), end)
         .await
         .map_err(|e| kafka_failure("read the destination above the recorded map", e))?;
     let markers = fence_producer

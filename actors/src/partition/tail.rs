@@ -43,9 +43,10 @@ pub(super) fn trailing_markers(batches: &[RecordBatch], producer: i64, end: i64)
 /// sequence 0, so the first batch above `from` follows on from the batch
 /// below `from` when that is `ours`' data, and starts at 0 when it is
 /// another producer's batch or there is none (`from` is 0: a batch taken
-/// in place of a refused first one is not the first). Only a marker of
-/// `ours` below `from` (a re-fence, which takes no sequence) or a log
-/// that begins at `from` leaves the first batch unjudged.
+/// in place of a refused first one is not the first). Markers of `ours`
+/// (re-fences, which take no sequence) are read through; only markers
+/// with nothing of ours read below them, or a log that begins at `from`,
+/// leave the first batch unjudged.
 pub(super) fn out_of_sequence(
     batches: &[RecordBatch],
     from: i64,
@@ -53,11 +54,18 @@ pub(super) fn out_of_sequence(
     ours: (i64, i16),
 ) -> Option<i64> {
     let of = |b: &RecordBatch| (b.producer_id(), b.producer_epoch());
-    let mut expected = match batches.iter().rfind(|b| b.base_offset() < from) {
-        Some(p) if of(p) == ours && p.is_control() => None,
+    // Re-fence markers of ours take no sequence: read through them.
+    let mut below = batches.iter().rev().filter(|b| b.base_offset() < from);
+    let mut through_markers = false;
+    let before = below.find(|b| {
+        let marker = of(b) == ours && b.is_control();
+        through_markers |= marker;
+        !marker
+    });
+    let mut expected = match before {
         Some(p) if of(p) == ours => Some(next_sequence(p)),
         Some(_) => Some(0),
-        None => (from == 0).then_some(0),
+        None => (from == 0 && !through_markers).then_some(0),
     };
     for b in batches
         .iter()
@@ -188,7 +196,12 @@ mod tests {
     #[test]
     fn after_a_marker() {
         let log = [data(0, OURS, 0, 2), marker(2, OURS), data(3, OURS, 2, 1)];
-        assert_eq!(out_of_sequence(&log[1..], 3, 4, OURS), None);
+        assert_eq!(out_of_sequence(&log, 3, 4, OURS), None);
+        // Read through: a repeat behind a re-fence marker.
+        let repeat = [data(0, OURS, 0, 2), marker(2, OURS), data(3, OURS, 0, 2)];
+        assert_eq!(out_of_sequence(&repeat, 3, 5, OURS), Some(3));
+        // The marker alone read: not judged.
+        assert_eq!(out_of_sequence(&repeat[1..], 3, 5, OURS), None);
         let log = [
             marker(0, (7, 1)),
             data(1, (7, 2), 0, 1),
