@@ -399,19 +399,8 @@ mod tests {
             destination.foreign_write(&qtp, quarantined(&id, o));
         }
         let go = AtomicBool::new(false);
-        let run = || {
-            export(
-                &destination,
-                "ba",
-                "ab",
-                "orders",
-                0,
-                "orders.q",
-                &plan,
-                &go,
-            )
-        };
-        run().await.unwrap();
+        let run = |plan| export(&destination, "ba", "ab", "orders", 0, "orders.q", plan, &go);
+        run(&plan).await.unwrap();
         let offsets = |d: &MemoryDestination| -> Vec<Option<i64>> {
             d.records(&qtp)
                 .iter()
@@ -434,7 +423,7 @@ mod tests {
             "{manifest}"
         );
         // Run again (a crash after the manifest): nothing more.
-        run().await.unwrap();
+        run(&plan).await.unwrap();
         assert_eq!(offsets(&destination), expected);
 
         // The old source took more writes before the next attempt: the
@@ -457,18 +446,7 @@ mod tests {
             divergent_end: 1600,
             ..plan.clone()
         };
-        export(
-            &destination,
-            "ba",
-            "ab",
-            "orders",
-            0,
-            "orders.q",
-            &grown,
-            &go,
-        )
-        .await
-        .unwrap();
+        run(&grown).await.unwrap();
         let expected: Vec<Option<i64>> = expected
             .into_iter()
             .chain((1200..1600).map(Some))
@@ -483,18 +461,7 @@ mod tests {
                 && manifest.contains("\"count\":400"),
             "{manifest}"
         );
-        export(
-            &destination,
-            "ba",
-            "ab",
-            "orders",
-            0,
-            "orders.q",
-            &grown,
-            &go,
-        )
-        .await
-        .unwrap();
+        run(&grown).await.unwrap();
         assert_eq!(offsets(&destination), expected);
     }
 
