@@ -36,12 +36,14 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use kmirror_events::{
-    decide, Command, DecideError, FailbackMode, FailbackPlan, MirrorPartitionKey,
-    MirrorPartitionStateValue, MirrorProducer, MirrorStateImage, Offset, OffsetMapHole,
-    OffsetMapRun, Record, SourceEpochs, StateValidation,
+    decide, decide_hosted, placement_shard, spreads, Command, DecideError, FailbackMode,
+    FailbackPlan, MirrorPartitionKey, MirrorPartitionStateValue, MirrorProducer, MirrorStateImage,
+    Offset, OffsetMapHole, OffsetMapRun, Record, SourceEpochs, StateValidation,
 };
 use kmirror_store::{EventLog, StoreError};
 use tokio::sync::oneshot;
+
+use crate::spread::Hosting;
 
 /// Wall-clock milliseconds, stamped into each appended batch (the domain
 /// has no clock of its own).
@@ -68,6 +70,16 @@ pub enum CoordinatorError {
     /// release, so nothing more is written through it.
     #[error("NOT_COORDINATOR: shard {shard} was released by this node")]
     Released { shard: i32 },
+    /// A partition's own record sent to a shard it is not placed in: its
+    /// records live in one shard only, written by that shard's owner.
+    #[error("NOT_COORDINATOR: partition {partition} of topic {topic_id} of cluster mirror {mirror:?} is placed in shard {placed}, not {shard}")]
+    NotPlaced {
+        mirror: String,
+        topic_id: kmirror_events::TopicId,
+        partition: i32,
+        placed: i32,
+        shard: i32,
+    },
 }
 
 impl From<MailboxError> for CoordinatorError {
@@ -84,7 +96,9 @@ impl CoordinatorError {
             CoordinatorError::Stale { .. } => "INVALID_CLUSTER_MIRROR_STATES",
             CoordinatorError::Store(_) => "KAFKA_STORAGE_ERROR",
             CoordinatorError::Unavailable(_) => "COORDINATOR_NOT_AVAILABLE",
-            CoordinatorError::Released { .. } => "NOT_COORDINATOR",
+            CoordinatorError::Released { .. } | CoordinatorError::NotPlaced { .. } => {
+                "NOT_COORDINATOR"
+            }
         }
     }
 }
@@ -227,6 +241,9 @@ pub struct CoordinatorActor {
     /// ([`StoreError::is_storage_failure`]): nothing more can be recorded,
     /// so nothing more may be copied; the daemon watches it and exits.
     log_failure: tokio::sync::watch::Sender<Option<String>>,
+    /// A clustered shard's: where the partitions placed in it whose
+    /// mirrors other shards coordinate find their mirror and topic.
+    hosting: Option<Hosting>,
 }
 
 /// Most records one group commit appends: bounds the size of one store
@@ -289,7 +306,50 @@ impl CoordinatorActor {
             released: None,
             released_durable: None,
             log_failure: tokio::sync::watch::channel(None).0,
+            hosting: None,
         })
+    }
+
+    /// Makes this the coordinator of a clustered shard that hosts
+    /// partitions of spread mirrors (see [`crate::spread`]).
+    pub fn hosting(mut self, hosting: Hosting) -> Self {
+        self.hosting = Some(hosting);
+        self
+    }
+
+    /// Decides `command` on the pending image. A partition's own command is
+    /// refused unless the partition is placed in this shard, and when its
+    /// mirror is coordinated by another shard, the mirror and topic are
+    /// checked in that shard as this node last read it.
+    fn decide(&self, command: &Command) -> Result<Vec<Record>, CoordinatorError> {
+        let (Some(key), Some(hosting)) = (command.placed_partition(), &self.hosting) else {
+            return Ok(decide(&self.pending, command)?);
+        };
+        let mirror = &key.mirror_name;
+        let followed;
+        let (topics, config) = match self.pending.mirror(mirror) {
+            Some(config) => (&*self.pending, config),
+            None => {
+                followed = hosting.followed.coordinator_of(mirror);
+                let topics = followed.as_deref().map(|s| &s.image);
+                match topics.and_then(|t| Some((t, t.mirror(mirror)?))) {
+                    Some(found) => found,
+                    None => return Err(DecideError::UnknownClusterMirror(mirror.clone()).into()),
+                }
+            }
+        };
+        let spread = spreads(config).map_err(DecideError::from)?;
+        let placed = placement_shard(key, spread, hosting.followed.partitions());
+        if placed != hosting.shard {
+            return Err(CoordinatorError::NotPlaced {
+                mirror: mirror.clone(),
+                topic_id: key.topic_id,
+                partition: key.partition,
+                placed,
+                shard: hosting.shard,
+            });
+        }
+        Ok(decide_hosted(&self.pending, topics, command)?)
     }
 
     /// Resolves to the store's error once an append found the log unable
@@ -617,9 +677,9 @@ impl Handler<Execute> for CoordinatorActor {
                 return Box::pin(async move { Err(e) });
             }
         }
-        let records = match decide(&self.pending, &msg.command) {
+        let records = match self.decide(&msg.command) {
             Ok(r) => r,
-            Err(e) => return Box::pin(async move { Err(e.into()) }),
+            Err(e) => return Box::pin(async move { Err(e) }),
         };
         // Offsets here are a guess (the log assigns them); the pending
         // image uses them only to order changes after every lock taken

@@ -22,6 +22,7 @@ pub mod providers;
 pub mod publisher;
 mod refresh;
 pub mod shards;
+pub mod spread;
 pub mod state_log;
 pub mod state_topic;
 pub mod verify;

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use kmirror_events::{
-    FailoverReport, MirrorPartitionKey, MirrorStateImage, PartitionState, RetryPolicy, TopicId,
+    partition_state_partition, FailoverReport, MirrorPartitionKey, MirrorStateImage,
+    PartitionState, RetryPolicy, TopicId,
 };
 
 use crate::cluster::{DestinationCluster, SourceCluster};
@@ -31,6 +32,7 @@ use crate::partition::{
     Shutdown, StatusBoard,
 };
 use crate::publisher::WaitPublished;
+use crate::spread::Followed;
 
 /// Re-read the image and bring the partitions in line with it.
 #[derive(Message)]
@@ -56,6 +58,47 @@ pub struct StopMirror;
 
 pub use crate::refresh::MirrorError;
 
+/// How often at most a host reconciles with the coordinator's shard as read.
+const HOST_RECONCILE_EVERY: Duration = Duration::from_millis(100);
+
+/// Which of a mirror's partitions a MirrorActor runs (see [`crate::spread`]).
+#[derive(Clone, Default)]
+pub enum Placement {
+    /// Every one: a single node, or a mirror placed whole in its
+    /// coordinator's shard.
+    #[default]
+    Whole,
+    /// Those placed in `shard` of a spread mirror. With `host`, another
+    /// shard coordinates the mirror: its topics are read there as this
+    /// node follows it, and discovery, the metadata sync and the verify
+    /// are the coordinator's.
+    Spread {
+        shard: i32,
+        partitions: i32,
+        host: Option<Followed>,
+    },
+}
+
+impl Placement {
+    /// Whether `key` runs here.
+    fn runs(&self, key: &MirrorPartitionKey) -> bool {
+        match self {
+            Placement::Whole => true,
+            Placement::Spread {
+                shard, partitions, ..
+            } => partition_state_partition(key, *partitions) == *shard,
+        }
+    }
+
+    /// The followed coordinator, when this actor only hosts.
+    fn host(&self) -> Option<&Followed> {
+        match self {
+            Placement::Spread { host, .. } => host.as_ref(),
+            Placement::Whole => None,
+        }
+    }
+}
+
 pub struct MirrorSpec {
     pub name: String,
     pub source: Arc<dyn SourceCluster>,
@@ -73,6 +116,7 @@ pub struct MirrorSpec {
     /// Where the partitions publish their status; describe reads it
     /// without asking this actor or them.
     pub board: StatusBoard,
+    pub placement: Placement,
 }
 
 pub struct MirrorActor {
@@ -112,10 +156,18 @@ impl MirrorActor {
     /// Starts missing PartitionActors and sends each one its topic's
     /// desired state when the topic's count or desired state changed since
     /// it was last told; stops the partitions of topics that left.
-    fn reconcile(&mut self, image: &MirrorStateImage, ctx: &mut Context<Self>) {
+    /// `topics` holds the mirror's topic-level records (its coordinator's
+    /// image), `own` this shard's, where the partitions run here keep
+    /// their records.
+    fn reconcile(
+        &mut self,
+        (topics, own): (&MirrorStateImage, &MirrorStateImage),
+        ctx: &mut Context<Self>,
+    ) {
         if self.stopping {
             return;
         }
+        let image = topics;
         let mut live: HashSet<TopicId> = HashSet::new();
         let support_ule = image.mirror(&self.spec.name).is_some_and(|c| {
             c.source_properties
@@ -137,9 +189,12 @@ impl MirrorActor {
             }
             for p in 0..t.partition_count {
                 let key = MirrorPartitionKey::new(self.spec.name.clone(), t.topic_id, p);
+                if !self.spec.placement.runs(&key) {
+                    continue;
+                }
                 let addr = self.partitions.entry(key.clone()).or_insert_with(|| {
                     PartitionActor::new(PartitionSpec {
-                        stored: image.partition_state(&key).cloned(),
+                        stored: own.partition_state(&key).cloned(),
                         key,
                         topic: t.topic_name.clone(),
                         source: self.spec.source.clone(),
@@ -199,12 +254,20 @@ impl MirrorActor {
         let destination = self.spec.destination.clone();
         let coordinator = self.spec.coordinator.clone();
         let history = self.spec.history.clone();
+        let host = self.spec.placement.host().cloned();
         let work = async move {
-            let image = coordinator.send(ReadImage).await.ok()?;
+            let image = match &host {
+                Some(followed) => Arc::new(followed.coordinator_of(&name)?.image.clone()),
+                None => coordinator.send(ReadImage).await.ok()?,
+            };
             let config = image.mirror(&name)?.clone();
             if let Err(e) = crate::refresh::check_source_identity(&config, &*source).await {
                 tracing::error!(mirror = %name, error = %e, "source cluster check failed");
                 return matches!(e, MirrorError::SourceClusterChanged { .. }).then_some(e);
+            }
+            if host.is_some() {
+                // Discovery is the coordinator's.
+                return None;
             }
             if let Err(e) = crate::refresh::discover(
                 &name,
@@ -239,6 +302,26 @@ impl Actor for MirrorActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        if let Some(followed) = self.spec.placement.host() {
+            // A host: its partitions follow the coordinator's shard as
+            // read, and the refresh only checks the source's identity.
+            let mut changes = followed.watch();
+            let first = self.handle(Reconcile, ctx);
+            ctx.spawn(first);
+            let me = ctx.address();
+            // Spawned in this context: it ends when the actor stops. The
+            // follower publishes each answer of each shard; a reconcile a
+            // tenth of a second serves them all.
+            ctx.spawn(actix::fut::wrap_future(async move {
+                while changes.changed().await.is_ok() {
+                    me.do_send(Reconcile);
+                    tokio::time::sleep(HOST_RECONCILE_EVERY).await;
+                }
+            }));
+            self.refresh(ctx);
+            ctx.run_interval(self.spec.refresh_interval, |act, ctx| act.refresh(ctx));
+            return;
+        }
         self.sync = Some(
             MetadataSyncActor::new(SyncSpec {
                 mirror: self.spec.name.clone(),
@@ -279,17 +362,25 @@ impl Actor for MirrorActor {
 impl Handler<Reconcile> for MirrorActor {
     type Result = ResponseActFuture<Self, ()>;
     fn handle(&mut self, _msg: Reconcile, _ctx: &mut Context<Self>) -> Self::Result {
-        Box::pin(
-            self.spec
-                .coordinator
-                .send(ReadImage)
-                .into_actor(self)
-                .map(|image, act, ctx| {
-                    if let Ok(image) = image {
-                        act.reconcile(&image, ctx);
-                    }
-                }),
-        )
+        let host = self.spec.placement.host().cloned();
+        Box::pin(self.spec.coordinator.send(ReadImage).into_actor(self).map(
+            move |own, act, ctx| {
+                let Ok(own) = own else { return };
+                match host {
+                    None => act.reconcile((&own, &own), ctx),
+                    // Only a shard read to its end says what the
+                    // mirror is: one being read again from its start
+                    // is published empty meanwhile, and would stop
+                    // every partition.
+                    Some(followed) => match followed.coordinator_of(&act.spec.name) {
+                        Some(shard) if shard.caught_up() => {
+                            act.reconcile((&shard.image, &own), ctx)
+                        }
+                        _ => {}
+                    },
+                }
+            },
+        ))
     }
 }
 
@@ -440,6 +531,7 @@ mod tests {
             published: None,
             history: None,
             board,
+            placement: Placement::Whole,
         })
         .start()
     }

@@ -189,6 +189,46 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// The partition a command writes only its own records for — its
+    /// state, map, producer, epochs and reports — and which its host
+    /// decides on the shard where the partition is placed
+    /// ([`crate::placement_shard`]). `None` for the coordinator's
+    /// operations on mirrors and topics.
+    pub fn placed_partition(&self) -> Option<&MirrorPartitionKey> {
+        use Command::*;
+        match self {
+            TransitionPartition { key, .. }
+            | FailPartition { key, .. }
+            | RecoverPartition { key, .. }
+            | ClearFailure { key, .. }
+            | RecordLastMirrorEpochs { key, .. }
+            | SetOffsetRuns { key, .. }
+            | RecordProducer { key, .. }
+            | RecordSourceEpochs { key, .. }
+            | RecordGap { key, .. }
+            | RecordVerifyResult { key, .. }
+            | RecordFailoverReport { key, .. } => Some(key),
+            CreateMirror { .. }
+            | AlterMirror { .. }
+            | DeleteMirror { .. }
+            | StartTopics { .. }
+            | StopTopics { .. }
+            | PauseTopics { .. }
+            | ResumeTopics { .. }
+            | UpdatePartitionCount { .. }
+            | RecordFailbackPlan { .. }
+            | RecordGroupOffsetSyncs { .. }
+            | RecordTopicConfigSync { .. }
+            | RecordAclCreated { .. }
+            | RecordAclDeleted { .. }
+            | RecordSourceFence { .. }
+            | RemoveSourceFence { .. }
+            | ReleaseShard { .. } => None,
+        }
+    }
+}
+
 /// Why a command was refused. Variants named after KIP error codes map to
 /// them through [`DecideError::kip_name`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

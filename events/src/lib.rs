@@ -29,7 +29,7 @@ pub use codec::{CodecError, Envelope, FORMAT_VERSION};
 pub use command::{Command, DecideError, MapSeed, TopicRef};
 pub use ids::{Offset, TopicId};
 pub use image::{ImageSummary, MirrorStateImage, ReleaseEntry, StateValidation, TopicEntry};
-pub use machine::{decide, decide_and_apply};
+pub use machine::{decide, decide_and_apply, decide_hosted};
 pub use offset_map::{translate, MapError, OffsetMap, Translation};
 pub use pattern::{
     is_internal_topic, join_lists, list_items, GroupFilter, PatternError, PatternList, TopicFilter,
@@ -40,6 +40,7 @@ pub use retry::{RetryDecision, RetryPolicy};
 pub use risk::{retention_margin, RetentionInputs, RetentionMargin, RiskSettings};
 pub use routing::{
     coordinator_partition, java_string_hash_code, kafka_abs, partition_state_partition,
+    placement_shard, spreads, SPREAD_KEY,
 };
 pub use state::{is_valid_transition, next_state, retry_target, PartitionState};
 pub use sync::{

@@ -55,6 +55,21 @@ pub struct MirrorPartitionStateValue {
     pub previous_state: PartitionState,
 }
 
+impl MirrorPartitionStateValue {
+    /// The state of a partition nothing was recorded for yet: epoch −1, so
+    /// the first writer's leader epoch always passes the fence.
+    pub fn unknown() -> Self {
+        Self {
+            state: PartitionState::Unknown,
+            leader_epoch: -1,
+            state_epoch: 0,
+            error_message: None,
+            retry_attempt: 0,
+            previous_state: PartitionState::Unknown,
+        }
+    }
+}
+
 /// KIP `LastMirrorEpochsValue`, widened with the positions an outside-the-
 /// broker mirror needs for failback, since our offsets are not identical on
 /// both sides: the source position we had copied and the destination

@@ -1,6 +1,6 @@
 //! Coordinator routing, bit-for-bit as Kafka computes it.
 
-use crate::{MirrorPartitionKey, TopicId};
+use crate::{MirrorConfig, MirrorPartitionKey, PatternError, RecordKey, TopicId};
 
 /// Java's `String.hashCode()`: `s[0]*31^(n-1) + … + s[n-1]` over UTF-16 code
 /// units with wrapping `int` arithmetic. Must match Java exactly, because a
@@ -71,6 +71,66 @@ pub fn partition_state_partition(key: &MirrorPartitionKey, partitions: i32) -> i
         "mirror.state.topic.num.partitions must be > 0"
     );
     kafka_abs(partition_key_hash_code(key)) % partitions
+}
+
+/// The mirror property that spreads a mirror's partitions across a
+/// clustered daemon's nodes: each partition's own records (and so its
+/// copy) go to the shard its key routes to ([`partition_state_partition`])
+/// rather than to the mirror's coordinator. Fixed at create: the records
+/// already written say where they are.
+pub const SPREAD_KEY: &str = "mirror.partitions.spread";
+
+/// Whether `config` spreads its partitions (see [`SPREAD_KEY`]).
+pub fn spreads(config: &MirrorConfig) -> Result<bool, PatternError> {
+    match config.source_properties.get(SPREAD_KEY).map(String::as_str) {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => Err(PatternError {
+            field: SPREAD_KEY.into(),
+            pattern: other.into(),
+            message: "expected true or false".into(),
+        }),
+    }
+}
+
+/// The state-topic partition that holds `key`'s own records, and whose
+/// owner runs the partition's copy: the key's own shard for a mirror that
+/// spreads, its mirror's coordinator's otherwise.
+pub fn placement_shard(key: &MirrorPartitionKey, spread: bool, partitions: i32) -> i32 {
+    if spread {
+        partition_state_partition(key, partitions)
+    } else {
+        coordinator_partition(&key.mirror_name, partitions)
+    }
+}
+
+impl RecordKey {
+    /// The partition whose host writes this record (its copy's progress,
+    /// state and reports), for records that live with the partition
+    /// wherever it is placed; `None` for a mirror's topic-level records,
+    /// which its coordinator writes (a failback plan among them: a start
+    /// decides it before the partition runs).
+    pub fn placed_partition(&self) -> Option<&MirrorPartitionKey> {
+        match self {
+            RecordKey::LastMirrorEpochs(k)
+            | RecordKey::MirrorPartitionState(k)
+            | RecordKey::MirrorProducer(k)
+            | RecordKey::SourceEpochs(k)
+            | RecordKey::VerifyResult(k)
+            | RecordKey::FailoverReport(k) => Some(k),
+            RecordKey::OffsetMapRun(k) | RecordKey::GapDetected(k) => Some(&k.partition),
+            RecordKey::OffsetMapHole(k) => Some(&k.partition),
+            RecordKey::MirrorTopicStateChange(_)
+            | RecordKey::MirrorConfig(_)
+            | RecordKey::GroupOffsetSync(_)
+            | RecordKey::TopicConfigSync(_)
+            | RecordKey::AclSync(_)
+            | RecordKey::MirrorTopicDestination(_)
+            | RecordKey::FailbackPlan(_)
+            | RecordKey::SourceFence(_)
+            | RecordKey::ShardRelease(_) => None,
+        }
+    }
 }
 
 #[cfg(test)]

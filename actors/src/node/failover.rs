@@ -204,12 +204,18 @@ impl Node {
     ) -> Result<Vec<PartitionFailover>, NodeError> {
         let deadline = Instant::now() + timeout;
         loop {
-            let image = self.image().await?;
-            let keys = partition_keys(&image, mirror, topics);
+            let own = self.image().await?;
+            let spread = own
+                .mirror(mirror)
+                .is_some_and(|c| kmirror_events::spreads(c).unwrap_or(false));
+            let keys = partition_keys(&own, mirror, topics);
+            let placed = self
+                .placed_records(own.clone(), keys.iter().map(|(k, _)| k), spread)
+                .await?;
             let waiting: Vec<String> = keys
                 .iter()
                 .filter_map(|(k, name)| {
-                    let state = image.partition_state_or_unknown(k);
+                    let state = placed.of(k).partition_state_or_unknown(k);
                     (!matches!(state, PartitionState::Stopped | PartitionState::Unknown))
                         .then(|| format!("{name}-{} ({state})", k.partition))
                 })
@@ -218,6 +224,7 @@ impl Node {
                 let mut out: Vec<PartitionFailover> = keys
                     .iter()
                     .map(|(k, name)| {
+                        let image = placed.of(k);
                         let state = image.partition_state_or_unknown(k);
                         match image.failover_report(k) {
                             Some(r) => PartitionFailover::new(name, k.partition, state, r),
@@ -225,7 +232,7 @@ impl Node {
                                 name,
                                 k.partition,
                                 state,
-                                &without_report(&image, k),
+                                &without_report(image, k),
                             ),
                         }
                     })

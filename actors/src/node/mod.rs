@@ -11,6 +11,7 @@
 
 mod failover;
 mod fence;
+mod hosted;
 mod ops;
 mod query;
 mod verify;
@@ -41,6 +42,7 @@ use crate::kafka::{Jitter, KafkaError};
 use crate::mirror::{MirrorActor, MirrorSpec, StopMirror};
 use crate::partition::StatusBoard;
 use crate::publisher::{PublisherSpec, StatePublisher};
+use crate::spread::{Followed, Hosting};
 
 /// Builds a source cluster from a mirror's Kafka-style properties
 /// (`bootstrap.servers`, `security.protocol`, …). A function, so tests can
@@ -75,6 +77,16 @@ pub struct NodeSettings {
     /// Who this node is to the others (a clustered node's advertised admin
     /// URL): named in the `ShardRelease` it leaves when a shard goes.
     pub member: String,
+    /// In a clustered daemon: every shard as this node follows it, which a
+    /// shard reads for the spread mirrors it hosts or coordinates (see
+    /// [`crate::spread`]).
+    pub followed: Option<Followed>,
+    /// Whether a mirror may be created with `mirror.partitions.spread`.
+    /// Off in the daemon while the spread is being built: a spread
+    /// mirror's copy, stop and handover work, but its group offset sync,
+    /// delete, recover, verify and failback do not read across shards yet
+    /// (ARCHITECTURE, "Departures").
+    pub accept_spread: bool,
     /// Where a FAILED partition's retry jitter comes from
     /// ([`crate::partition::PartitionSpec::jitter`]).
     pub jitter: Jitter,
@@ -88,6 +100,8 @@ impl Default for NodeSettings {
             state_topic_partitions: crate::state_topic::DEFAULT_PARTITIONS,
             shard: None,
             member: "kmirror".to_string(),
+            followed: None,
+            accept_spread: false,
             jitter: Arc::new(rand::random),
         }
     }
@@ -134,11 +148,17 @@ struct Inner {
     /// `Node::go_on`), so the release stays well inside the rebalance
     /// timeout.
     stop: AtomicBool,
+    /// The task that keeps `Mirrors::hosted` as the follower reads the
+    /// other shards; ended and awaited by `shutdown` before it stops them.
+    hosting: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 #[derive(Default)]
 struct Mirrors {
     running: BTreeMap<String, Running>,
+    /// The spread mirrors other shards coordinate that this shard hosts
+    /// partitions of (see `hosted.rs`).
+    hosted: BTreeMap<String, Running>,
     /// Mirrors of the log this node cannot run, and why: their properties
     /// name a `${file:…}` or `${env:…}` that does not resolve here, or a
     /// client setting this node refuses. One such mirror stops no other
@@ -238,33 +258,35 @@ fn republish(log: Arc<dyn EventLog>, publisher: Addr<StatePublisher>) {
     });
 }
 
-/// Every destination partition a pump of `image` could write: each
-/// partition of each mirror's topics whose state is not STOPPED. A
-/// clustered node fences them before any mirror runs, since the node that
-/// owned the shard before may still be writing them (paused, not dead).
-/// A partition a MirrorActor starts later (a new topic, a grown one) is
-/// not fenced: no node wrote it before this one (starting it is a state
-/// write, which only the shard's current owner makes), so it has no
-/// previous owner to shut out; its first sink acquires its id.
-fn writable_partitions(image: &MirrorStateImage) -> Vec<crate::kafka::fetch::TopicPartition> {
-    destination_partitions(image, false)
-}
-
-/// The destination partitions of every mirror topic in `image`, STOPPED
-/// ones too if `stopped`.
+/// The destination partitions of the mirror topics `image` coordinates
+/// that run on `shard` (all of them on one node, and of a mirror placed
+/// whole; of a spread mirror, those placed in the shard), STOPPED ones too
+/// if `stopped`. A clustered node fences the ones not STOPPED before any
+/// mirror runs, since the node that owned the shard before may still be
+/// writing them (paused, not dead). A partition a MirrorActor starts later
+/// (a new topic, a grown one) is not fenced: no node wrote it before this
+/// one (starting it is a state write, which only the shard's current owner
+/// makes), so it has no previous owner to shut out; its first sink
+/// acquires its id.
 fn destination_partitions(
     image: &MirrorStateImage,
+    shard: Option<(i32, i32)>,
     stopped: bool,
 ) -> Vec<crate::kafka::fetch::TopicPartition> {
     let mut out = Vec::new();
-    for (mirror, _) in image.mirrors() {
+    for (mirror, config) in image.mirrors() {
+        let spread = kmirror_events::spreads(config).unwrap_or(false);
         for entry in image.topics_of(mirror) {
             let t = &entry.change;
             for p in 0..t.partition_count {
                 let key = kmirror_events::MirrorPartitionKey::new(mirror.clone(), t.topic_id, p);
-                if stopped
-                    || image.partition_state_or_unknown(&key)
-                        != kmirror_events::PartitionState::Stopped
+                let here = shard.is_none_or(|(shard, partitions)| {
+                    kmirror_events::placement_shard(&key, spread, partitions) == shard
+                });
+                if here
+                    && (stopped
+                        || image.partition_state_or_unknown(&key)
+                            != kmirror_events::PartitionState::Stopped)
                 {
                     out.push(crate::kafka::fetch::TopicPartition::new(&t.topic_name, p));
                 }
@@ -303,6 +325,12 @@ impl Node {
             loaded = loaded.publish_to(publisher.clone().recipient());
             republish(log.clone(), publisher.clone());
         }
+        if let (Some(shard), Some(followed)) = (settings.shard, &settings.followed) {
+            loaded = loaded.hosting(Hosting {
+                shard,
+                followed: followed.clone(),
+            });
+        }
         let log_failure = loaded.log_failure();
         let coordinator = loaded.start();
         let node = Node {
@@ -318,17 +346,20 @@ impl Node {
                 starts: Default::default(),
                 ops: Default::default(),
                 stop: AtomicBool::new(false),
+                hosting: Default::default(),
             }),
         };
         let image = node.image().await?;
         if let Some(shard) = node.inner.settings.shard {
-            node.fence_unless_released(shard, &image).await?;
+            let hosted = node.hosted_writable(&image).await?;
+            node.fence_unless_released(shard, &image, hosted).await?;
         }
         for (name, config) in image.mirrors() {
             if let Err(e) = node.run_mirror(name, config).await {
                 tracing::error!(mirror = %name, error = %e, "mirror not started");
             }
         }
+        node.follow_hosted();
         Ok(node)
     }
 
@@ -355,8 +386,10 @@ impl Node {
         &self,
         shard: i32,
         image: &MirrorStateImage,
+        hosted: Vec<crate::kafka::fetch::TopicPartition>,
     ) -> Result<(), NodeError> {
-        let partitions = writable_partitions(image);
+        let mut partitions = destination_partitions(image, self.placed_in(), false);
+        partitions.extend(hosted);
         let count = partitions.len();
         if let Some(release) = image.ends_with_release(shard) {
             tracing::info!(
@@ -415,6 +448,17 @@ impl Node {
     /// properties cannot make a source client here is kept among the
     /// unrunnable with the reason, which names it.
     async fn run_mirror(&self, name: &str, config: &MirrorConfig) -> Result<(), NodeError> {
+        self.run_as(name, config, false).await
+    }
+
+    /// [`Node::run_mirror`], or with `hosted` the host MirrorActor of a
+    /// spread mirror another shard coordinates.
+    async fn run_as(
+        &self,
+        name: &str,
+        config: &MirrorConfig,
+        hosted: bool,
+    ) -> Result<(), NodeError> {
         let mut props = config.source_properties.clone();
         props.insert("bootstrap.servers".into(), config.source_bootstrap.clone());
         let connected = match (retry_policy(&props), client_properties(&props)) {
@@ -431,7 +475,14 @@ impl Node {
                 format!("mirror {name} not started: the node is stopping"),
             ));
         }
-        if mirrors.running.contains_key(name) {
+        let mirrors = &mut *mirrors;
+        if (if hosted {
+            &mirrors.hosted
+        } else {
+            &mirrors.running
+        })
+        .contains_key(name)
+        {
             return Ok(());
         }
         let (retry, source) = connected.map_err(|e| {
@@ -442,10 +493,14 @@ impl Node {
                     e.message
                 ),
             );
-            mirrors.unrunnable.insert(name.to_string(), e.clone());
+            if !hosted {
+                mirrors.unrunnable.insert(name.to_string(), e.clone());
+            }
             e
         })?;
-        mirrors.unrunnable.remove(name);
+        if !hosted {
+            mirrors.unrunnable.remove(name);
+        }
         let board = StatusBoard::default();
         let history = Arc::new(SourceHistory::new(&self.inner.settings.state_topic));
         let actor = MirrorActor::new(MirrorSpec {
@@ -459,9 +514,15 @@ impl Node {
             published: self.inner.publisher.as_ref().map(|p| p.clone().recipient()),
             history: Some(history.clone()),
             board: board.clone(),
+            placement: self.placement(config, hosted),
         })
         .start();
-        mirrors.running.insert(
+        (if hosted {
+            &mut mirrors.hosted
+        } else {
+            &mut mirrors.running
+        })
+        .insert(
             name.to_string(),
             Running {
                 actor,
@@ -574,12 +635,14 @@ impl Node {
     pub async fn shutdown(&self) {
         self.inner.stop.store(true, Ordering::SeqCst);
         let _ops = self.inner.ops.write().await;
+        self.stop_following_hosted().await;
         let actors = {
             let mut mirrors = self.inner.mirrors.lock().await;
             mirrors.stopping = true;
             mirrors
                 .running
                 .values()
+                .chain(mirrors.hosted.values())
                 .map(|r| r.actor.clone())
                 .collect::<Vec<_>>()
         };
@@ -592,9 +655,9 @@ impl Node {
             // Whoever takes the shard next passes our epochs: should it come
             // back here, its partitions are acquired afresh, never renewed.
             if let Ok(image) = self.image().await {
-                self.inner
-                    .destination
-                    .forget(destination_partitions(&image, true));
+                let mut partitions = destination_partitions(&image, self.placed_in(), true);
+                partitions.extend(self.hosted_partitions(&image, true));
+                self.inner.destination.forget(partitions);
             }
         }
         let log = self.inner.log.clone();
@@ -633,6 +696,8 @@ impl Node {
 mod failover_tests;
 #[cfg(test)]
 mod release_tests;
+#[cfg(test)]
+mod spread_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

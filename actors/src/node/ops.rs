@@ -40,6 +40,7 @@ const MIRROR_PROPERTIES: &[&str] = &[
     failback::DIVERGENT_TAIL_KEY,
     failback::QUARANTINE_SUFFIX_KEY,
     UNCLEAN_KEY,
+    kmirror_events::SPREAD_KEY,
     "mirror.acls.include",
     "mirror.topic.properties.exclude",
 ];
@@ -109,6 +110,7 @@ impl Node {
             })?;
         retry_policy(&properties)?;
         check_mirror_properties(&properties)?;
+        self.check_spread(&properties)?;
         if let Some(shard) = self.inner.settings.shard {
             let routed = coordinator_partition(name, self.inner.settings.state_topic_partitions);
             if routed != shard {

@@ -142,23 +142,15 @@ pub struct PartitionActor {
     slot: board::Slot,
 }
 
-fn unknown_state() -> MirrorPartitionStateValue {
-    MirrorPartitionStateValue {
-        state: PartitionState::Unknown,
-        leader_epoch: -1,
-        state_epoch: 0,
-        error_message: None,
-        retry_attempt: 0,
-        previous_state: PartitionState::Unknown,
-    }
-}
-
 impl PartitionActor {
     pub fn new(spec: PartitionSpec) -> Self {
         let tp = TopicPartition::new(&spec.topic, spec.key.partition);
         let desired = spec.desired;
         let risk = risk::Risk::new(spec.risk, spec.risk_reads.clone());
-        let state = spec.stored.clone().unwrap_or_else(unknown_state);
+        let state = spec
+            .stored
+            .clone()
+            .unwrap_or_else(MirrorPartitionStateValue::unknown);
         let progress = Arc::new(Mutex::new(Progress::default()));
         let slot = spec.board.join(
             spec.key.clone(),
@@ -256,7 +248,9 @@ impl PartitionActor {
             .send(ReadPartition(self.spec.key.clone()));
         ctx.wait(fut.into_actor(self).map(|res, act, ctx| {
             if let Ok(view) = res {
-                act.state = view.state.unwrap_or_else(unknown_state);
+                act.state = view
+                    .state
+                    .unwrap_or_else(MirrorPartitionStateValue::unknown);
             }
             act.enter(ctx);
         }));
@@ -518,7 +512,9 @@ impl Actor for PartitionActor {
             .send(ReadPartition(self.spec.key.clone()));
         ctx.wait(fut.into_actor(self).map(|res, act, ctx| {
             if let Ok(view) = res {
-                act.state = view.state.unwrap_or_else(unknown_state);
+                act.state = view
+                    .state
+                    .unwrap_or_else(MirrorPartitionStateValue::unknown);
             }
             act.enter(ctx);
             act.sample_risk();

@@ -140,6 +140,24 @@ impl StateFollower {
         self.state.clone()
     }
 
+    /// A handle on what is read, with a way to wait until a shard is read
+    /// past what it held when asked ([`crate::spread::Followed::read_to_end`]):
+    /// its end offsets are listed on a client of their own.
+    pub fn followed(&self, client: KafkaClient, topic: &str) -> crate::spread::Followed {
+        let topic: Arc<str> = topic.into();
+        let end_of: crate::spread::EndOf = Arc::new(move |shard| {
+            let (client, tp) = (client.clone(), TopicPartition::new(&topic, shard));
+            Box::pin(async move {
+                partition_bounds(&client, &tp)
+                    .await
+                    .map(|(_, end)| end)
+                    .map_err(|e| e.to_string())
+            })
+        });
+        let partitions = self.state.borrow().shards.len() as i32;
+        crate::spread::Followed::new(self.state.clone(), partitions, end_of)
+    }
+
     /// Waits until `ready` holds of what was read, at most `limit`.
     pub async fn wait_for(
         &self,

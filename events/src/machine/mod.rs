@@ -13,8 +13,10 @@ use crate::ids::TopicId;
 use crate::image::MirrorStateImage;
 use crate::pattern::{is_internal_topic, join_lists, GroupFilter, TopicFilter};
 use crate::record::*;
-use crate::state::{is_valid_transition, retry_target, PartitionState};
+use crate::state::PartitionState;
 use crate::sync::keyless_hold_refuses;
+
+mod partition;
 
 /// Mirror names follow topic-name rules (KIP AS3), so they are safe in
 /// client ids, metric tags and file names.
@@ -68,136 +70,13 @@ fn validate_config(config: &MirrorConfig) -> Result<(), DecideError> {
     crate::sync::SyncSettings::from_config(config)?;
     crate::risk::RiskSettings::from_config(config)?;
     crate::sync::verify_interval(config)?;
+    crate::routing::spreads(config)?;
     if config.source_bootstrap.trim().is_empty() {
         return Err(DecideError::InvalidRequest(
             "source bootstrap servers must not be empty".into(),
         ));
     }
     Ok(())
-}
-
-/// Checks that the partition belongs to a live topic of a live mirror, so a
-/// late writer cannot resurrect keys a mirror delete tombstoned.
-fn require_partition(
-    image: &MirrorStateImage,
-    key: &MirrorPartitionKey,
-) -> Result<(), DecideError> {
-    require_mirror(image, &key.mirror_name)?;
-    let topic = image
-        .topic(&key.topic_id)
-        .filter(|t| t.change.mirror_name == key.mirror_name)
-        .ok_or_else(|| DecideError::TopicNotInClusterMirror {
-            topic: topic_label(image, &key.topic_id),
-            mirror: key.mirror_name.clone(),
-        })?;
-    if key.partition < 0 || key.partition >= topic.change.partition_count {
-        return Err(DecideError::UnknownTopicOrPartition {
-            topic: topic_label(image, &key.topic_id),
-            partition: key.partition,
-            count: topic.change.partition_count,
-        });
-    }
-    Ok(())
-}
-
-fn stored_or_default(
-    image: &MirrorStateImage,
-    key: &MirrorPartitionKey,
-) -> MirrorPartitionStateValue {
-    image
-        .partition_state(key)
-        .cloned()
-        .unwrap_or(MirrorPartitionStateValue {
-            state: PartitionState::Unknown,
-            leader_epoch: -1,
-            state_epoch: 0,
-            error_message: None,
-            retry_attempt: 0,
-            previous_state: PartitionState::Unknown,
-        })
-}
-
-fn fence(
-    stored: &MirrorPartitionStateValue,
-    leader_epoch: i32,
-    expected_state_epoch: i32,
-) -> Result<(), DecideError> {
-    if leader_epoch != -1 && stored.leader_epoch > leader_epoch {
-        return Err(DecideError::FencedLeaderEpoch {
-            stored: stored.leader_epoch,
-            request: leader_epoch,
-        });
-    }
-    if expected_state_epoch != -1 && stored.state_epoch > expected_state_epoch {
-        return Err(DecideError::FencedStateEpoch {
-            stored: stored.state_epoch,
-            expected: expected_state_epoch,
-        });
-    }
-    Ok(())
-}
-
-/// Builds the value for a transition that passed fencing and the table.
-fn transition_value(
-    stored: &MirrorPartitionStateValue,
-    target: PartitionState,
-    leader_epoch: i32,
-    failure: Option<(String, bool)>,
-) -> MirrorPartitionStateValue {
-    let mut v = stored.clone();
-    v.leader_epoch = stored.leader_epoch.max(leader_epoch);
-    v.state_epoch = stored.state_epoch.saturating_add(1);
-    v.state = target;
-    if target == PartitionState::Failed {
-        // KIP withResolvedErrorInfo: an older PreviousState is kept when
-        // already FAILED, so a retry goes back to where the trouble began.
-        v.previous_state = if stored.state == PartitionState::Failed {
-            stored.previous_state
-        } else {
-            stored.state
-        };
-        let (message, retryable) = failure.unwrap_or((String::new(), true));
-        v.error_message = Some(message);
-        v.retry_attempt = if !retryable || stored.retry_attempt == -1 {
-            -1
-        } else {
-            stored.retry_attempt.max(0).saturating_add(1)
-        };
-    } else {
-        v.previous_state = stored.state;
-        // The error stays until something proves it fixed: a successful
-        // fetch (ClearFailure), a recover, or a terminal/paused state. We do
-        // not clear on LOG_ALIGNMENT as the prototype does: a partition that
-        // keeps failing alignment would otherwise restart its attempt count
-        // and retry forever.
-        if matches!(target, PartitionState::Stopped | PartitionState::Paused) {
-            v.error_message = None;
-            v.retry_attempt = 0;
-        }
-    }
-    v
-}
-
-fn transition(
-    image: &MirrorStateImage,
-    key: &MirrorPartitionKey,
-    target: PartitionState,
-    leader_epoch: i32,
-    expected_state_epoch: i32,
-    failure: Option<(String, bool)>,
-) -> Result<Vec<Record>, DecideError> {
-    require_partition(image, key)?;
-    let stored = stored_or_default(image, key);
-    fence(&stored, leader_epoch, expected_state_epoch)?;
-    if !is_valid_transition(stored.state, target) {
-        return Err(DecideError::InvalidTransition {
-            key: key.clone(),
-            from: stored.state,
-            to: target,
-        });
-    }
-    let v = transition_value(&stored, target, leader_epoch, failure);
-    Ok(vec![Record::MirrorPartitionState(key.clone(), Some(v))])
 }
 
 fn topic_change(t: &TopicEntryView, desired: PartitionState) -> Record {
@@ -260,6 +139,36 @@ fn partitions_of<'a>(
 /// Multi-topic commands are all-or-nothing; send one command per topic for
 /// per-topic results.
 pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>, DecideError> {
+    decide_with(image, image, command)
+}
+
+/// Decides a partition's own command ([`Command::placed_partition`]) on the
+/// shard that hosts the partition of a mirror coordinated elsewhere: the
+/// partition's state and map are `image`'s, its mirror and topic are
+/// checked in `topics`, the coordinator's shard as this node last read it.
+/// A check on a topic record a little old is what the KIP's partition
+/// leader does too: it acts on the coordinator's last answer.
+pub fn decide_hosted(
+    image: &MirrorStateImage,
+    topics: &MirrorStateImage,
+    command: &Command,
+) -> Result<Vec<Record>, DecideError> {
+    if command.placed_partition().is_none() {
+        return Err(DecideError::InvalidRequest(
+            "only a partition's own records are written where it is placed; this operation is its mirror's coordinator's".into(),
+        ));
+    }
+    decide_with(image, topics, command)
+}
+
+/// [`decide`] with the mirror's topic-level records read from `topics`
+/// (the same image unless the partition is hosted away from its
+/// coordinator).
+fn decide_with(
+    image: &MirrorStateImage,
+    topics: &MirrorStateImage,
+    command: &Command,
+) -> Result<Vec<Record>, DecideError> {
     use PartitionState as S;
     match command {
         Command::CreateMirror { name, config } => {
@@ -278,6 +187,12 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
         Command::AlterMirror { name, config } => {
             let current = require_mirror(image, name)?;
             validate_config(config)?;
+            if crate::routing::spreads(config)? != crate::routing::spreads(current)? {
+                return Err(DecideError::InvalidRequest(format!(
+                    "{} is fixed at create: the partitions' records are where it put them",
+                    crate::routing::SPREAD_KEY
+                )));
+            }
             let mut config = config.clone();
             if config.source_cluster_id.is_empty() {
                 config.source_cluster_id = current.source_cluster_id.clone();
@@ -575,142 +490,22 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
             t.partition_count = *partition_count;
             Ok(vec![topic_change(&t, t.desired)])
         }
-        Command::TransitionPartition {
-            key,
-            target,
-            leader_epoch,
-            expected_state_epoch,
-        } => transition(
-            image,
-            key,
-            *target,
-            *leader_epoch,
-            *expected_state_epoch,
-            None,
-        ),
-        Command::FailPartition {
-            key,
-            leader_epoch,
-            error_message,
-            retryable,
-        } => transition(
-            image,
-            key,
-            S::Failed,
-            *leader_epoch,
-            -1,
-            Some((error_message.clone(), *retryable)),
-        ),
-        Command::RecoverPartition { key, leader_epoch } => {
-            require_partition(image, key)?;
-            let stored = stored_or_default(image, key);
-            fence(&stored, *leader_epoch, -1)?;
-            if stored.state != S::Failed {
-                return Err(DecideError::InvalidClusterMirrorStates(format!(
-                    "partition {} of {} is {}, not FAILED",
-                    key.partition,
-                    topic_label(image, &key.topic_id),
-                    stored.state
-                )));
-            }
-            let target = retry_target(stored.previous_state);
-            let mut v = transition_value(&stored, target, *leader_epoch, None);
-            v.error_message = None;
-            v.retry_attempt = 0;
-            Ok(vec![Record::MirrorPartitionState(key.clone(), Some(v))])
-        }
-        Command::ClearFailure { key, leader_epoch } => {
-            require_partition(image, key)?;
-            let stored = stored_or_default(image, key);
-            fence(&stored, *leader_epoch, -1)?;
-            if stored.state == S::Failed
-                || (stored.error_message.is_none() && stored.retry_attempt == 0)
-            {
-                return Ok(vec![]);
-            }
-            let mut v = stored.clone();
-            v.leader_epoch = stored.leader_epoch.max(*leader_epoch);
-            v.error_message = None;
-            v.retry_attempt = 0;
-            Ok(vec![Record::MirrorPartitionState(key.clone(), Some(v))])
-        }
-        Command::RecordLastMirrorEpochs { key, value } => {
-            require_partition(image, key)?;
-            Ok(vec![Record::LastMirrorEpochs(
-                key.clone(),
-                Some(value.clone()),
-            )])
-        }
-        Command::SetOffsetRuns {
-            key,
-            upsert,
-            remove,
-            holes,
-        } => {
-            require_partition(image, key)?;
-            image
-                .offset_map(key)
-                .check_change(upsert, remove, holes)
-                .map_err(|e| DecideError::InvalidRequest(e.to_string()))?;
-            let run_key = |source_start| OffsetMapRunKey {
-                partition: key.clone(),
-                source_start,
-            };
-            let hole_key = |destination_start| OffsetMapHoleKey {
-                partition: key.clone(),
-                destination_start,
-            };
-            Ok(remove
-                .iter()
-                .map(|s| Record::OffsetMapRun(run_key(*s), None))
-                .chain(
-                    upsert
-                        .iter()
-                        .map(|r| Record::OffsetMapRun(run_key(r.source_start), Some(*r))),
-                )
-                .chain(
-                    holes
-                        .iter()
-                        .map(|h| Record::OffsetMapHole(hole_key(h.destination_start), Some(*h))),
-                )
-                .collect())
-        }
+        c @ (Command::TransitionPartition { .. }
+        | Command::FailPartition { .. }
+        | Command::RecoverPartition { .. }
+        | Command::ClearFailure { .. }
+        | Command::RecordLastMirrorEpochs { .. }
+        | Command::SetOffsetRuns { .. }
+        | Command::RecordProducer { .. }
+        | Command::RecordSourceEpochs { .. }
+        | Command::RecordGap { .. }
+        | Command::RecordVerifyResult { .. }
+        | Command::RecordFailoverReport { .. }) => partition::decide(image, topics, c),
         Command::RecordFailbackPlan { key, plan } => {
             // Recorded before the topic starts (what it decides is done
             // first), so only the mirror must exist.
             require_mirror(image, &key.mirror_name)?;
             Ok(vec![Record::FailbackPlan(key.clone(), Some(plan.clone()))])
-        }
-        Command::RecordProducer { key, producer } => {
-            require_partition(image, key)?;
-            Ok(vec![Record::MirrorProducer(key.clone(), Some(*producer))])
-        }
-        Command::RecordSourceEpochs { key, epochs } => {
-            require_partition(image, key)?;
-            let ascending = epochs
-                .entries
-                .windows(2)
-                .all(|w| w[0].epoch < w[1].epoch && w[0].start_offset < w[1].start_offset);
-            if !ascending || epochs.entries.len() > MAX_SOURCE_EPOCHS {
-                return Err(DecideError::InvalidRequest(format!(
-                    "source epochs must ascend in epoch and offset, at most {MAX_SOURCE_EPOCHS}: {epochs:?}"
-                )));
-            }
-            let value = (!epochs.entries.is_empty()).then(|| epochs.clone());
-            Ok(vec![Record::SourceEpochs(key.clone(), value)])
-        }
-        Command::RecordGap { key, gap } => {
-            require_partition(image, key)?;
-            if gap.source_end <= gap.source_start {
-                return Err(DecideError::InvalidRequest(format!("empty gap {gap:?}")));
-            }
-            Ok(vec![Record::GapDetected(
-                OffsetMapRunKey {
-                    partition: key.clone(),
-                    source_start: gap.source_start,
-                },
-                Some(gap.clone()),
-            )])
         }
         Command::RecordGroupOffsetSyncs { syncs } => syncs
             .iter()
@@ -738,17 +533,6 @@ pub fn decide(image: &MirrorStateImage, command: &Command) -> Result<Vec<Record>
         Command::RecordAclDeleted { key } => {
             require_mirror(image, &key.mirror_name)?;
             Ok(vec![Record::AclSync(key.clone(), None)])
-        }
-        Command::RecordVerifyResult { key, value } => {
-            require_partition(image, key)?;
-            Ok(vec![Record::VerifyResult(key.clone(), Some(value.clone()))])
-        }
-        Command::RecordFailoverReport { key, value } => {
-            require_partition(image, key)?;
-            Ok(vec![Record::FailoverReport(
-                key.clone(),
-                Some(value.clone()),
-            )])
         }
         Command::RecordSourceFence { key, fence } => {
             require_mirror(image, &key.mirror_name)?;

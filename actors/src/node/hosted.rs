@@ -1,0 +1,278 @@
+//! A clustered shard's part in spread mirrors (see [`crate::spread`]): the
+//! partitions placed in this shard of mirrors that other shards coordinate
+//! — fenced when the shard is taken, run by one host MirrorActor per such
+//! mirror, stopped before the shard is released — and the reads of other
+//! shards a coordinator of a spread mirror makes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kmirror_events::{
+    coordinator_partition, spreads, MirrorConfig, MirrorPartitionKey, MirrorStateImage,
+    PartitionState,
+};
+
+use super::{Node, NodeError};
+use crate::kafka::fetch::TopicPartition;
+use crate::mirror::{Placement, StopMirror};
+use crate::spread::Followed;
+use crate::state_log::{FollowedShard, FollowedState};
+
+/// How long a shard's start waits for the other shards to be read to their
+/// ends (what it fences and runs is named there).
+const CATCH_UP: Duration = Duration::from_secs(30);
+
+impl Node {
+    /// The shard this node coordinates and the state topic's partition
+    /// count, in a clustered daemon.
+    pub(super) fn placed_in(&self) -> Option<(i32, i32)> {
+        let s = &self.inner.settings;
+        s.shard.map(|shard| (shard, s.state_topic_partitions))
+    }
+
+    /// This shard and what it follows of the others, in a clustered daemon
+    /// that follows them.
+    fn follows(&self) -> Option<(i32, &Followed)> {
+        let s = &self.inner.settings;
+        Some((s.shard?, s.followed.as_ref()?))
+    }
+
+    /// Refuses `mirror.partitions.spread=true` at create unless this node
+    /// is a clustered shard that follows the others and accepts it.
+    pub(super) fn check_spread(
+        &self,
+        properties: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), NodeError> {
+        let config = MirrorConfig {
+            source_properties: properties.clone(),
+            ..MirrorConfig::default()
+        };
+        let spread =
+            spreads(&config).map_err(|e| NodeError::new("INVALID_CONFIG", e.to_string()))?;
+        if spread && (self.follows().is_none() || !self.inner.settings.accept_spread) {
+            return Err(NodeError::new(
+                "INVALID_CONFIG",
+                format!(
+                    "{}: spreading a mirror's partitions across nodes is not available on this node yet",
+                    kmirror_events::SPREAD_KEY
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Which of `config`'s partitions this node's MirrorActor runs.
+    pub(super) fn placement(&self, config: &MirrorConfig, hosted: bool) -> Placement {
+        match (self.placed_in(), spreads(config).unwrap_or(false)) {
+            (Some((shard, partitions)), true) => Placement::Spread {
+                shard,
+                partitions,
+                host: hosted
+                    .then(|| self.inner.settings.followed.clone())
+                    .flatten(),
+            },
+            _ => Placement::Whole,
+        }
+    }
+
+    /// The destination partitions a pump of this shard may write of the
+    /// mirrors other shards coordinate: the partitions placed here whose
+    /// state here is not STOPPED (all of them if `stopped`), by the topic
+    /// names their coordinators' shards hold. Every shard is read to its end
+    /// first, so no such topic is missing: a partition fenced too few is
+    /// one the previous owner may still write.
+    pub(super) async fn hosted_writable(
+        &self,
+        own: &MirrorStateImage,
+    ) -> Result<Vec<TopicPartition>, NodeError> {
+        let Some((_, followed)) = self.follows() else {
+            return Ok(Vec::new());
+        };
+        for shard in 0..followed.partitions() {
+            followed.read_to_end(shard, CATCH_UP).await.map_err(|e| {
+                NodeError::new(
+                    "COORDINATOR_LOAD_IN_PROGRESS",
+                    format!("reading the other shards before taking this one: {e}"),
+                )
+            })?;
+        }
+        Ok(self.hosted_partitions(own, false))
+    }
+
+    /// [`Node::hosted_writable`] as far as the shards are read now.
+    pub(super) fn hosted_partitions(
+        &self,
+        own: &MirrorStateImage,
+        stopped: bool,
+    ) -> Vec<TopicPartition> {
+        let Some((_, followed)) = self.follows() else {
+            return Vec::new();
+        };
+        own.partition_states()
+            .filter(|(k, v)| {
+                own.mirror(&k.mirror_name).is_none()
+                    && (stopped || v.state != PartitionState::Stopped)
+            })
+            .filter_map(|(k, _)| {
+                let coordinator = followed.coordinator_of(&k.mirror_name)?;
+                let topic = coordinator.image.topic(&k.topic_id)?;
+                Some(TopicPartition::new(&topic.change.topic_name, k.partition))
+            })
+            .collect()
+    }
+
+    /// Keeps a host MirrorActor for each spread mirror another shard
+    /// coordinates, as the follower reads them, until the node stops.
+    pub(super) fn follow_hosted(&self) {
+        let Some((_, followed)) = self.follows() else {
+            return;
+        };
+        let (node, mut changes) = (self.clone(), followed.watch());
+        let task = actix::spawn(async move {
+            loop {
+                let state = changes.borrow_and_update().clone();
+                node.reconcile_hosted(&state).await;
+                if changes.changed().await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        *self.inner.hosting.lock().expect("not poisoned") = Some(task);
+    }
+
+    /// Ends [`Node::follow_hosted`]'s task and waits until it has: no host
+    /// starts after this.
+    pub(super) async fn stop_following_hosted(&self) {
+        let task = self.inner.hosting.lock().expect("not poisoned").take();
+        if let Some(task) = task {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    /// Starts a host for each spread mirror of another shard read to its
+    /// end, and stops the hosts of mirrors such a shard no longer holds.
+    async fn reconcile_hosted(&self, state: &FollowedState) {
+        let Some((own, _)) = self.follows() else {
+            return;
+        };
+        let partitions = state.shards.len() as i32;
+        let mut wanted: Vec<(String, MirrorConfig)> = Vec::new();
+        let mut known = Vec::new();
+        for (shard, followed) in state.shards.iter().enumerate() {
+            let shard = shard as i32;
+            if shard == own || !followed.caught_up() {
+                continue;
+            }
+            known.push(shard);
+            for (name, config) in followed.image.mirrors() {
+                if coordinator_partition(name, partitions) == shard
+                    && spreads(config).unwrap_or(false)
+                {
+                    wanted.push((name.clone(), config.clone()));
+                }
+            }
+        }
+        let gone: Vec<_> = {
+            let mut mirrors = self.inner.mirrors.lock().await;
+            let gone: Vec<String> = mirrors
+                .hosted
+                .keys()
+                .filter(|name| {
+                    known.contains(&coordinator_partition(name, partitions))
+                        && !wanted.iter().any(|(w, _)| w == *name)
+                })
+                .cloned()
+                .collect();
+            gone.iter()
+                .filter_map(|name| mirrors.hosted.remove(name))
+                .map(|r| r.actor)
+                .collect()
+        };
+        futures_util::future::join_all(gone.iter().map(|a| a.send(StopMirror))).await;
+        let hosted: BTreeSet<String> = self
+            .inner
+            .mirrors
+            .lock()
+            .await
+            .hosted
+            .keys()
+            .cloned()
+            .collect();
+        for (name, config) in wanted.into_iter().filter(|(n, _)| !hosted.contains(n)) {
+            if let Err(e) = self.run_as(&name, &config, true).await {
+                tracing::warn!(mirror = %name, error = %e, "spread mirror not hosted here");
+            }
+        }
+    }
+
+    /// Where the own records of `keys` (partitions of one mirror) are
+    /// read: this shard's image for those placed here, and each other shard
+    /// they are placed in as read to its end now — so a record written
+    /// there before this call (a partition's first state, its STOPPED) is
+    /// in what is answered.
+    pub(super) async fn placed_records(
+        &self,
+        own: Arc<MirrorStateImage>,
+        keys: impl Iterator<Item = &MirrorPartitionKey>,
+        spread: bool,
+    ) -> Result<PlacedRecords, NodeError> {
+        let mut placed = PlacedRecords {
+            own,
+            shards: BTreeMap::new(),
+            placed_in: None,
+        };
+        let (Some((shard, followed)), true) = (self.follows(), spread) else {
+            return Ok(placed);
+        };
+        let partitions = followed.partitions();
+        placed.placed_in = Some((shard, partitions));
+        let wanted: BTreeSet<i32> = keys
+            .map(|k| kmirror_events::placement_shard(k, true, partitions))
+            .filter(|s| *s != shard)
+            .collect();
+        for s in wanted {
+            let read = followed.read_to_end(s, CATCH_UP).await.map_err(|e| {
+                NodeError::new(
+                    "COORDINATOR_NOT_AVAILABLE",
+                    format!("reading the partitions placed in state partition {s}: {e}"),
+                )
+            })?;
+            placed.shards.insert(s, read);
+        }
+        Ok(placed)
+    }
+}
+
+/// Each partition's own records, wherever it is placed (see
+/// [`Node::placed_records`]).
+pub(super) struct PlacedRecords {
+    own: Arc<MirrorStateImage>,
+    shards: BTreeMap<i32, Arc<FollowedShard>>,
+    /// This shard and the partition count, for a spread mirror.
+    placed_in: Option<(i32, i32)>,
+}
+
+impl PlacedRecords {
+    /// The image that holds `key`'s own records (an empty one for a shard
+    /// not read, which no key given to `placed_records` is in).
+    pub(super) fn of(&self, key: &MirrorPartitionKey) -> &MirrorStateImage {
+        static EMPTY: std::sync::OnceLock<MirrorStateImage> = std::sync::OnceLock::new();
+        match self.placed_in {
+            Some((shard, partitions)) => {
+                let placed = kmirror_events::placement_shard(key, true, partitions);
+                if placed == shard {
+                    &self.own
+                } else {
+                    self.shards
+                        .get(&placed)
+                        .map(|s| &s.image)
+                        .unwrap_or_else(|| EMPTY.get_or_init(MirrorStateImage::default))
+                }
+            }
+            None => &self.own,
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! Spread mirrors: one mirror's partitions run on many nodes of a
+//! clustered daemon.
+//!
+//! A mirror created with `mirror.partitions.spread=true` keeps its
+//! topic-level records (config, topics and their desired states, syncs) in
+//! its coordinator's shard, `coordinator_partition(mirror)`, and each
+//! partition's own records (state, map, producer, epochs, reports) in the
+//! shard its key routes to, `partition_state_partition(key)`, as the KIP's
+//! later prototypes place partition-state records "so a mirror with many
+//! partitions does not bottleneck on one node". A shard's owner runs the
+//! partitions placed in it and is the only writer of their records, so the
+//! fence that shuts a shard's previous owner out of its log covers them too.
+//!
+//! The two sides talk only through the state topic, as the KIP's
+//! coordinator and partition leaders do: a partition's host reads its
+//! topic's desired state from the coordinator's shard, and the coordinator
+//! reads the partitions' states from theirs, each through [`Followed`] —
+//! every shard as this node's `StateFollower` last read it.
+
+use std::sync::Arc;
+
+use kmirror_events::{coordinator_partition, Offset};
+use tokio::sync::watch;
+
+use crate::cluster::BoxFuture;
+use crate::state_log::{FollowedShard, FollowedState};
+
+/// A shard's end offset now, asked of the cluster that holds it.
+pub type EndOf = Arc<dyn Fn(i32) -> BoxFuture<'static, Result<Offset, String>> + Send + Sync>;
+
+/// Every shard of the state topic as this node last read it: a cheap handle.
+#[derive(Clone)]
+pub struct Followed {
+    state: watch::Receiver<Arc<FollowedState>>,
+    partitions: i32,
+    end_of: EndOf,
+}
+
+impl Followed {
+    /// `partitions`: the state topic's, by which mirrors are routed.
+    pub fn new(state: watch::Receiver<Arc<FollowedState>>, partitions: i32, end_of: EndOf) -> Self {
+        Followed {
+            state,
+            partitions,
+            end_of,
+        }
+    }
+
+    /// `shard` once everything it held when asked is read, within `limit`:
+    /// what a decision across shards waits for, so that a record written
+    /// there before it (a partition's first state, its STOPPED) is never
+    /// mistaken for one not written. The follower reads behind the log,
+    /// and a shard it has not read yet looks like one nobody wrote.
+    pub async fn read_to_end(
+        &self,
+        shard: i32,
+        limit: std::time::Duration,
+    ) -> Result<Arc<FollowedShard>, String> {
+        let wait = async {
+            let end = (self.end_of)(shard).await?;
+            let mut rx = self.state.clone();
+            let seen = rx
+                .wait_for(|s| {
+                    usize::try_from(shard)
+                        .ok()
+                        .and_then(|i| s.shards.get(i))
+                        .is_some_and(|s| s.stopped.is_some() || s.has_read(end))
+                })
+                .await
+                .map_err(|_| "the state follower stopped".to_string())?;
+            let shard = seen.shards[shard as usize].clone();
+            match &shard.stopped {
+                Some(why) => Err(why.clone()),
+                None => Ok(shard),
+            }
+        };
+        tokio::time::timeout(limit, wait).await.unwrap_or_else(|_| {
+            Err(format!(
+                "state topic partition {shard} was not read to its end within {limit:?}"
+            ))
+        })
+    }
+
+    pub fn partitions(&self) -> i32 {
+        self.partitions
+    }
+
+    /// One shard as last read.
+    pub fn shard(&self, shard: i32) -> Option<Arc<FollowedShard>> {
+        let state = self.state.borrow();
+        usize::try_from(shard)
+            .ok()
+            .and_then(|i| state.shards.get(i))
+            .cloned()
+    }
+
+    /// The shard that coordinates `mirror`, as last read.
+    pub fn coordinator_of(&self, mirror: &str) -> Option<Arc<FollowedShard>> {
+        self.shard(coordinator_partition(mirror, self.partitions))
+    }
+
+    /// Every shard as last read.
+    pub fn now(&self) -> Arc<FollowedState> {
+        self.state.borrow().clone()
+    }
+
+    /// Wakes on every change read (see `watch::Receiver::changed`).
+    pub fn watch(&self) -> watch::Receiver<Arc<FollowedState>> {
+        self.state.clone()
+    }
+}
+
+/// What a shard's coordinator needs to decide the partitions placed in it
+/// whose mirrors other shards coordinate.
+#[derive(Clone)]
+pub struct Hosting {
+    /// The shard whose log the coordinator writes.
+    pub shard: i32,
+    pub followed: Followed,
+}
+
+/// A follower over in-memory logs, for tests: every `every` it folds each
+/// log anew and publishes the shards that changed.
+#[cfg(any(test, feature = "testing"))]
+pub fn follow_logs(
+    logs: Vec<Arc<dyn kmirror_store::EventLog>>,
+    every: std::time::Duration,
+) -> (Followed, tokio::task::JoinHandle<()>) {
+    let partitions = logs.len() as i32;
+    let (tx, rx) = watch::channel(Arc::new(FollowedState {
+        shards: logs.iter().map(|_| Arc::default()).collect(),
+    }));
+    let followed = logs.clone();
+    let task = tokio::spawn(async move {
+        let logs = followed;
+        loop {
+            let mut state = (**tx.borrow()).clone();
+            let mut changed = false;
+            for (shard, log) in state.shards.iter_mut().zip(&logs) {
+                let end = log.end_offset();
+                if shard.answered && shard.next == end {
+                    continue;
+                }
+                let Ok(image) = log.load_image() else {
+                    continue;
+                };
+                *shard = Arc::new(FollowedShard {
+                    image,
+                    next: end,
+                    high_watermark: end,
+                    answered: true,
+                    error: None,
+                    stopped: None,
+                });
+                changed = true;
+            }
+            if changed && tx.send(Arc::new(state)).is_err() {
+                return;
+            }
+            tokio::time::sleep(every).await;
+        }
+    });
+    let ends = logs.clone();
+    let end_of: EndOf = Arc::new(move |shard| {
+        let end = ends
+            .get(shard as usize)
+            .map(|l| l.end_offset())
+            .ok_or_else(|| format!("no shard {shard}"));
+        Box::pin(async move { end })
+    });
+    (Followed::new(rx, partitions, end_of), task)
+}

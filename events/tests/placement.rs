@@ -1,0 +1,115 @@
+//! Spreading a mirror's partitions: a partition's own records live in the
+//! shard its key routes to, and its host decides its commands there with
+//! the mirror's topic-level records read from the coordinator's shard.
+
+mod common;
+
+use common::*;
+use kmirror_events::*;
+use proptest::prelude::*;
+
+/// Folds `records` into the one-log image and into the two a spread
+/// mirror's records split into: the coordinator's (topic-level) and the
+/// host's (each partition's own).
+fn fold(
+    records: &[Record],
+    whole: &mut MirrorStateImage,
+    coordinator: &mut MirrorStateImage,
+    host: &mut MirrorStateImage,
+) {
+    for r in records {
+        whole.apply(whole.end_offset(), r);
+        let side = if r.key().placed_partition().is_some() {
+            &mut *host
+        } else {
+            &mut *coordinator
+        };
+        side.apply(side.end_offset(), r);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// A partition's own command writes only records placed with that
+    /// partition, and its host, deciding it over its own records and the
+    /// coordinator's topic records, decides exactly what one log holding
+    /// both would.
+    #[test]
+    fn a_hosted_partition_decides_as_one_log_would(cmds in prop::collection::vec(command(), 1..120)) {
+        let (mut whole, mut coordinator, mut host) = Default::default();
+        for cmd in &cmds {
+            let decided = decide(&whole, cmd);
+            if let Some(key) = cmd.placed_partition() {
+                let hosted = decide_hosted(&host, &coordinator, cmd);
+                match (&decided, &hosted) {
+                    (Ok(a), Ok(b)) => prop_assert_eq!(a, b, "{:?}", cmd),
+                    (Err(a), Err(b)) => prop_assert_eq!(a.kip_name(), b.kip_name(), "{:?}", cmd),
+                    _ => prop_assert!(false, "{cmd:?}: one log {decided:?}, hosted {hosted:?}"),
+                }
+                for r in decided.iter().flatten() {
+                    let placed = r.key();
+                    prop_assert_eq!(placed.placed_partition(), Some(key), "{:?}", cmd);
+                }
+            }
+            if let Ok(records) = decided {
+                fold(&records, &mut whole, &mut coordinator, &mut host);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_coordinators_operations_are_not_decided_where_a_partition_is_hosted() {
+    let image = MirrorStateImage::new();
+    let err = decide_hosted(
+        &image,
+        &image,
+        &Command::StopTopics {
+            mirror: "m1".into(),
+            topics: vec![topic_id(1)],
+        },
+    )
+    .unwrap_err();
+    assert_eq!(err.kip_name(), "INVALID_REQUEST", "{err}");
+}
+
+#[test]
+fn spreading_is_fixed_at_create_and_must_be_true_or_false() {
+    let spread = |v: &str| MirrorConfig {
+        source_properties: [(SPREAD_KEY.to_string(), v.to_string())].into(),
+        ..config()
+    };
+    let mut image = MirrorStateImage::new();
+    let create = |config| Command::CreateMirror {
+        name: "m1".into(),
+        config,
+    };
+    let err = decide(&image, &create(spread("yes"))).unwrap_err();
+    assert_eq!(err.kip_name(), "INVALID_CONFIG", "{err}");
+    assert!(err.to_string().contains(SPREAD_KEY), "{err}");
+
+    decide_and_apply(&mut image, &create(spread("true"))).unwrap();
+    assert!(spreads(image.mirror("m1").unwrap()).unwrap());
+    let alter = |config| Command::AlterMirror {
+        name: "m1".into(),
+        config,
+    };
+    let err = decide(&image, &alter(config())).unwrap_err();
+    assert!(err.to_string().contains(SPREAD_KEY), "{err}");
+    decide(&image, &alter(spread("true"))).unwrap();
+}
+
+#[test]
+fn a_spread_partition_is_placed_by_its_key_and_a_whole_mirror_by_its_name() {
+    let keys: Vec<_> = (0..64)
+        .map(|p| MirrorPartitionKey::new("m1", topic_id(1), p))
+        .collect();
+    let spread: std::collections::BTreeSet<i32> =
+        keys.iter().map(|k| placement_shard(k, true, 8)).collect();
+    assert!(spread.len() > 4, "64 partitions over 8 shards: {spread:?}");
+    for k in &keys {
+        assert_eq!(placement_shard(k, true, 8), partition_state_partition(k, 8));
+        assert_eq!(placement_shard(k, false, 8), coordinator_partition("m1", 8));
+    }
+}
