@@ -322,6 +322,17 @@ impl CoordinatorActor {
     /// mirror is coordinated by another shard, the mirror and topic are
     /// checked in that shard as this node last read it.
     fn decide(&self, command: &Command) -> Result<Vec<Record>, CoordinatorError> {
+        if let (Command::ForgetMirror { name }, Some(hosting)) = (command, &self.hosting) {
+            // The mirror's absence is read where it is coordinated, as far
+            // as that shard was read to its end.
+            let coordinator = hosting.followed.coordinator_of(name);
+            return match coordinator.filter(|c| c.caught_up()) {
+                Some(c) => Ok(decide_hosted(&self.pending, &c.image, command)?),
+                None => Err(CoordinatorError::Unavailable(format!(
+                    "the shard coordinating {name:?} is not read to its end yet"
+                ))),
+            };
+        }
         let (Some(key), Some(hosting)) = (command.placed_partition(), &self.hosting) else {
             return Ok(decide(&self.pending, command)?);
         };

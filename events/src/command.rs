@@ -187,6 +187,14 @@ pub enum Command {
         shard: i32,
         release: ShardRelease,
     },
+    /// A shard that hosted partitions of a spread mirror its coordinator
+    /// has deleted removes their records, as the KIP's
+    /// `retryPendingTombstoneWrites` does for partition-state records
+    /// placed away from the coordinator. Decided with [`crate::decide_hosted`]:
+    /// the mirror must be gone from `topics` too.
+    ForgetMirror {
+        name: String,
+    },
 }
 
 impl Command {
@@ -224,7 +232,8 @@ impl Command {
             | RecordAclDeleted { .. }
             | RecordSourceFence { .. }
             | RemoveSourceFence { .. }
-            | ReleaseShard { .. } => None,
+            | ReleaseShard { .. }
+            | ForgetMirror { .. } => None,
         }
     }
 }

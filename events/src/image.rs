@@ -412,6 +412,26 @@ impl MirrorStateImage {
 
     /// Every live key of `mirror` in the partition-scoped and sync maps: what
     /// a mirror delete must tombstone.
+    /// The mirrors this image holds partition records of, with or without
+    /// their config: a shard that hosts a spread mirror's partitions holds
+    /// their records and not the mirror (see `Command::ForgetMirror`).
+    pub fn mirrors_with_partitions(&self) -> std::collections::BTreeSet<&str> {
+        let names = self.partitions.keys().map(|k| k.mirror_name.as_str());
+        names
+            .chain(
+                self.last_mirror_epochs
+                    .keys()
+                    .map(|k| k.mirror_name.as_str()),
+            )
+            .chain(self.offset_maps.keys().map(|k| k.mirror_name.as_str()))
+            .chain(self.gaps.keys().map(|k| k.mirror_name.as_str()))
+            .chain(self.producers.keys().map(|k| k.mirror_name.as_str()))
+            .chain(self.source_epochs.keys().map(|k| k.mirror_name.as_str()))
+            .chain(self.failover_reports.keys().map(|k| k.mirror_name.as_str()))
+            .chain(self.verify_results.keys().map(|k| k.mirror_name.as_str()))
+            .collect()
+    }
+
     pub(crate) fn keys_of_mirror(&self, mirror: &str) -> Vec<RecordKey> {
         let mut out = Vec::new();
         out.extend(

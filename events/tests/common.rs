@@ -491,3 +491,19 @@ pub fn any_record() -> impl Strategy<Value = Record> {
             }),
     ]
 }
+
+/// Starts `orders` (2 partitions) in `m1`, with these offset maps seeded.
+pub fn start_orders(seeds: Vec<MapSeed>) -> Command {
+    Command::StartTopics {
+        mirror: "m1".into(),
+        topics: vec![TopicRef {
+            topic_id: topic_id(1),
+            name: "orders".into(),
+            partition_count: 2,
+            destination_topic_id: None,
+        }],
+        include: vec![],
+        exclude: vec![],
+        seeds,
+    }
+}

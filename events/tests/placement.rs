@@ -52,11 +52,69 @@ proptest! {
                     prop_assert_eq!(placed.placed_partition(), Some(key), "{:?}", cmd);
                 }
             }
-            if let Ok(records) = decided {
-                fold(&records, &mut whole, &mut coordinator, &mut host);
+            match (cmd, decided) {
+                // The coordinator tombstones only its own records; the host
+                // forgets the partitions it holds once it reads the delete.
+                (Command::DeleteMirror { name }, Ok(records)) => {
+                    let (placed, own): (Vec<_>, Vec<_>) =
+                        records.iter().cloned().partition(|r| r.key().placed_partition().is_some());
+                    fold(&own, &mut whole, &mut coordinator, &mut host);
+                    let forget = Command::ForgetMirror { name: name.clone() };
+                    let forgotten = decide_hosted(&host, &coordinator, &forget).unwrap();
+                    let keys = |rs: &[Record]| rs.iter().map(|r| format!("{:?}", r.key())).collect::<std::collections::BTreeSet<_>>();
+                    prop_assert_eq!(keys(&forgotten), keys(&placed));
+                    fold(&forgotten, &mut whole, &mut coordinator, &mut host);
+                    prop_assert!(!host.mirrors_with_partitions().contains(name.as_str()));
+                }
+                (_, Ok(records)) => fold(&records, &mut whole, &mut coordinator, &mut host),
+                (_, Err(_)) => {}
             }
         }
     }
+}
+
+#[test]
+fn a_host_forgets_only_a_mirror_its_coordinator_has_deleted() {
+    let mut coordinator = MirrorStateImage::new();
+    let create = Command::CreateMirror {
+        name: "m1".into(),
+        config: config(),
+    };
+    decide_and_apply(&mut coordinator, &create).unwrap();
+    let forget = Command::ForgetMirror { name: "m1".into() };
+    let host = MirrorStateImage::new();
+    let err = decide_hosted(&host, &coordinator, &forget).unwrap_err();
+    assert_eq!(err.kip_name(), "INVALID_CLUSTER_MIRROR_STATES", "{err}");
+    // Nor where the mirror is coordinated: that shard deletes it instead.
+    let err = decide_hosted(&coordinator, &host, &forget).unwrap_err();
+    assert_eq!(err.kip_name(), "INVALID_CLUSTER_MIRROR_STATES", "{err}");
+}
+
+#[test]
+fn a_spread_mirror_is_not_started_with_seeded_maps() {
+    let mut image = MirrorStateImage::new();
+    let config = MirrorConfig {
+        source_properties: [(SPREAD_KEY.to_string(), "true".to_string())].into(),
+        ..config()
+    };
+    decide_and_apply(
+        &mut image,
+        &Command::CreateMirror {
+            name: "m1".into(),
+            config,
+        },
+    )
+    .unwrap();
+    let seed = MapSeed {
+        topic_id: topic_id(1),
+        partition: 0,
+        runs: vec![],
+        holes: vec![],
+    };
+    let err = decide(&image, &start_orders(vec![seed])).unwrap_err();
+    assert_eq!(err.kip_name(), "INVALID_REQUEST", "{err}");
+    assert!(err.to_string().contains(SPREAD_KEY), "{err}");
+    decide(&image, &start_orders(vec![])).unwrap();
 }
 
 #[test]

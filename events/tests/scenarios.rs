@@ -19,22 +19,6 @@ fn setup() -> (MirrorStateImage, MirrorPartitionKey) {
     (img, MirrorPartitionKey::new("m1", topic_id(1), 0))
 }
 
-/// Starts `orders` (2 partitions) in `m1`, with these offset maps seeded.
-fn start_orders(seeds: Vec<MapSeed>) -> Command {
-    Command::StartTopics {
-        mirror: "m1".into(),
-        topics: vec![TopicRef {
-            topic_id: topic_id(1),
-            name: "orders".into(),
-            partition_count: 2,
-            destination_topic_id: None,
-        }],
-        include: vec![],
-        exclude: vec![],
-        seeds,
-    }
-}
-
 fn go(
     img: &mut MirrorStateImage,
     key: &MirrorPartitionKey,

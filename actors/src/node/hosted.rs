@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kmirror_events::{
-    coordinator_partition, spreads, MirrorConfig, MirrorPartitionKey, MirrorStateImage,
-    PartitionState,
+    coordinator_partition, spreads, Command, MirrorConfig, MirrorPartitionKey, MirrorStateImage,
+    PartitionState, TopicId,
 };
 
 use super::{Node, NodeError};
@@ -192,6 +192,7 @@ impl Node {
                 .collect()
         };
         futures_util::future::join_all(gone.iter().map(|a| a.send(StopMirror))).await;
+        self.forget_deleted(state, &known).await;
         let hosted: BTreeSet<String> = self
             .inner
             .mirrors
@@ -206,6 +207,99 @@ impl Node {
                 tracing::warn!(mirror = %name, error = %e, "spread mirror not hosted here");
             }
         }
+    }
+
+    /// Removes the records of the partitions placed here of each mirror
+    /// that the shard coordinating it, read to its end (`known`), no longer
+    /// holds: deleted there, whose partitions were all STOPPED, and whose
+    /// host here was stopped before this. Until then a mirror of that name
+    /// cannot be created again ([`Node::check_no_leftovers`]).
+    async fn forget_deleted(&self, state: &FollowedState, known: &[i32]) {
+        let Ok(own) = self.image().await else {
+            return;
+        };
+        let partitions = state.shards.len() as i32;
+        let deleted = own.mirrors_with_partitions().into_iter().filter(|name| {
+            let shard = coordinator_partition(name, partitions);
+            own.mirror(name).is_none()
+                && known.contains(&shard)
+                && state.shards[shard as usize].image.mirror(name).is_none()
+        });
+        for name in deleted {
+            let forget = Command::ForgetMirror { name: name.into() };
+            match self.execute(forget, None).await {
+                Ok(_) => {
+                    tracing::info!(mirror = %name, "forgot the partitions of a deleted spread mirror")
+                }
+                Err(e) => {
+                    tracing::warn!(mirror = %name, error = %e, "a deleted spread mirror's partitions are not forgotten yet")
+                }
+            }
+        }
+    }
+
+    /// Refuses to create `mirror` while any shard, read to its end, still
+    /// holds partition records of a mirror of that name deleted before:
+    /// its hosts forget them once they read the delete, and a new mirror
+    /// would otherwise resume from the old one's maps.
+    pub(super) async fn check_no_leftovers(&self, mirror: &str) -> Result<(), NodeError> {
+        let Some((_, followed)) = self.follows() else {
+            return Ok(());
+        };
+        for shard in 0..followed.partitions() {
+            let read = followed.read_to_end(shard, CATCH_UP).await.map_err(|e| {
+                NodeError::new(
+                    "COORDINATOR_NOT_AVAILABLE",
+                    format!("reading state partition {shard} before creating {mirror:?}: {e}"),
+                )
+            })?;
+            if read.image.mirrors_with_partitions().contains(mirror) {
+                return Err(NodeError::new(
+                    "INVALID_CLUSTER_MIRROR_STATES",
+                    format!(
+                        "state partition {shard} still holds partitions of a deleted mirror named {mirror:?}; its owner removes them once it reads the delete: retry shortly"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses `doing` unless every partition of `topics` (id and count)
+    /// is STOPPED or UNKNOWN where it is placed: the coordinator's own
+    /// decision sees only the partitions placed in its shard.
+    pub(super) async fn check_idle(
+        &self,
+        own: Arc<MirrorStateImage>,
+        mirror: &str,
+        spread: bool,
+        topics: &[(TopicId, i32)],
+        doing: &str,
+    ) -> Result<(), NodeError> {
+        if !spread {
+            return Ok(());
+        }
+        let keys: Vec<_> = topics
+            .iter()
+            .flat_map(|(id, count)| (0..*count).map(|p| MirrorPartitionKey::new(mirror, *id, p)))
+            .collect();
+        let placed = self.placed_records(own.clone(), keys.iter(), true).await?;
+        for key in &keys {
+            let state = placed.of(key).partition_state_or_unknown(key);
+            if !state.is_idle() {
+                let topic = own.topic(&key.topic_id).map(|t| &t.change.topic_name);
+                return Err(NodeError::new(
+                    "INVALID_CLUSTER_MIRROR_STATES",
+                    format!(
+                        "partition {} of {} ({}) is {state}; {doing} needs every partition STOPPED",
+                        key.partition,
+                        topic.map_or("a topic", String::as_str),
+                        key.topic_id
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Where the own records of `keys` (partitions of one mirror) are

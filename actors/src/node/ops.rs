@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use kmirror_events::{
-    coordinator_partition, decide, join_lists, Command, MapSeed, MirrorConfig, MirrorPartitionKey,
-    MirrorStateImage, PatternList, StateValidation, TopicFilter, TopicId,
+    coordinator_partition, decide, join_lists, spreads, Command, MapSeed, MirrorConfig,
+    MirrorPartitionKey, MirrorStateImage, PatternList, StateValidation, TopicFilter, TopicId,
 };
 
 use super::fence::check_lock;
@@ -128,6 +128,7 @@ impl Node {
                 format!("cluster mirror {name:?} already exists"),
             ));
         }
+        self.check_no_leftovers(name).await?;
         let source = (self.inner.connect_source)(client_properties(&properties)?)
             .await
             .map_err(|e| kafka("connect to the source cluster", e))?;
@@ -292,6 +293,13 @@ impl Node {
             .await
             .map_err(|e| kafka(&e.doing, e.source))?;
         let ids: Vec<TopicId> = start.iter().map(|t| t.topic_id).collect();
+        let counts: Vec<_> = start
+            .iter()
+            .map(|t| (t.topic_id, t.partition_count))
+            .collect();
+        let spread = spreads(&config).unwrap_or(false);
+        self.check_idle(image.clone(), mirror, spread, &counts, "a start")
+            .await?;
         let seeds = failbacks
             .iter()
             .flat_map(|fb| {
@@ -513,6 +521,15 @@ impl Node {
         // they would outlive the only record of them.
         decide(&image, &command).map_err(|e| NodeError::new(e.kip_name(), e.to_string()))?;
         check_lock(&image, &ids, offset)?;
+        let spread = image
+            .mirror(mirror)
+            .is_some_and(|c| spreads(c).unwrap_or(false));
+        let topics: Vec<_> = image
+            .topics_of(mirror)
+            .map(|e| (e.change.topic_id, e.change.partition_count))
+            .collect();
+        self.check_idle(image.clone(), mirror, spread, &topics, "a delete")
+            .await?;
         self.unfence_topics(mirror, &*source, None)
             .await
             .map_err(|e| {

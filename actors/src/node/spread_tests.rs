@@ -177,6 +177,20 @@ fn spread_props() -> BTreeMap<String, String> {
     ])
 }
 
+/// Stops `node`'s (one shard's) hosted partitions as a crash would: its
+/// pumps stop, no state is written, no release either. Answers how many
+/// host actors it stopped.
+async fn freeze(node: &Shards) -> usize {
+    let (_, frozen) = node.nodes().await.pop().unwrap();
+    frozen.stop_following_hosted().await;
+    let actors: Vec<_> = {
+        let mirrors = frozen.inner.mirrors.lock().await;
+        mirrors.hosted.values().map(|r| r.actor.clone()).collect()
+    };
+    futures_util::future::join_all(actors.iter().map(|a| a.send(StopMirror))).await;
+    actors.len()
+}
+
 fn key(p: i32) -> MirrorPartitionKey {
     MirrorPartitionKey::new("m", TOPIC_ID, p)
 }
@@ -268,17 +282,10 @@ async fn a_shard_taken_from_a_crashed_node_fences_its_hosted_partitions_once() {
     let (a, b, moved) = bed.split().await;
 
     // b crashes: its pumps stop, and no release is written.
-    let (_, crashed) = b.nodes().await.pop().unwrap();
-    crashed.stop_following_hosted().await;
-    let actors: Vec<_> = {
-        let mirrors = crashed.inner.mirrors.lock().await;
-        mirrors.hosted.values().map(|r| r.actor.clone()).collect()
-    };
     assert!(
-        !actors.is_empty(),
+        freeze(&b).await > 0,
         "b hosted the partitions placed in {moved}"
     );
-    futures_util::future::join_all(actors.iter().map(|a| a.send(StopMirror))).await;
 
     a.reconcile(&(0..SHARDS).collect()).await;
     bed.append(1);
@@ -328,5 +335,84 @@ async fn a_partitions_records_are_refused_by_a_shard_it_is_not_placed_in() {
         }
     }
     a.shutdown().await;
+    bed.close().await;
+}
+
+#[actix::test]
+async fn a_spread_mirror_is_deleted_once_stopped_everywhere_and_forgotten_before_its_name_returns()
+{
+    let bed = Bed::new();
+    let (a, b, moved) = bed.split().await;
+
+    // b freezes with its hosted partitions MIRRORING: the stop cannot end.
+    freeze(&b).await;
+    let coordinator = a.node_for("m").await.unwrap();
+    let stop = StopOptions {
+        timeout: Duration::from_millis(500),
+        ..StopOptions::default()
+    };
+    coordinator
+        .stop_topics("m", &["orders".into()], stop)
+        .await
+        .unwrap_err();
+    // The coordinator's shard holds only its own partitions, all STOPPED;
+    // the delete reads the others where they are placed.
+    let err = coordinator.delete_mirror("m", None).await.unwrap_err();
+    assert_eq!(err.code, "INVALID_CLUSTER_MIRROR_STATES", "{err:?}");
+    assert!(err.message.contains("MIRRORING"), "{err:?}");
+
+    // a takes b's shard, whose partitions then stop; the delete goes
+    // ahead, and every host forgets the partitions it held.
+    a.reconcile(&(0..SHARDS).collect()).await;
+    for _ in 0..500 {
+        match coordinator.delete_mirror("m", None).await {
+            Ok(()) => break,
+            Err(e) if e.code == "INVALID_CLUSTER_MIRROR_STATES" => {
+                tokio::time::sleep(Duration::from_millis(10)).await
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    let holding = || {
+        (0..SHARDS)
+            .filter(|s| {
+                let image = bed.logs[*s as usize].load_image().unwrap();
+                image.mirrors_with_partitions().contains("m")
+            })
+            .collect::<Vec<_>>()
+    };
+    for _ in 0..500 {
+        if holding().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(holding(), Vec::<i32>::new(), "every shard forgot m");
+
+    // A shard still holding a partition of the old m (its host has not
+    // read the delete yet) keeps the name from being taken again.
+    let log = &bed.logs[moved as usize];
+    let leftover = |value| {
+        kmirror_events::Record::MirrorPartitionState(
+            key((0..PARTITIONS)
+                .find(|p| placement_shard(&key(*p), true, SHARDS) == moved)
+                .unwrap()),
+            value,
+        )
+    };
+    let state = kmirror_events::MirrorPartitionStateValue::unknown();
+    log.append(0, &[leftover(Some(state))]).unwrap();
+    let err = coordinator
+        .create_mirror("m", spread_props())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, "INVALID_CLUSTER_MIRROR_STATES", "{err:?}");
+    log.append(0, &[leftover(None)]).unwrap();
+    coordinator
+        .create_mirror("m", spread_props())
+        .await
+        .unwrap();
+    a.shutdown().await;
+    b.shutdown().await;
     bed.close().await;
 }

@@ -153,7 +153,7 @@ pub fn decide_hosted(
     topics: &MirrorStateImage,
     command: &Command,
 ) -> Result<Vec<Record>, DecideError> {
-    if command.placed_partition().is_none() {
+    if command.placed_partition().is_none() && !matches!(command, Command::ForgetMirror { .. }) {
         return Err(DecideError::InvalidRequest(
             "only a partition's own records are written where it is placed; this operation is its mirror's coordinator's".into(),
         ));
@@ -281,6 +281,14 @@ fn decide_with(
                 ..current.clone()
             };
             let filter = TopicFilter::new(&config.topics_include, &config.topics_exclude)?;
+            if !seeds.is_empty() && crate::routing::spreads(current)? {
+                // A seeded map would land in this shard, not in each
+                // partition's own.
+                return Err(DecideError::InvalidRequest(format!(
+                    "cluster mirror {mirror:?} spreads its partitions ({}=true): a start that seeds their offset maps (a delta failback) is not supported for it yet",
+                    crate::routing::SPREAD_KEY
+                )));
+            }
             let mut out = Vec::new();
             if config != *current {
                 out.push(Record::MirrorConfig(
@@ -554,6 +562,18 @@ fn decide_with(
             } else {
                 vec![]
             })
+        }
+        Command::ForgetMirror { name } => {
+            if image.mirror(name).is_some() || topics.mirror(name).is_some() {
+                return Err(DecideError::InvalidClusterMirrorStates(format!(
+                    "cluster mirror {name:?} exists: only a deleted mirror's partitions are forgotten"
+                )));
+            }
+            Ok(image
+                .keys_of_mirror(name)
+                .into_iter()
+                .map(RecordKey::tombstone)
+                .collect())
         }
         Command::ReleaseShard { shard, release } => {
             if *shard < 0 {
