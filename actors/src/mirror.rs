@@ -32,7 +32,7 @@ use crate::partition::{
     Shutdown, StatusBoard,
 };
 use crate::publisher::WaitPublished;
-use crate::spread::Followed;
+use crate::spread::{Followed, Hosting};
 
 /// Re-read the image and bring the partitions in line with it.
 #[derive(Message)]
@@ -68,14 +68,15 @@ pub enum Placement {
     /// coordinator's shard.
     #[default]
     Whole,
-    /// Those placed in `shard` of a spread mirror. With `host`, another
-    /// shard coordinates the mirror: its topics are read there as this
-    /// node follows it, and discovery, the metadata sync and the verify
-    /// are the coordinator's.
+    /// Those placed in `shard` of a spread mirror, the others read
+    /// through `followed`. With `host`, another shard coordinates the
+    /// mirror: its topics are read there as this node follows it, and
+    /// discovery, the metadata sync and the verify are the coordinator's.
     Spread {
         shard: i32,
         partitions: i32,
-        host: Option<Followed>,
+        followed: Option<Followed>,
+        host: bool,
     },
 }
 
@@ -93,8 +94,28 @@ impl Placement {
     /// The followed coordinator, when this actor only hosts.
     fn host(&self) -> Option<&Followed> {
         match self {
-            Placement::Spread { host, .. } => host.as_ref(),
-            Placement::Whole => None,
+            Placement::Spread {
+                followed,
+                host: true,
+                ..
+            } => followed.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Where the partitions placed in other shards are read, for a spread
+    /// mirror.
+    fn spread(&self) -> Option<Hosting> {
+        match self {
+            Placement::Spread {
+                shard,
+                followed: Some(followed),
+                ..
+            } => Some(Hosting {
+                shard: *shard,
+                followed: followed.clone(),
+            }),
+            _ => None,
         }
     }
 }
@@ -335,6 +356,7 @@ impl Actor for MirrorActor {
                     let board = self.spec.board.clone();
                     Arc::new(move || board.keyless_copies())
                 },
+                spread: self.spec.placement.spread(),
             })
             .start(),
         );

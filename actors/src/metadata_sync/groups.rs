@@ -9,9 +9,9 @@ use std::time::Duration;
 use futures_util::stream::{self, StreamExt};
 
 use kmirror_events::{
-    group_offset_target, is_active_group_state, Command, GroupFilter, GroupOffsetSync,
-    GroupOffsetSyncKey, MirrorPartitionKey, MirrorStateImage, PartitionState, SyncSettings,
-    TopicId,
+    group_offset_target, is_active_group_state, placement_shard, Command, GroupFilter,
+    GroupOffsetSync, GroupOffsetSyncKey, MirrorPartitionKey, MirrorStateImage, PartitionState,
+    SyncSettings, TopicId,
 };
 
 use super::{mirrored_topics, read_image, record, Shared, SyncError, SyncReport};
@@ -19,6 +19,7 @@ use crate::cluster::{ClusterError, CommittedOffset, Doing, GroupListing, GroupOf
 use crate::coordinator::now_ms;
 use crate::kafka::fetch::TopicPartition;
 use crate::kafka::{KafkaError, ResponseError};
+use crate::state_log::FollowedState;
 
 /// Whether a commit was refused because the group has live members (a
 /// consumer joined between our listing and our commit).
@@ -198,9 +199,15 @@ async fn sync_groups(
     if topics.is_empty() {
         return Ok(());
     }
+    let followed = spec.spread.as_ref().map(|h| (h, h.followed.now()));
     let scope = Scope {
         mirror: &spec.mirror,
         image: &image,
+        placed: followed.as_ref().map(|(h, now)| Placed {
+            shard: h.shard,
+            partitions: h.followed.partitions(),
+            followed: now,
+        }),
         topics: &topics,
         only,
     };
@@ -286,7 +293,11 @@ const SYNCS_PER_APPEND: usize = 1000;
 /// the partitions it is limited to.
 struct Scope<'a> {
     mirror: &'a str,
+    /// The coordinator's shard: the mirror's topics, and the maps of the
+    /// partitions placed there.
     image: &'a MirrorStateImage,
+    /// For a spread mirror, where the other partitions' maps are read.
+    placed: Option<Placed<'a>>,
     topics: &'a BTreeMap<String, (TopicId, i32)>,
     only: Option<&'a HashSet<MirrorPartitionKey>>,
 }
@@ -305,6 +316,38 @@ impl Scope<'_> {
         }
         Some(key)
     }
+
+    /// The image holding `key`'s offset map: the shard it is placed in.
+    /// Another shard's is as this node's follower last read it, so it may
+    /// lag its host's checkpoints: a map read behind translates to an
+    /// earlier destination offset (the end of a shorter last run), never a
+    /// later one, so the group's consumers re-read a little and skip
+    /// nothing. A spread mirror's map never starts over (it cannot be
+    /// seeded), so an older read is always a prefix of the newer one.
+    /// `None` while that shard was never read.
+    fn map_of(&self, key: &MirrorPartitionKey) -> Option<&MirrorStateImage> {
+        let Some(p) = &self.placed else {
+            return Some(self.image);
+        };
+        let shard = placement_shard(key, true, p.partitions);
+        if shard == p.shard {
+            return Some(self.image);
+        }
+        let read = usize::try_from(shard)
+            .ok()
+            .and_then(|i| p.followed.shards.get(i))?;
+        read.answered.then_some(&read.image)
+    }
+}
+
+/// A spread mirror's partitions placed in other shards than the
+/// coordinator's (see [`crate::spread`]).
+struct Placed<'a> {
+    /// The coordinator's own shard.
+    shard: i32,
+    /// The state topic's partition count, by which keys are placed.
+    partitions: i32,
+    followed: &'a FollowedState,
 }
 
 /// The destination's bounds of these partitions: one ListOffsets pair per
@@ -345,7 +388,10 @@ fn plan_group(
         let Some(key) = scope.key(&topic, partition) else {
             continue;
         };
-        let translation = scope.image.translate(&key, offset.offset);
+        let Some(map) = scope.map_of(&key) else {
+            continue;
+        };
+        let translation = map.translate(&key, offset.offset);
         let Some(b) = bounds.get(&TopicPartition::new(&topic, partition)) else {
             continue;
         };

@@ -41,6 +41,7 @@ use tokio::sync::oneshot;
 
 use crate::cluster::{ClusterError, DestinationCluster, SourceCluster};
 use crate::coordinator::{now_ms, CoordinatorActor, CoordinatorError, Execute, ReadImage};
+use crate::spread::Hosting;
 
 /// Runs one group pass and one metadata pass now and answers when both are
 /// done (tests, and an operator's "sync now").
@@ -155,6 +156,9 @@ pub struct SyncSpec {
     /// Where each topic's copy stands for the keyless hold (the mirror's
     /// status board says; see `topics`).
     pub keyless: KeylessCopies,
+    /// For a spread mirror: where the offset maps of partitions placed in
+    /// other shards are read (see [`crate::spread`]).
+    pub spread: Option<Hosting>,
 }
 
 /// Reads where each topic's copy stands for the keyless hold.

@@ -19,6 +19,8 @@ use crate::cluster::AclBinding;
 use crate::coordinator::{CoordinatorActor, Execute, ReadImage};
 use crate::kafka::fetch::TopicPartition;
 
+mod spread;
+
 const TOPIC: &str = "orders";
 const ID: TopicId = TopicId([9; 16]);
 
@@ -46,6 +48,14 @@ struct Rig {
 }
 
 async fn rig(props: &[(&str, &str)]) -> Rig {
+    rig_with(props, |_| None).await
+}
+
+/// A rig whose sync is given `spread(its coordinator's log)`.
+async fn rig_with(
+    props: &[(&str, &str)],
+    spread: impl FnOnce(Arc<MemLog>) -> Option<Hosting>,
+) -> Rig {
     let config = MirrorConfig {
         source_bootstrap: "memory:9092".into(),
         topics_exclude: "__.*".into(),
@@ -82,6 +92,7 @@ async fn rig(props: &[(&str, &str)]) -> Rig {
             let keyless = keyless.clone();
             Arc::new(move || keyless.lock().unwrap().clone())
         },
+        spread: spread(log.clone()),
     })
     .start();
     Rig {
@@ -322,7 +333,14 @@ async fn configs_follow_the_source_except_excluded_ones() {
 /// A rig whose topic is compacted on both sides (the destination with
 /// `cleanup.policy` and `configs` of its own), held after a refusal.
 async fn held(configs: &[(&str, &str)]) -> Rig {
-    let r = rig(&[]).await;
+    held_with(configs, |_| None).await
+}
+
+async fn held_with(
+    configs: &[(&str, &str)],
+    spread: impl FnOnce(Arc<MemLog>) -> Option<Hosting>,
+) -> Rig {
+    let r = rig_with(&[], spread).await;
     r.source
         .set_topic_config(TOPIC, "cleanup.policy", "compact");
     let own = [("cleanup.policy", "compact")].iter().chain(configs);

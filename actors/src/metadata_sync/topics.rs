@@ -54,10 +54,7 @@ pub(super) async fn sync_configs(
         let Some(hold) = keyless_hold(recorded(image, mirror, topic_id)) else {
             continue;
         };
-        let copying = image
-            .partition_states_of(mirror)
-            .any(|(k, v)| k.topic_id == topic_id && !v.state.is_idle());
-        if copying {
+        if copying(shared, image, topic_id) {
             continue;
         }
         let released = async {
@@ -86,6 +83,32 @@ pub(super) async fn sync_configs(
         }
     }
     errors
+}
+
+/// Whether a partition of the mirror's topic may still copy: one not
+/// STOPPED (or never started) in the coordinator's image or, for a spread
+/// mirror, in the shard it is placed in as the follower last read it — or
+/// a shard the follower has not read yet, which could hold one. A state
+/// read behind its host is an earlier one, and a stopped topic's
+/// partitions only move towards STOPPED, so a lagging read keeps the hold
+/// a little longer and never lets it go early.
+fn copying(shared: &Shared, image: &MirrorStateImage, topic_id: TopicId) -> bool {
+    let mirror = &shared.spec.mirror;
+    let busy = |image: &MirrorStateImage| {
+        image
+            .partition_states_of(mirror)
+            .any(|(k, v)| k.topic_id == topic_id && !v.state.is_idle())
+    };
+    busy(image)
+        || shared.spec.spread.as_ref().is_some_and(|h| {
+            h.followed
+                .now()
+                .shards
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i32::try_from(*i) != Ok(h.shard))
+                .any(|(_, s)| !s.answered || busy(&s.image))
+        })
 }
 
 /// The last recorded change of each of a topic's configs.

@@ -68,9 +68,8 @@ impl Node {
             (Some((shard, partitions)), true) => Placement::Spread {
                 shard,
                 partitions,
-                host: hosted
-                    .then(|| self.inner.settings.followed.clone())
-                    .flatten(),
+                followed: self.inner.settings.followed.clone(),
+                host: hosted,
             },
             _ => Placement::Whole,
         }

@@ -416,3 +416,44 @@ async fn a_spread_mirror_is_deleted_once_stopped_everywhere_and_forgotten_before
     b.shutdown().await;
     bed.close().await;
 }
+
+#[actix::test]
+async fn group_offsets_translate_through_the_map_of_the_shard_a_partition_is_placed_in() {
+    let bed = Bed::new();
+    let (a, b, moved) = bed.split().await;
+
+    // b crashes and a fences its shard: the partitions placed there get a
+    // marker, so their destination offsets run one past the source's.
+    freeze(&b).await;
+    a.reconcile(&(0..SHARDS).collect()).await;
+    bed.append(1);
+    bed.copied(4).await;
+    for p in 0..PARTITIONS {
+        bed.source.commit("g", "orders", p, 4, "meta");
+    }
+
+    // The coordinator's sync reads the moved partitions' maps in their
+    // shard, as the follower read it.
+    let want = |p| 4 + i64::from(placement_shard(&key(p), true, SHARDS) == moved);
+    let synced = || {
+        let committed = bed.dest.committed("g");
+        (0..PARTITIONS).all(|p| {
+            committed
+                .get(&("orders".to_string(), p))
+                .is_some_and(|c| c.offset == want(p))
+        })
+    };
+    for _ in 0..500 {
+        if synced() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        synced(),
+        "every partition's group offset translated where it is placed: {:?}",
+        bed.dest.committed("g")
+    );
+    a.shutdown().await;
+    bed.close().await;
+}
