@@ -225,6 +225,14 @@ impl MirrorStateImage {
         self.mirrors.get(name)
     }
 
+    /// Whether `name` exists and spreads its partitions across shards
+    /// ([`crate::spreads`]; a value it cannot have been created with
+    /// reads as not spread).
+    pub fn spreads(&self, name: &str) -> bool {
+        self.mirror(name)
+            .is_some_and(|c| crate::spreads(c).unwrap_or(false))
+    }
+
     pub fn mirrors(&self) -> impl Iterator<Item = (&String, &MirrorConfig)> {
         self.mirrors.iter()
     }

@@ -205,9 +205,7 @@ impl Node {
         let deadline = Instant::now() + timeout;
         loop {
             let own = self.image().await?;
-            let spread = own
-                .mirror(mirror)
-                .is_some_and(|c| kmirror_events::spreads(c).unwrap_or(false));
+            let spread = own.spreads(mirror);
             let keys = partition_keys(&own, mirror, topics);
             let placed = self
                 .placed_records(own.clone(), keys.iter().map(|(k, _)| k), spread)

@@ -521,9 +521,7 @@ impl Node {
         // they would outlive the only record of them.
         decide(&image, &command).map_err(|e| NodeError::new(e.kip_name(), e.to_string()))?;
         check_lock(&image, &ids, offset)?;
-        let spread = image
-            .mirror(mirror)
-            .is_some_and(|c| spreads(c).unwrap_or(false));
+        let spread = image.spreads(mirror);
         let topics: Vec<_> = image
             .topics_of(mirror)
             .map(|e| (e.change.topic_id, e.change.partition_count))

@@ -37,7 +37,10 @@ impl Node {
             .collect()
     }
 
-    /// `--describe`: every partition of `mirror` (or of all mirrors).
+    /// `--describe`: every partition of `mirror` (or of all mirrors) this
+    /// node runs or records. A spread mirror's partitions placed in other
+    /// shards are their hosts' to describe, so the API gathers every
+    /// node's answer for it.
     pub async fn describe(
         &self,
         mirror: Option<&str>,
@@ -48,9 +51,13 @@ impl Node {
         }
         let (running, unrunnable): (Vec<(String, StatusBoard, u32)>, Vec<_>) = {
             let mirrors = self.inner.mirrors.lock().await;
+            // A spread mirror's partitions hosted here are on this node's
+            // boards too, so every partition is described once across
+            // the cluster, by whoever runs it.
             let running = mirrors
                 .running
                 .iter()
+                .chain(&mirrors.hosted)
                 .filter(|(name, _)| mirror.is_none_or(|m| m == name.as_str()))
                 .map(|(name, r)| {
                     (
@@ -138,6 +145,12 @@ impl Node {
             }
         }
         Ok(out)
+    }
+
+    /// Whether `mirror` spreads its partitions across shards, so that a
+    /// description of it gathers every node's (see [`Node::describe`]).
+    pub async fn spreads(&self, mirror: &str) -> Result<bool, NodeError> {
+        Ok(self.image().await?.spreads(mirror))
     }
 
     /// The event log and the image folded from it, for the reads the

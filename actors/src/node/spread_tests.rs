@@ -457,3 +457,34 @@ async fn group_offsets_translate_through_the_map_of_the_shard_a_partition_is_pla
     a.shutdown().await;
     bed.close().await;
 }
+
+#[actix::test]
+async fn every_partition_is_described_once_across_the_cluster_by_whoever_runs_it() {
+    let bed = Bed::new();
+    let (a, b, moved) = bed.split().await;
+    let mut described = Vec::new();
+    for (who, shards) in [("a", &a), ("b", &b)] {
+        for (_, node) in shards.nodes().await {
+            for p in node.describe(None).await.unwrap() {
+                described.push((p.partition, who, p.state));
+            }
+        }
+    }
+    described.sort();
+    let want: Vec<_> = (0..PARTITIONS)
+        .map(|p| {
+            let host = if placement_shard(&key(p), true, SHARDS) == moved {
+                "b"
+            } else {
+                "a"
+            };
+            (p, host, "MIRRORING".to_string())
+        })
+        .collect();
+    assert_eq!(described, want);
+    let coordinator = a.node_for("m").await.unwrap();
+    assert!(coordinator.spreads("m").await.unwrap());
+    a.shutdown().await;
+    b.shutdown().await;
+    bed.close().await;
+}

@@ -253,10 +253,26 @@ async fn describe_one(
         Owner::Here(here) => here,
     };
     let mirror = name.into_inner();
-    let partitions = node
-        .run(here, |n| async move { n.describe(Some(&mirror)).await })
+    let asked = mirror.clone();
+    let (partitions, spread) = node
+        .run(here, |n| async move {
+            let partitions = n.describe(Some(&asked)).await?;
+            Ok::<_, NodeError>((partitions, n.spreads(&asked).await?))
+        })
         .await??;
-    failed_only(partitions, query.failed)
+    if !spread {
+        return failed_only(partitions, query.failed);
+    }
+    // A spread mirror's partitions run wherever their keys place them:
+    // every node's, as `/partitions` gathers them.
+    let all = gather(&node, &req, "/partitions", |n| async move {
+        n.describe(None).await
+    })
+    .await?;
+    failed_only(
+        all.into_iter().filter(|p| p.mirror == mirror).collect(),
+        query.failed,
+    )
 }
 
 /// Every partition of every mirror: this node's shards and, fanned out,
