@@ -27,7 +27,7 @@ use kmirror_actors::kafka::produce::IdempotentProducer;
 use kmirror_actors::kafka::KafkaClient;
 use kmirror_actors::node::{NodeError, NodeSettings, SourceConnector};
 use kmirror_actors::shards::{ClusterStatus, MemberStatus, Shards, ShardsSpec};
-use kmirror_actors::state_log::{KafkaLog, StateLogOptions};
+use kmirror_actors::state_log::{KafkaLog, StateFollower, StateLogOptions};
 use kmirror_store::EventLog;
 use tokio::sync::watch;
 
@@ -98,6 +98,8 @@ pub struct Clustered {
     membership: MembershipHandle,
     follower: tokio::task::JoinHandle<()>,
     stop: watch::Sender<bool>,
+    /// With `cluster.spread_partitions`: every shard as read here.
+    state_follower: Option<StateFollower>,
 }
 
 impl Clustered {
@@ -164,6 +166,21 @@ impl Clustered {
                 .fenced(&format!("kmirror-{}-data", cluster.id))
                 .leased(lease.clone()),
         );
+        // Spread mirrors are read across shards: every shard, followed
+        // read-only, whoever owns it (see `kmirror_actors::spread`).
+        // Started after the last step that can fail, so it is always
+        // closed by `shutdown`.
+        let state_follower = if cluster.spread_partitions {
+            let ends = connect().await?;
+            let follower = StateFollower::start(&log_options)
+                .await
+                .map_err(|e| format!("NETWORK_EXCEPTION: following the state topic: {e}"))?;
+            node_settings.followed = Some(follower.followed(ends, &log_options.topic));
+            node_settings.accept_spread = true;
+            Some(follower)
+        } else {
+            None
+        };
         let cluster_id = cluster.id.clone();
         let open_log: kmirror_actors::shards::ShardLogOpener = Arc::new(move |shard| {
             let options = log_options.clone();
@@ -230,6 +247,7 @@ impl Clustered {
             membership,
             follower,
             stop,
+            state_follower,
         })
     }
 
@@ -241,6 +259,10 @@ impl Clustered {
         let _ = self.stop.send(true);
         let _ = self.follower.await;
         self.shards.shutdown().await;
+        // Closed once no shard reads it any more.
+        if let Some(f) = self.state_follower {
+            f.close().await;
+        }
         self.membership.close().await;
     }
 }

@@ -68,6 +68,7 @@ const CLUSTER_KEYS: &[&str] = &[
     "session_timeout_ms",
     "heartbeat_interval_ms",
     "rebalance_timeout_ms",
+    "spread_partitions",
 ];
 
 /// How log lines are written: text for people, JSON for log shippers.
@@ -131,6 +132,11 @@ pub struct ClusterSettings {
     pub session_timeout: Duration,
     pub heartbeat_interval: Duration,
     pub rebalance_timeout: Duration,
+    /// Whether mirrors may be created with `mirror.partitions.spread=true`
+    /// (experimental; see the README): the node then follows every shard
+    /// of the state topic, which the spread mirrors need and cost a fetch
+    /// session per state-topic leader.
+    pub spread_partitions: bool,
 }
 
 /// What the `daemon` command line says; it wins over the file and the
@@ -517,7 +523,17 @@ fn cluster_settings(
             format!("{heartbeat} must be below cluster.session_timeout_ms ({session})"),
         ));
     }
+    let spread_partitions = match table.get("spread_partitions") {
+        None => false,
+        Some(v) => v.clone().into_bool().map_err(|_| {
+            err(
+                "cluster.spread_partitions",
+                "expected true or false".to_string(),
+            )
+        })?,
+    };
     Ok(Some(ClusterSettings {
+        spread_partitions,
         id,
         advertised_url,
         capacity: number("capacity", 1, 1..=1_000)? as u32,
@@ -780,6 +796,17 @@ request_timeout_ms = 15000
         assert_eq!(bad("capacity = 1\n"), "cluster.id");
         assert_eq!(bad("id = \"x\"\nport = 1\n"), "cluster.port");
         assert_eq!(bad("id = \"x\"\ncapacity = 0\n"), "cluster.capacity");
+        assert!(!c.spread_partitions, "off unless asked for");
+        assert_eq!(
+            bad("id = \"x\"\nspread_partitions = \"sometimes\"\n"),
+            "cluster.spread_partitions"
+        );
+        let spread = load_file(
+            &format!("admin_listen = \"127.0.0.1:9700\"\n{dest}[cluster]\nid = \"x\"\n"),
+            &[("KMIRROR_CLUSTER__SPREAD_PARTITIONS", "true")],
+        )
+        .unwrap();
+        assert!(spread.cluster.unwrap().spread_partitions);
         assert_eq!(
             bad("id = \"x\"\nheartbeat_interval_ms = 20000\n"),
             "cluster.heartbeat_interval_ms"

@@ -11,88 +11,11 @@ use std::time::{Duration, Instant};
 use common::cluster::*;
 use common::*;
 use kmirror_events::coordinator_partition;
-use kmirror_tests::wire::{fetch_all, raw_batches};
 use kmirror_tests::{bed, create_topic, unique, OwnPair};
 use serde_json::Value;
 
 fn start_node_here(dir: &Path, cluster: &str, state_topic: &str) -> Daemon {
     start_node(dir, &bed().destination, cluster, state_topic)
-}
-
-/// `mirror`'s partitions as `daemon` describes them: all MIRRORING, lag 0,
-/// and `records` source records mirrored in all (the destination's offsets
-/// also count the fences' markers).
-fn mirrored(daemon: &Daemon, mirror: &str, partitions: usize, records: i64) -> bool {
-    let (status, body) = daemon.http("GET", &format!("/mirrors/{mirror}/partitions"), None);
-    if status != 200 {
-        return false;
-    }
-    let parts: Vec<Value> = serde_json::from_str(&body).unwrap();
-    parts.len() == partitions
-        && parts
-            .iter()
-            .all(|p| p["state"] == "MIRRORING" && p["lag"] == 0)
-        && parts
-            .iter()
-            .map(|p| p["source_offset"].as_i64().unwrap())
-            .sum::<i64>()
-            == records
-}
-
-fn node(nodes: &[Option<Daemon>], i: usize) -> &Daemon {
-    nodes[i].as_ref().expect("a running node")
-}
-
-/// The values of one partition of `topic`, in offset order (markers are
-/// not records).
-fn values(bootstrap: &str, topic: &str, partition: i32) -> Vec<Vec<u8>> {
-    fetch_all(bootstrap, topic, partition)
-        .unwrap()
-        .into_iter()
-        .map(|r| r.value.map(|v| v.to_vec()).unwrap_or_default())
-        .collect()
-}
-
-/// Nothing lost, nothing twice, order kept: every partition of the
-/// destination holds exactly the source's records, in the same order.
-fn assert_copy_exact(topic: &str, partitions: i32) {
-    for p in 0..partitions {
-        let (source, copy) = (
-            values(&bed().source, topic, p),
-            values(&bed().destination, topic, p),
-        );
-        assert_eq!(
-            copy.len(),
-            source.len(),
-            "{topic}/{p}: {} records on the destination, {} on the source",
-            copy.len(),
-            source.len()
-        );
-        assert!(copy == source, "{topic}/{p}: the records differ");
-    }
-}
-
-/// No data batch after a fence's marker was written under an older epoch:
-/// once a node took a partition over, nothing of the previous owner landed.
-fn assert_no_write_after_a_fence(topic: &str, partitions: i32) -> usize {
-    let mut markers = 0;
-    for p in 0..partitions {
-        let mut fenced_at = i16::MIN;
-        for b in raw_batches(&bed().destination, topic, p, 0).unwrap() {
-            if b.is_control {
-                markers += 1;
-                fenced_at = fenced_at.max(b.producer_epoch);
-            } else {
-                assert!(
-                    b.producer_epoch >= fenced_at,
-                    "{topic}/{p}: a batch at offset {} of epoch {} landed after the fence of epoch {fenced_at}",
-                    b.base_offset,
-                    b.producer_epoch
-                );
-            }
-        }
-    }
-    markers
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use kmirror_events::{
     coordinator_partition, spreads, Command, MirrorConfig, MirrorPartitionKey, MirrorStateImage,
-    PartitionState, TopicId,
+    PartitionState, TopicId, SPREAD_KEY,
 };
 
 use super::{Node, NodeError};
@@ -299,6 +299,26 @@ impl Node {
             }
         }
         Ok(())
+    }
+
+    /// Refuses `doing` for a spread mirror: an operation that would see
+    /// only the partitions placed in the coordinator's shard, or act on
+    /// them alone, and is not built across shards yet (ARCHITECTURE.md,
+    /// "Departures from the KIP", step 3).
+    pub(super) fn refuse_spread(
+        image: &MirrorStateImage,
+        mirror: &str,
+        doing: &str,
+    ) -> Result<(), NodeError> {
+        if !image.spreads(mirror) {
+            return Ok(());
+        }
+        Err(NodeError::new(
+            "INVALID_REQUEST",
+            format!(
+                "{doing} is not built yet for a mirror created with {SPREAD_KEY}=true ({mirror:?}): it would reach only the partitions placed in its coordinator's state partition"
+            ),
+        ))
     }
 
     /// Where the own records of `keys` (partitions of one mirror) are

@@ -255,6 +255,11 @@ impl Node {
         let failbacks = self
             .plan_failbacks(&history, &*source, &config, &matched, failback)
             .await?;
+        if !failbacks.is_empty() {
+            // Refused before any plan is recorded or carried out: the
+            // start itself would be (its map seeds land in one shard).
+            Self::refuse_spread(&image, mirror, "a failback")?;
+        }
         let views = failback_views(&failbacks);
         if failback.dry_run {
             return Ok(OperationReport {
@@ -487,6 +492,7 @@ impl Node {
     ) -> Result<OperationReport, NodeError> {
         let (actor, _) = self.running(mirror).await?;
         let image = self.image().await?;
+        Self::refuse_spread(&image, mirror, "recover")?;
         let found = Self::resolve(&image, mirror, topics)?;
         let recovered = actor
             .send(RecoverTopics(found.iter().map(|(id, _)| *id).collect()))

@@ -488,3 +488,95 @@ async fn every_partition_is_described_once_across_the_cluster_by_whoever_runs_it
     b.shutdown().await;
     bed.close().await;
 }
+
+#[actix::test]
+async fn a_spread_mirror_is_verified_through_the_maps_where_its_partitions_are_placed() {
+    let bed = Bed::new();
+    let (a, b, _) = bed.split().await;
+    let coordinator = a.node_for("m").await.unwrap();
+    // Compared is what the maps record as copied: a host's checkpoint
+    // may still be on its way.
+    let mut report = None;
+    for _ in 0..500 {
+        let r = coordinator
+            .verify("m", &crate::verify::VerifyRequest::default())
+            .await
+            .unwrap();
+        let done = r.compared == 3 * PARTITIONS as u64;
+        report = Some(r);
+        if done {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let report = report.unwrap();
+    assert!(report.equal, "{report:?}");
+    assert_eq!(
+        report.compared,
+        3 * PARTITIONS as u64,
+        "every partition's records, wherever its map is: {report:?}"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+    bed.close().await;
+}
+
+/// What would reach only the partitions placed in the coordinator's shard
+/// is refused, and a refused failback changes nothing on the destination.
+#[actix::test]
+async fn operations_not_built_across_shards_are_refused_for_a_spread_mirror() {
+    let bed = Bed::new();
+    crate::cluster::DestinationCluster::create_topic(&bed.dest, "orders", PARTITIONS, Vec::new())
+        .await
+        .unwrap();
+    let orders = |p| TopicPartition::new("orders", p);
+    for p in 0..PARTITIONS {
+        bed.dest
+            .foreign_write(&orders(p), record(Some("old"), Some("v"), 500));
+    }
+    let a = bed.node("a");
+    a.reconcile(&(0..SHARDS).collect()).await;
+    let coordinator = a.node_for("m").await.unwrap();
+    coordinator
+        .create_mirror("m", spread_props())
+        .await
+        .unwrap();
+    let refused = |e: NodeError, doing: &str| {
+        assert_eq!(e.code, "INVALID_REQUEST", "{doing}: {e:?}");
+        assert!(e.message.contains(SPREAD_KEY), "{doing}: {e:?}");
+    };
+    let from_scratch = crate::failback::FailbackRequest {
+        mode: Some(kmirror_events::FailbackMode::FromScratch),
+        dry_run: false,
+    };
+    let e = coordinator
+        .start_with("m", &["orders".into()], &[], None, from_scratch)
+        .await
+        .unwrap_err();
+    refused(e, "a failback");
+    for p in 0..PARTITIONS {
+        assert_eq!(bed.dest.records(&orders(p)).len(), 1, "partition {p} kept");
+    }
+
+    let topics = ["orders".to_string()];
+    let e = coordinator.recover_topics("m", &topics).await.unwrap_err();
+    refused(e, "recover");
+    for options in [
+        StopOptions {
+            dry_run: true,
+            ..StopOptions::default()
+        },
+        StopOptions {
+            fence_source: true,
+            ..StopOptions::default()
+        },
+    ] {
+        let e = coordinator
+            .stop_topics("m", &topics, options.clone())
+            .await
+            .unwrap_err();
+        refused(e, &format!("{options:?}"));
+    }
+    a.shutdown().await;
+    bed.close().await;
+}

@@ -36,6 +36,17 @@ impl Node {
             ));
         }
         topics.sort_by(|a, b| a.topic_name.cmp(&b.topic_name));
+        // A spread mirror's maps are in the shards their partitions are
+        // placed in, each read to its end first.
+        let keys: Vec<_> = topics
+            .iter()
+            .flat_map(|t| {
+                (0..t.partition_count).map(|p| MirrorPartitionKey::new(mirror, t.topic_id, p))
+            })
+            .collect();
+        let placed = self
+            .placed_records(image.clone(), keys.iter(), image.spreads(mirror))
+            .await?;
         let timeout = request
             .timeout_ms
             .map_or(DEFAULT_TIMEOUT, Duration::from_millis);
@@ -50,7 +61,7 @@ impl Node {
                         source.as_ref(),
                         self.inner.destination.as_ref(),
                         &tp,
-                        image.offset_map(&key),
+                        placed.of(&key).offset_map(&key),
                         request,
                         deadline,
                     )

@@ -166,19 +166,21 @@ fn resource(path: &str) -> actix_web::Resource {
 }
 
 async fn list(node: Data<NodeHandle>, req: HttpRequest) -> Reply {
-    let mut mirrors: Vec<MirrorListing> = gather(&node, &req, "/mirrors", |n| async move {
-        Ok(n.list_mirrors().await)
-    })
-    .await?;
+    let mut mirrors: Vec<MirrorListing> =
+        gather(&node, &req, node.peers(&req), "/mirrors", |n| async move {
+            Ok(n.list_mirrors().await)
+        })
+        .await?;
     mirrors.sort_by(|a, b| a.mirror.cmp(&b.mirror));
     Ok(HttpResponse::Ok().json(mirrors))
 }
 
 /// Every node's answer to a listing: this process's nodes through `local`,
-/// every other node of the cluster through `path`.
+/// `peers` through `path`.
 async fn gather<T, F, Fut>(
     node: &NodeHandle,
     req: &HttpRequest,
+    peers: Vec<String>,
     path: &str,
     local: F,
 ) -> Result<Vec<T>, ApiError>
@@ -191,7 +193,7 @@ where
     for here in node.locals().await {
         all.extend(node.run(here, local.clone()).await??);
     }
-    all.extend(fan_out::<T>(node, req, path).await?);
+    all.extend(fan_out::<T>(node, req, peers, path).await?);
     Ok(all)
 }
 
@@ -254,20 +256,28 @@ async fn describe_one(
     };
     let mirror = name.into_inner();
     let asked = mirror.clone();
-    let (partitions, spread) = node
+    // `None`: a spread mirror, described below.
+    let own = node
         .run(here, |n| async move {
-            let partitions = n.describe(Some(&asked)).await?;
-            Ok::<_, NodeError>((partitions, n.spreads(&asked).await?))
+            if n.spreads(&asked).await? {
+                return Ok(None);
+            }
+            n.describe(Some(&asked)).await.map(Some)
         })
         .await??;
-    if !spread {
+    if let Some(partitions) = own {
         return failed_only(partitions, query.failed);
     }
     // A spread mirror's partitions run wherever their keys place them:
-    // every node's, as `/partitions` gathers them.
-    let all = gather(&node, &req, "/partitions", |n| async move {
-        n.describe(None).await
-    })
+    // every node's, as `/partitions` gathers them — asked of every other
+    // member even when this request was forwarded here.
+    let all = gather(
+        &node,
+        &req,
+        node.other_members(),
+        "/partitions",
+        |n| async move { n.describe(None).await },
+    )
     .await?;
     failed_only(
         all.into_iter().filter(|p| p.mirror == mirror).collect(),
@@ -282,11 +292,14 @@ async fn describe_all(
     req: HttpRequest,
     query: Query<DescribeQuery>,
 ) -> Reply {
-    let mut partitions: Vec<PartitionDescription> =
-        gather(&node, &req, "/partitions", |n| async move {
-            n.describe(None).await
-        })
-        .await?;
+    let mut partitions: Vec<PartitionDescription> = gather(
+        &node,
+        &req,
+        node.peers(&req),
+        "/partitions",
+        |n| async move { n.describe(None).await },
+    )
+    .await?;
     partitions.sort_by(|a, b| {
         (&a.mirror, &a.topic, a.partition).cmp(&(&b.mirror, &b.topic, b.partition))
     });

@@ -152,8 +152,18 @@ impl NodeHandle {
     /// The other nodes' admin URLs, for a request this node did not get
     /// forwarded (a fan-out's own parts are not fanned out again).
     pub(super) fn peers(&self, req: &HttpRequest) -> Vec<String> {
+        if req.headers().contains_key(FORWARDED) {
+            return Vec::new();
+        }
+        self.other_members()
+    }
+
+    /// Every other member's URL, whoever asked: for an answer that is
+    /// gathered where a request was forwarded to (the peers asked answer
+    /// for themselves, as the request to them is marked forwarded).
+    pub(super) fn other_members(&self) -> Vec<String> {
         match &self.target {
-            Target::Clustered { status, .. } if !req.headers().contains_key(FORWARDED) => {
+            Target::Clustered { status, .. } => {
                 let status = status.borrow();
                 status
                     .members
@@ -277,11 +287,12 @@ async fn call_peer(
 pub(super) async fn fan_out<T: serde::de::DeserializeOwned>(
     node: &NodeHandle,
     req: &HttpRequest,
+    peers: Vec<String>,
     path: &str,
 ) -> Result<Vec<T>, ApiError> {
     let mut all = Vec::new();
     let generation = node.status().map_or(-1, |s| s.generation);
-    for url in node.peers(req) {
+    for url in peers {
         let response = call_peer(req, &url, generation, "GET", path, None).await?;
         if response.status != 200 {
             let error = serde_json::from_slice::<NodeError>(&response.body).unwrap_or_else(|_| {

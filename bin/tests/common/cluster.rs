@@ -6,7 +6,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use kmirror_events::coordinator_partition;
-use kmirror_tests::kafka_script;
+use kmirror_tests::wire::{fetch_all, raw_batches};
+use kmirror_tests::{bed, kafka_script};
 use serde_json::Value;
 
 use super::{free_port, ChildGuard, Daemon};
@@ -18,9 +19,20 @@ pub const SESSION_MS: u64 = 6000;
 
 /// A node of cluster `cluster` on `destination`, its state in `state_topic`.
 pub fn start_node(dir: &Path, destination: &str, cluster: &str, state_topic: &str) -> Daemon {
+    start_node_with(dir, destination, cluster, state_topic, "")
+}
+
+/// [`start_node`] with more `[cluster]` lines.
+pub fn start_node_with(
+    dir: &Path,
+    destination: &str,
+    cluster: &str,
+    state_topic: &str,
+    more: &str,
+) -> Daemon {
     let port = free_port();
     let text = format!(
-        "admin_listen = \"127.0.0.1:{port}\"\nmetadata_refresh_interval_ms = 1000\nstate_topic = \"{state_topic}\"\nstate_topic_num_partitions = {SHARDS}\n[destination]\nbootstrap_servers = \"{destination}\"\n[cluster]\nid = \"{cluster}\"\nsession_timeout_ms = {SESSION_MS}\nheartbeat_interval_ms = 1000\n"
+        "admin_listen = \"127.0.0.1:{port}\"\nmetadata_refresh_interval_ms = 1000\nstate_topic = \"{state_topic}\"\nstate_topic_num_partitions = {SHARDS}\n[destination]\nbootstrap_servers = \"{destination}\"\n[cluster]\nid = \"{cluster}\"\nsession_timeout_ms = {SESSION_MS}\nheartbeat_interval_ms = 1000\n{more}"
     );
     Daemon::start_config(dir, port, &text)
 }
@@ -103,4 +115,80 @@ pub fn start_producer(bootstrap: &str, topic: &str, rate: u32) -> ChildGuard {
 pub fn stop_producer(mut p: ChildGuard) {
     let _ = p.0.kill();
     let _ = p.0.wait();
+}
+
+/// The values of one partition of `topic`, in offset order (markers are
+/// not records).
+pub fn values(bootstrap: &str, topic: &str, partition: i32) -> Vec<Vec<u8>> {
+    fetch_all(bootstrap, topic, partition)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.value.map(|v| v.to_vec()).unwrap_or_default())
+        .collect()
+}
+
+/// Nothing lost, nothing twice, order kept: every partition of the
+/// destination holds exactly the source's records, in the same order.
+pub fn assert_copy_exact(topic: &str, partitions: i32) {
+    for p in 0..partitions {
+        let (source, copy) = (
+            values(&bed().source, topic, p),
+            values(&bed().destination, topic, p),
+        );
+        assert_eq!(
+            copy.len(),
+            source.len(),
+            "{topic}/{p}: {} records on the destination, {} on the source",
+            copy.len(),
+            source.len()
+        );
+        assert!(copy == source, "{topic}/{p}: the records differ");
+    }
+}
+
+/// No data batch after a fence's marker was written under an older epoch:
+/// once a node took a partition over, nothing of the previous owner landed.
+pub fn assert_no_write_after_a_fence(topic: &str, partitions: i32) -> usize {
+    let mut markers = 0;
+    for p in 0..partitions {
+        let mut fenced_at = i16::MIN;
+        for b in raw_batches(&bed().destination, topic, p, 0).unwrap() {
+            if b.is_control {
+                markers += 1;
+                fenced_at = fenced_at.max(b.producer_epoch);
+            } else {
+                assert!(
+                    b.producer_epoch >= fenced_at,
+                    "{topic}/{p}: a batch at offset {} of epoch {} landed after the fence of epoch {fenced_at}",
+                    b.base_offset,
+                    b.producer_epoch
+                );
+            }
+        }
+    }
+    markers
+}
+
+/// `mirror`'s partitions as `daemon` describes them: all MIRRORING, lag 0,
+/// and `records` source records mirrored in all (the destination's offsets
+/// also count the fences' markers).
+pub fn mirrored(daemon: &Daemon, mirror: &str, partitions: usize, records: i64) -> bool {
+    let (status, body) = daemon.http("GET", &format!("/mirrors/{mirror}/partitions"), None);
+    if status != 200 {
+        return false;
+    }
+    let parts: Vec<Value> = serde_json::from_str(&body).unwrap();
+    parts.len() == partitions
+        && parts
+            .iter()
+            .all(|p| p["state"] == "MIRRORING" && p["lag"] == 0)
+        && parts
+            .iter()
+            .map(|p| p["source_offset"].as_i64().unwrap())
+            .sum::<i64>()
+            == records
+}
+
+pub fn node(nodes: &[Option<Daemon>], i: usize) -> &Daemon {
+    nodes[i].as_ref().expect("a running node")
 }

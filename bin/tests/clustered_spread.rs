@@ -1,0 +1,126 @@
+//! One mirror's partitions spread over three `kmirror daemon` nodes
+//! (`cluster.spread_partitions`, `mirror.partitions.spread=true`) on the
+//! real test bed: each node copies the partitions placed in the shards it
+//! owns, `describe` from any node shows them all, a node killed with
+//! SIGKILL hands its partitions over without losing or repeating a
+//! record, and a stop sent to any node waits for every partition.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::cluster::*;
+use common::*;
+use kmirror_tests::{bed, create_topic, unique};
+use serde_json::Value;
+
+const PARTITIONS: i32 = 24;
+
+/// `mirror`'s partitions as `daemon` answers for them (gathered from
+/// every node for a spread mirror).
+fn partitions(daemon: &Daemon, mirror: &str) -> Vec<Value> {
+    json(daemon, &format!("/mirrors/{mirror}/partitions"))
+        .and_then(|v| serde_json::from_value(v).ok())
+        .unwrap_or_default()
+}
+
+/// How many of `mirror`'s partitions `daemon` itself runs: its own
+/// answer, not gathered (a request marked forwarded is not fanned out).
+fn runs_here(daemon: &Daemon, mirror: &str) -> usize {
+    let generation = json(daemon, "/cluster").expect("/cluster answers")["generation"]
+        .as_i64()
+        .expect("a generation")
+        .to_string();
+    let (status, body) = daemon
+        .try_http_with(
+            "GET",
+            "/partitions",
+            None,
+            &[("kmirror-forwarded", &generation)],
+        )
+        .expect("admin API answers");
+    assert_eq!(status, 200, "{body}");
+    let parts: Vec<Value> = serde_json::from_str(&body).unwrap();
+    parts.iter().filter(|p| p["mirror"] == *mirror).count()
+}
+
+#[test]
+fn a_spread_mirror_runs_on_every_node_and_survives_the_loss_of_one() {
+    let cluster = unique("ks");
+    let state_topic = unique("__kmirror_state_s");
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut nodes: Vec<Option<Daemon>> = dirs
+        .iter()
+        .map(|d| {
+            Some(start_node_with(
+                d.path(),
+                &bed().destination,
+                &cluster,
+                &state_topic,
+                "spread_partitions = true\n",
+            ))
+        })
+        .collect();
+    wait_for("three members owning every shard", || {
+        settled(node(&nodes, 0), 3)
+    });
+
+    let topic = unique("spread");
+    create_topic(&bed().source, &topic, PARTITIONS as u32, &[]);
+    produce(&topic, 0, 1200);
+    let props = write_properties(dirs[0].path());
+    let mut text = std::fs::read_to_string(&props).unwrap();
+    text.push_str("mirror.partitions.spread=true\n");
+    std::fs::write(&props, text).unwrap();
+    let mirror = unique("sm");
+    node(&nodes, 1).mirror_topics(&mirror, &props, &topic);
+    for i in 0..3 {
+        wait_for(&format!("{mirror} mirrored, seen from node {i}"), || {
+            mirrored(node(&nodes, i), &mirror, PARTITIONS as usize, 1200)
+        });
+    }
+    let shares: BTreeMap<usize, usize> = (0..3)
+        .map(|i| (i, runs_here(node(&nodes, i), &mirror)))
+        .collect();
+    println!("partitions run per node: {shares:?}");
+    assert_eq!(
+        shares.values().sum::<usize>(),
+        PARTITIONS as usize,
+        "each partition runs once"
+    );
+    assert!(
+        shares.values().filter(|n| **n > 0).count() >= 2,
+        "one mirror's partitions run on several nodes: {shares:?}"
+    );
+
+    // kill -9 a node that runs some of them: the others take its shards,
+    // and its partitions go on copying there, exactly.
+    let victim = (0..3).max_by_key(|i| shares[i]).unwrap();
+    kill9(nodes[victim].take().unwrap());
+    produce(&topic, 1200, 2400);
+    let survivor = (0..3).find(|&i| nodes[i].is_some()).unwrap();
+    wait_for("two members owning every shard", || {
+        settled(node(&nodes, survivor), 2)
+    });
+    wait_for("everything mirrored after the handover", || {
+        mirrored(node(&nodes, survivor), &mirror, PARTITIONS as usize, 2400)
+    });
+    assert_copy_exact(&topic, PARTITIONS);
+    let markers = assert_no_write_after_a_fence(&topic, PARTITIONS);
+    println!("fence markers after the kill: {markers} (one per partition the killed node ran)");
+    assert_eq!(markers, shares[&victim]);
+
+    // A stop sent to either survivor waits for every partition, wherever
+    // it runs.
+    let out =
+        node(&nodes, survivor).cli_ok(&["mirror", "stop", "--mirror", &mirror, "--topics", &topic]);
+    let text = stdout(&out);
+    let parts = partitions(node(&nodes, survivor), &mirror);
+    assert_eq!(parts.len(), PARTITIONS as usize, "{text}");
+    for p in &parts {
+        assert_eq!(p["state"], "STOPPED", "{p}\n{text}");
+    }
+    for n in nodes.into_iter().flatten() {
+        assert_eq!(n.terminate().code(), Some(0));
+    }
+}
