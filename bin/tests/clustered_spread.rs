@@ -1,7 +1,8 @@
 //! One mirror's partitions spread over three `kmirror daemon` nodes
 //! (`cluster.spread_partitions`, `mirror.partitions.spread=true`) on the
 //! real test bed: each node copies the partitions placed in the shards it
-//! owns, `describe` from any node shows them all, a node killed with
+//! owns, `describe` from any node shows them all, a source group's
+//! offsets are synced for every partition, a node killed with
 //! SIGKILL hands its partitions over without losing or repeating a
 //! record, and a stop sent to any node waits for every partition.
 
@@ -11,6 +12,7 @@ use std::collections::BTreeMap;
 
 use common::cluster::*;
 use common::*;
+use kmirror_tests::mirror::{describe_group, group_read};
 use kmirror_tests::{bed, create_topic, unique};
 use serde_json::Value;
 
@@ -92,6 +94,18 @@ fn a_spread_mirror_runs_on_every_node_and_survives_the_loss_of_one() {
         shares.values().filter(|n| **n > 0).count() >= 2,
         "one mirror's partitions run on several nodes: {shares:?}"
     );
+
+    // A source group's offsets reach the destination for every partition,
+    // each translated through the map of the shard it is placed in, as
+    // Kafka's own tools read them on both sides.
+    let group = unique("sg");
+    let read = group_read(&bed().source, &topic, &group, 1200, 30_000);
+    assert_eq!(read.len(), 1200);
+    let committed = describe_group(&bed().source, &group, &topic);
+    assert_eq!(committed.len(), PARTITIONS as usize, "{committed:?}");
+    wait_for("the group's offsets synced for every partition", || {
+        describe_group(&bed().destination, &group, &topic) == committed
+    });
 
     // kill -9 a node that runs some of them: the others take its shards,
     // and its partitions go on copying there, exactly.

@@ -301,6 +301,32 @@ impl Node {
         Ok(())
     }
 
+    /// A spread mirror runs only on a node that follows every shard:
+    /// without that, its delete and start would check only this shard's
+    /// partitions, and its keyless hold and group sync would read only
+    /// this shard's maps. Such a mirror is kept among the unrunnable, so
+    /// every operation on it names the setting.
+    pub(super) fn check_runs_spread(&self, config: &MirrorConfig) -> Result<(), NodeError> {
+        if spreads(config).unwrap_or(false) {
+            self.follows_for_spread()?;
+        }
+        Ok(())
+    }
+
+    /// [`Node::follows`], which every read of a spread mirror across
+    /// shards needs: an error naming the setting without it, never a read
+    /// of this shard alone.
+    fn follows_for_spread(&self) -> Result<(i32, &Followed), NodeError> {
+        self.follows().ok_or_else(|| {
+            NodeError::new(
+                "INVALID_CONFIG",
+                format!(
+                    "a mirror with {SPREAD_KEY}=true needs every state partition followed, and this node does not: start every node with [cluster] spread_partitions = true"
+                ),
+            )
+        })
+    }
+
     /// Refuses `doing` for a spread mirror: an operation that would see
     /// only the partitions placed in the coordinator's shard, or act on
     /// them alone, and is not built across shards yet (ARCHITECTURE.md,
@@ -337,9 +363,10 @@ impl Node {
             shards: BTreeMap::new(),
             placed_in: None,
         };
-        let (Some((shard, followed)), true) = (self.follows(), spread) else {
+        if !spread {
             return Ok(placed);
-        };
+        }
+        let (shard, followed) = self.follows_for_spread()?;
         let partitions = followed.partitions();
         placed.placed_in = Some((shard, partitions));
         let wanted: BTreeSet<i32> = keys

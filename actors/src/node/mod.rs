@@ -461,12 +461,16 @@ impl Node {
     ) -> Result<(), NodeError> {
         let mut props = config.source_properties.clone();
         props.insert("bootstrap.servers".into(), config.source_bootstrap.clone());
-        let connected = match (retry_policy(&props), client_properties(&props)) {
-            (Ok(retry), Ok(client)) => (self.inner.connect_source)(client)
+        let connected = match (
+            self.check_runs_spread(config),
+            retry_policy(&props),
+            client_properties(&props),
+        ) {
+            (Ok(()), Ok(retry), Ok(client)) => (self.inner.connect_source)(client)
                 .await
                 .map(|source| (retry, source))
                 .map_err(|e| kafka("connect to the source cluster", e)),
-            (Err(e), _) | (_, Err(e)) => Err(e),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => Err(e),
         };
         let mut mirrors = self.inner.mirrors.lock().await;
         if mirrors.stopping {

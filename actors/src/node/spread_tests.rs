@@ -55,6 +55,12 @@ impl Bed {
 
     /// A node of the cluster (its shards are given by `reconcile`).
     fn node(&self, member: &str) -> Shards {
+        self.node_following(member, true)
+    }
+
+    /// A node that follows the other shards or not (the daemon's
+    /// `cluster.spread_partitions`).
+    fn node_following(&self, member: &str, follows: bool) -> Shards {
         let source = self.source.clone();
         let logs = self.logs.clone();
         Shards::new(ShardsSpec {
@@ -67,8 +73,8 @@ impl Bed {
                 refresh_interval: Duration::from_millis(100),
                 state_topic_partitions: SHARDS,
                 member: member.into(),
-                followed: Some(self.followed.clone()),
-                accept_spread: true,
+                followed: follows.then(|| self.followed.clone()),
+                accept_spread: follows,
                 ..NodeSettings::default()
             },
             open_log: Arc::new(move |shard| {
@@ -578,5 +584,42 @@ async fn operations_not_built_across_shards_are_refused_for_a_spread_mirror() {
         refused(e, &format!("{options:?}"));
     }
     a.shutdown().await;
+    bed.close().await;
+}
+
+/// A node started without following the other shards runs no spread
+/// mirror and says why; nothing it would decide on its own shard alone
+/// (a delete, a start) goes ahead.
+#[actix::test]
+async fn a_node_that_does_not_follow_the_other_shards_runs_no_spread_mirror_and_says_why() {
+    let bed = Bed::new();
+    bed.append(2);
+    let (a, _) = bed.one_node().await;
+    bed.copied(2).await;
+    a.reconcile(&BTreeSet::new()).await;
+    let c = bed.node_following("c", false);
+    c.reconcile(&(0..SHARDS).collect()).await;
+    let coordinator = c.node_for("m").await.unwrap();
+    let topics = ["orders".to_string()];
+    let answers = [
+        coordinator.describe(Some("m")).await.map(|_| ()),
+        coordinator.delete_mirror("m", None).await,
+        coordinator
+            .start_topics("m", &topics, &[], None)
+            .await
+            .map(|_| ()),
+        coordinator
+            .stop_topics("m", &topics, StopOptions::default())
+            .await
+            .map(|_| ()),
+    ];
+    for answer in answers {
+        let e = answer.unwrap_err();
+        assert_eq!(e.code, "INVALID_CONFIG", "{e:?}");
+        assert!(e.message.contains("spread_partitions"), "{e:?}");
+    }
+    let image = coordinator.image().await.unwrap();
+    assert!(image.mirror("m").is_some(), "the mirror is still there");
+    c.shutdown().await;
     bed.close().await;
 }
