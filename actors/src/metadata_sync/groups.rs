@@ -323,8 +323,12 @@ impl Scope<'_> {
     /// earlier destination offset (the end of a shorter last run), never a
     /// later one, so the group's consumers re-read a little and skip
     /// nothing. A spread mirror's map never starts over (it cannot be
-    /// seeded), so an older read is always a prefix of the newer one.
-    /// `None` while that shard was never read.
+    /// seeded), so an older read is always a prefix of the newer one — but
+    /// only when read forward: a shard the follower is reading again from
+    /// its log start holds part of a compacted log, where a run rewritten
+    /// later may be missing while the runs after it are there, and an
+    /// offset in it would translate to the next run's start, too far.
+    /// `None` unless the shard was read to its high watermark.
     fn map_of(&self, key: &MirrorPartitionKey) -> Option<&MirrorStateImage> {
         let Some(p) = &self.placed else {
             return Some(self.image);
@@ -336,7 +340,7 @@ impl Scope<'_> {
         let read = usize::try_from(shard)
             .ok()
             .and_then(|i| p.followed.shards.get(i))?;
-        read.answered.then_some(&read.image)
+        read.caught_up().then_some(&read.image)
     }
 }
 
@@ -432,4 +436,72 @@ fn plan_group(
         );
     }
     commit
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use kmirror_events::{MirrorPartitionKey, MirrorStateImage, Record, TopicId};
+
+    use super::{placement_shard, Placed, Scope};
+    use crate::state_log::{FollowedShard, FollowedState};
+
+    /// A shard read again from its log start holds part of a compacted
+    /// log: its maps are not used until it is read to its high watermark.
+    #[test]
+    fn a_shard_being_read_again_lends_no_map() {
+        let key = MirrorPartitionKey::new("m", TopicId([3; 16]), 0);
+        let placed = placement_shard(&key, true, 4);
+        let mut image = MirrorStateImage::default();
+        image.apply(
+            0,
+            &Record::OffsetMapRun(
+                kmirror_events::OffsetMapRunKey {
+                    partition: key.clone(),
+                    source_start: 0,
+                },
+                Some(kmirror_events::OffsetMapRun {
+                    source_start: 0,
+                    destination_start: 0,
+                    length: 5,
+                }),
+            ),
+        );
+        let shard = |next| {
+            Arc::new(FollowedShard {
+                image: image.clone(),
+                next,
+                high_watermark: 9,
+                answered: true,
+                error: None,
+                stopped: None,
+            })
+        };
+        let own = MirrorStateImage::default();
+        let topics = Default::default();
+        let lends = |next| {
+            let followed = FollowedState {
+                shards: (0..4).map(|_| shard(next)).collect(),
+            };
+            let scope = Scope {
+                mirror: "m",
+                image: &own,
+                placed: Some(Placed {
+                    shard: (placed + 1) % 4,
+                    partitions: 4,
+                    followed: &followed,
+                }),
+                topics: &topics,
+                only: None,
+            };
+            scope.map_of(&key).map(|i| i.translate(&key, 3))
+        };
+        assert_eq!(lends(4), None, "part way through a re-read");
+        assert_eq!(
+            lends(9),
+            Some(kmirror_events::Translation::Exact(3)),
+            "read to its high watermark"
+        );
+    }
 }

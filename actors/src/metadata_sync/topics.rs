@@ -88,10 +88,9 @@ pub(super) async fn sync_configs(
 /// Whether a partition of the mirror's topic may still copy: one not
 /// STOPPED (or never started) in the coordinator's image or, for a spread
 /// mirror, in the shard it is placed in as the follower last read it — or
-/// a shard the follower has not read yet, which could hold one. A state
-/// read behind its host is an earlier one, and a stopped topic's
-/// partitions only move towards STOPPED, so a lagging read keeps the hold
-/// a little longer and never lets it go early.
+/// a shard the follower has not read to its high watermark (never read,
+/// or read again from its log start, where part of a compacted log may
+/// lack a partition's newest state), which could hold one.
 fn copying(shared: &Shared, image: &MirrorStateImage, topic_id: TopicId) -> bool {
     let mirror = &shared.spec.mirror;
     let busy = |image: &MirrorStateImage| {
@@ -107,7 +106,7 @@ fn copying(shared: &Shared, image: &MirrorStateImage, topic_id: TopicId) -> bool
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| i32::try_from(*i) != Ok(h.shard))
-                .any(|(_, s)| !s.answered || busy(&s.image))
+                .any(|(_, s)| !s.caught_up() || busy(&s.image))
         })
 }
 

@@ -78,9 +78,12 @@ impl Node {
     /// The destination partitions a pump of this shard may write of the
     /// mirrors other shards coordinate: the partitions placed here whose
     /// state here is not STOPPED (all of them if `stopped`), by the topic
-    /// names their coordinators' shards hold. Every shard is read to its end
-    /// first, so no such topic is missing: a partition fenced too few is
-    /// one the previous owner may still write.
+    /// names their coordinators' shards hold. Those shards are read to
+    /// their ends first, so no such topic is missing: a partition fenced
+    /// too few is one the previous owner may still write. Only those: a
+    /// host writes a partition's state here before it copies a record, so
+    /// this shard names every mirror whose coordinator must be read, and a
+    /// shard nobody needs (unreadable for a while) holds no takeover up.
     pub(super) async fn hosted_writable(
         &self,
         own: &MirrorStateImage,
@@ -88,7 +91,12 @@ impl Node {
         let Some((_, followed)) = self.follows() else {
             return Ok(Vec::new());
         };
-        for shard in 0..followed.partitions() {
+        let coordinators: BTreeSet<i32> = own
+            .partition_states()
+            .filter(|(k, _)| own.mirror(&k.mirror_name).is_none())
+            .map(|(k, _)| coordinator_partition(&k.mirror_name, followed.partitions()))
+            .collect();
+        for shard in coordinators {
             followed.read_to_end(shard, CATCH_UP).await.map_err(|e| {
                 NodeError::new(
                     "COORDINATOR_LOAD_IN_PROGRESS",

@@ -195,7 +195,11 @@ impl Node {
             ));
         }
         let key = MirrorPartitionKey::new(mirror, entry.change.topic_id, partition);
-        let t = image.translate(&key, source_offset);
+        // A spread mirror's map is in the shard its partition is placed in.
+        let placed = self
+            .placed_records(image.clone(), std::iter::once(&key), image.spreads(mirror))
+            .await?;
+        let t = placed.of(&key).translate(&key, source_offset);
         let kind = match t {
             Translation::Exact(_) => "exact",
             Translation::InGap(_) => "gap",

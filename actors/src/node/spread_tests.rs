@@ -496,7 +496,8 @@ async fn every_partition_is_described_once_across_the_cluster_by_whoever_runs_it
 }
 
 #[actix::test]
-async fn a_spread_mirror_is_verified_through_the_maps_where_its_partitions_are_placed() {
+async fn a_spread_mirror_is_verified_and_translated_through_the_maps_where_its_partitions_are_placed(
+) {
     let bed = Bed::new();
     let (a, b, _) = bed.split().await;
     let coordinator = a.node_for("m").await.unwrap();
@@ -522,6 +523,14 @@ async fn a_spread_mirror_is_verified_through_the_maps_where_its_partitions_are_p
         3 * PARTITIONS as u64,
         "every partition's records, wherever its map is: {report:?}"
     );
+    for p in 0..PARTITIONS {
+        let t = coordinator.translate("m", "orders", p, 2).await.unwrap();
+        assert_eq!(
+            (t.kind.as_str(), t.destination_offset),
+            ("exact", Some(2)),
+            "{t:?}"
+        );
+    }
     a.shutdown().await;
     b.shutdown().await;
     bed.close().await;
