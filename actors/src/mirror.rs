@@ -231,6 +231,7 @@ impl MirrorActor {
                         risk,
                         risk_reads: self.risk_reads.clone(),
                         board: self.spec.board.clone(),
+                        still_mirroring: self.spec.placement.host().map(Followed::still_mirroring),
                     })
                     .start()
                 });

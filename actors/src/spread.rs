@@ -19,11 +19,21 @@
 
 use std::sync::Arc;
 
-use kmirror_events::{coordinator_partition, Offset};
+use kmirror_events::{coordinator_partition, MirrorPartitionKey, Offset, PartitionState};
 use tokio::sync::watch;
 
 use crate::cluster::BoxFuture;
 use crate::state_log::{FollowedShard, FollowedState};
+
+/// How long a host waits for its coordinator's shard to be read to its
+/// end before it copies (it tries again after).
+const STILL_MIRRORING_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether a partition's topic is still to be mirrored, as the
+/// coordinator's shard says once read to its end
+/// ([`Followed::still_mirroring`]).
+pub type StillMirroring =
+    Arc<dyn Fn(MirrorPartitionKey) -> BoxFuture<'static, Result<bool, String>> + Send + Sync>;
 
 /// A shard's end offset now, asked of the cluster that holds it.
 pub type EndOf = Arc<dyn Fn(i32) -> BoxFuture<'static, Result<Offset, String>> + Send + Sync>;
@@ -97,6 +107,25 @@ impl Followed {
     /// The shard that coordinates `mirror`, as last read.
     pub fn coordinator_of(&self, mirror: &str) -> Option<Arc<FollowedShard>> {
         self.shard(coordinator_partition(mirror, self.partitions))
+    }
+
+    /// Reads the coordinator's shard of a hosted partition's mirror to its
+    /// end and answers whether its topic is still desired MIRRORING there:
+    /// what a host asks before it copies (`partition/hosted.rs`).
+    pub fn still_mirroring(&self) -> StillMirroring {
+        let followed = self.clone();
+        Arc::new(move |key: MirrorPartitionKey| {
+            let followed = followed.clone();
+            Box::pin(async move {
+                let shard = coordinator_partition(&key.mirror_name, followed.partitions);
+                let read = followed.read_to_end(shard, STILL_MIRRORING_LIMIT).await?;
+                Ok(read.image.topic(&key.topic_id).is_some_and(|t| {
+                    t.change.mirror_name == key.mirror_name
+                        && t.change.desired_state == PartitionState::Mirroring
+                        && key.partition < t.change.partition_count
+                }))
+            })
+        })
     }
 
     /// Every shard as last read.

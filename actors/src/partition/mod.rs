@@ -15,6 +15,7 @@ pub mod board;
 mod context;
 pub mod cursor;
 pub mod failover;
+mod hosted;
 mod idle_fence;
 mod position;
 pub mod pump;
@@ -322,10 +323,8 @@ impl PartitionActor {
                 // flight, and its end (`PumpEnded`) starts the next one.
                 return;
             }
-            if copying {
-                if let Some(go) = p.may_copy.take() {
-                    let _ = go.send(());
-                }
+            if let Some(go) = p.may_copy.take().filter(|_| copying) {
+                self.let_copy(go, ctx);
             }
             // Still aligning: the Aligned message moves us on.
             return;
@@ -337,8 +336,8 @@ impl PartitionActor {
         let (stop_tx, stop_rx) = watch::channel(false);
         let (go_tx, go_rx) = tokio::sync::oneshot::channel();
         let mut may_copy = Some(go_tx);
-        if copying {
-            let _ = may_copy.take().map(|go| go.send(()));
+        if let Some(go) = may_copy.take_if(|_| copying) {
+            self.let_copy(go, ctx);
         }
         let addr = ctx.address();
         let aligned_addr = addr.clone();

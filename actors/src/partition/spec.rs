@@ -12,6 +12,7 @@ use crate::failback::SourceHistory;
 use crate::kafka::Jitter;
 use crate::metadata_sync::FinalSync;
 use crate::publisher::WaitPublished;
+use crate::spread::StillMirroring;
 
 /// Everything a PartitionActor is started with.
 pub struct PartitionSpec {
@@ -47,4 +48,8 @@ pub struct PartitionSpec {
     /// The partition's recorded state when the actor is made, if any: shown
     /// until the actor has read its own at start.
     pub stored: Option<MirrorPartitionStateValue>,
+    /// For a partition hosted away from its mirror's coordinator: asked
+    /// before it copies whether the coordinator's shard, read to its end,
+    /// still mirrors its topic (see `partition/hosted.rs`).
+    pub still_mirroring: Option<StillMirroring>,
 }

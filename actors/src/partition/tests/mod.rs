@@ -5,6 +5,7 @@
 mod failback;
 mod fenced;
 mod foreign;
+mod hosted;
 mod repeats;
 pub(crate) mod sequences;
 mod stopped;
@@ -40,6 +41,8 @@ struct Rig {
     key: MirrorPartitionKey,
     ule: bool,
     history: Option<Arc<crate::failback::SourceHistory>>,
+    /// As a host's (see `partition/hosted.rs`).
+    still_mirroring: Option<crate::spread::StillMirroring>,
 }
 
 async fn rig() -> Rig {
@@ -60,6 +63,7 @@ async fn rig() -> Rig {
         key: MirrorPartitionKey::new("m", ID, 0),
         ule: false,
         history: None,
+        still_mirroring: None,
     }
 }
 
@@ -104,6 +108,7 @@ impl Rig {
             risk_reads: crate::partition::risk::RiskReads::new(Arc::new(self.source.clone())),
             board: board.clone(),
             stored: None,
+            still_mirroring: self.still_mirroring.clone(),
         })
         .start();
         Started {
