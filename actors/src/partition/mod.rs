@@ -323,7 +323,7 @@ impl PartitionActor {
                 // flight, and its end (`PumpEnded`) starts the next one.
                 return;
             }
-            if let Some(go) = p.may_copy.take().filter(|_| copying) {
+            if let Some(go) = p.may_copy.take_if(|_| copying) {
                 self.let_copy(go, ctx);
             }
             // Still aligning: the Aligned message moves us on.
