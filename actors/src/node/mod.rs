@@ -81,11 +81,10 @@ pub struct NodeSettings {
     /// shard reads for the spread mirrors it hosts or coordinates (see
     /// [`crate::spread`]).
     pub followed: Option<Followed>,
-    /// Whether a mirror may be created with `mirror.partitions.spread`.
-    /// Off in the daemon while the spread is being built: a spread
-    /// mirror's copy, stop and handover work, but its group offset sync,
-    /// delete, recover, verify and failback do not read across shards yet
-    /// (ARCHITECTURE, "Departures").
+    /// Whether a mirror may be created with `mirror.partitions.spread`:
+    /// the daemon's experimental `cluster.spread_partitions`, off by
+    /// default while some operations are refused for such a mirror and
+    /// some gaps are open (ARCHITECTURE, "Departures", step 3).
     pub accept_spread: bool,
     /// Where a FAILED partition's retry jitter comes from
     /// ([`crate::partition::PartitionSpec::jitter`]).
