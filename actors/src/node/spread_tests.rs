@@ -197,6 +197,17 @@ async fn freeze(node: &Shards) -> usize {
     actors.len()
 }
 
+/// Polls `done` every 10 ms until it holds, for at most 5 s; the caller
+/// asserts what it waited for.
+async fn until(mut done: impl AsyncFnMut() -> bool) {
+    for _ in 0..500 {
+        if done().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 fn key(p: i32) -> MirrorPartitionKey {
     MirrorPartitionKey::new("m", TOPIC_ID, p)
 }
@@ -387,12 +398,7 @@ async fn a_spread_mirror_is_deleted_once_stopped_everywhere_and_forgotten_before
             })
             .collect::<Vec<_>>()
     };
-    for _ in 0..500 {
-        if holding().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until(async || holding().is_empty()).await;
     assert_eq!(holding(), Vec::<i32>::new(), "every shard forgot m");
 
     // A shard still holding a partition of the old m (its host has not
@@ -449,12 +455,7 @@ async fn group_offsets_translate_through_the_map_of_the_shard_a_partition_is_pla
                 .is_some_and(|c| c.offset == want(p))
         })
     };
-    for _ in 0..500 {
-        if synced() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until(async || synced()).await;
     assert!(
         synced(),
         "every partition's group offset translated where it is placed: {:?}",
@@ -503,20 +504,14 @@ async fn a_spread_mirror_is_verified_and_translated_through_the_maps_where_its_p
     let coordinator = a.node_for("m").await.unwrap();
     // Compared is what the maps record as copied: a host's checkpoint
     // may still be on its way.
-    let mut report = None;
-    for _ in 0..500 {
-        let r = coordinator
+    let verify = async || {
+        coordinator
             .verify("m", &crate::verify::VerifyRequest::default())
             .await
-            .unwrap();
-        let done = r.compared == 3 * PARTITIONS as u64;
-        report = Some(r);
-        if done {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let report = report.unwrap();
+            .unwrap()
+    };
+    until(async || verify().await.compared == 3 * PARTITIONS as u64).await;
+    let report = verify().await;
     assert!(report.equal, "{report:?}");
     assert_eq!(
         report.compared,

@@ -38,36 +38,41 @@ impl Node {
         topics.sort_by(|a, b| a.topic_name.cmp(&b.topic_name));
         // A spread mirror's maps are in the shards their partitions are
         // placed in, each read to its end first.
-        let keys: Vec<_> = topics
+        let wanted: Vec<_> = topics
             .iter()
             .flat_map(|t| {
-                (0..t.partition_count).map(|p| MirrorPartitionKey::new(mirror, t.topic_id, p))
+                (0..t.partition_count).map(|p| {
+                    (
+                        MirrorPartitionKey::new(mirror, t.topic_id, p),
+                        TopicPartition::new(&t.topic_name, p),
+                    )
+                })
             })
             .collect();
         let placed = self
-            .placed_records(image.clone(), keys.iter(), image.spreads(mirror))
+            .placed_records(
+                image.clone(),
+                wanted.iter().map(|(k, _)| k),
+                image.spreads(mirror),
+            )
             .await?;
         let timeout = request
             .timeout_ms
             .map_or(DEFAULT_TIMEOUT, Duration::from_millis);
         let deadline = tokio::time::Instant::now() + timeout;
         let mut partitions = Vec::new();
-        for t in &topics {
-            for p in 0..t.partition_count {
-                let key = MirrorPartitionKey::new(mirror, t.topic_id, p);
-                let tp = TopicPartition::new(&t.topic_name, p);
-                partitions.push(
-                    verify::partition(
-                        source.as_ref(),
-                        self.inner.destination.as_ref(),
-                        &tp,
-                        placed.of(&key).offset_map(&key),
-                        request,
-                        deadline,
-                    )
-                    .await,
-                );
-            }
+        for (key, tp) in &wanted {
+            partitions.push(
+                verify::partition(
+                    source.as_ref(),
+                    self.inner.destination.as_ref(),
+                    tp,
+                    placed.of(key).offset_map(key),
+                    request,
+                    deadline,
+                )
+                .await,
+            );
         }
         Ok(VerifyReport::new(mirror, request, partitions))
     }
