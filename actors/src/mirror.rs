@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use kmirror_events::{
-    partition_state_partition, FailoverReport, MirrorPartitionKey, MirrorStateImage,
+    partition_state_partition, FailoverReport, MirrorConfig, MirrorPartitionKey, MirrorStateImage,
     PartitionState, RetryPolicy, TopicId,
 };
 
@@ -69,14 +69,15 @@ pub enum Placement {
     #[default]
     Whole,
     /// Those placed in `shard` of a spread mirror, the others read
-    /// through `followed`. With `host`, another shard coordinates the
-    /// mirror: its topics are read there as this node follows it, and
-    /// discovery, the metadata sync and the verify are the coordinator's.
+    /// through `followed`. With `host` (the config this host was started
+    /// for), another shard coordinates the mirror: its topics are read
+    /// there as this node follows it, and discovery, the metadata sync and
+    /// the verify are the coordinator's.
     Spread {
         shard: i32,
         partitions: i32,
         followed: Option<Followed>,
-        host: bool,
+        host: Option<Box<MirrorConfig>>,
     },
 }
 
@@ -91,14 +92,15 @@ impl Placement {
         }
     }
 
-    /// The followed coordinator, when this actor only hosts.
-    fn host(&self) -> Option<&Followed> {
+    /// The followed coordinator and the config hosted, when this actor
+    /// only hosts.
+    fn host(&self) -> Option<(&Followed, &MirrorConfig)> {
         match self {
             Placement::Spread {
-                followed,
-                host: true,
+                followed: Some(followed),
+                host: Some(config),
                 ..
-            } => followed.as_ref(),
+            } => Some((followed, config)),
             _ => None,
         }
     }
@@ -231,7 +233,11 @@ impl MirrorActor {
                         risk,
                         risk_reads: self.risk_reads.clone(),
                         board: self.spec.board.clone(),
-                        still_mirroring: self.spec.placement.host().map(Followed::still_mirroring),
+                        still_mirroring: self
+                            .spec
+                            .placement
+                            .host()
+                            .map(|(f, _)| f.still_mirroring()),
                     })
                     .start()
                 });
@@ -276,21 +282,22 @@ impl MirrorActor {
         let destination = self.spec.destination.clone();
         let coordinator = self.spec.coordinator.clone();
         let history = self.spec.history.clone();
-        let host = self.spec.placement.host().cloned();
+        let host = self.spec.placement.host().map(|(_, config)| config.clone());
         let work = async move {
-            let image = match &host {
-                Some(followed) => Arc::new(followed.coordinator_of(&name)?.image.clone()),
-                None => coordinator.send(ReadImage).await.ok()?,
+            // A host checks the source of the mirror it was started for
+            // (not a later one of that name); discovery is the coordinator's.
+            let (config, image) = match host {
+                Some(config) => (config, None),
+                None => {
+                    let image = coordinator.send(ReadImage).await.ok()?;
+                    (image.mirror(&name)?.clone(), Some(image))
+                }
             };
-            let config = image.mirror(&name)?.clone();
             if let Err(e) = crate::refresh::check_source_identity(&config, &*source).await {
                 tracing::error!(mirror = %name, error = %e, "source cluster check failed");
                 return matches!(e, MirrorError::SourceClusterChanged { .. }).then_some(e);
             }
-            if host.is_some() {
-                // Discovery is the coordinator's.
-                return None;
-            }
+            let image = image?;
             if let Err(e) = crate::refresh::discover(
                 &name,
                 &config,
@@ -324,7 +331,7 @@ impl Actor for MirrorActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        if let Some(followed) = self.spec.placement.host() {
+        if let Some((followed, _)) = self.spec.placement.host() {
             // A host: its partitions follow the coordinator's shard as
             // read, and the refresh only checks the source's identity.
             let mut changes = followed.watch();
@@ -385,7 +392,11 @@ impl Actor for MirrorActor {
 impl Handler<Reconcile> for MirrorActor {
     type Result = ResponseActFuture<Self, ()>;
     fn handle(&mut self, _msg: Reconcile, _ctx: &mut Context<Self>) -> Self::Result {
-        let host = self.spec.placement.host().cloned();
+        let host = self
+            .spec
+            .placement
+            .host()
+            .map(|(f, config)| (f.clone(), config.clone()));
         Box::pin(self.spec.coordinator.send(ReadImage).into_actor(self).map(
             move |own, act, ctx| {
                 let Ok(own) = own else { return };
@@ -394,9 +405,15 @@ impl Handler<Reconcile> for MirrorActor {
                     // Only a shard read to its end says what the
                     // mirror is: one being read again from its start
                     // is published empty meanwhile, and would stop
-                    // every partition.
-                    Some(followed) => match followed.coordinator_of(&act.spec.name) {
-                        Some(shard) if shard.caught_up() => {
+                    // every partition. And only the mirror this host
+                    // was started for: one deleted and created again
+                    // differently (its config precedes its topics in
+                    // the shard) is the next host's to run.
+                    Some((followed, config)) => match followed.coordinator_of(&act.spec.name) {
+                        Some(shard)
+                            if shard.caught_up()
+                                && shard.image.mirror(&act.spec.name) == Some(&config) =>
+                        {
                             act.reconcile((&shard.image, &own), ctx)
                         }
                         _ => {}

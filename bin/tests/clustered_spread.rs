@@ -17,6 +17,8 @@ use kmirror_tests::{bed, create_topic, unique};
 use serde_json::Value;
 
 const PARTITIONS: i32 = 24;
+/// What the second mirror's `client.id` names: set on nodes 0 and 1 only.
+const CLIENT_ID_VAR: &str = "KMIRROR_SPREAD_TEST_CLIENT_ID";
 
 /// `mirror`'s partitions as `daemon` answers for them (gathered from
 /// every node for a spread mirror).
@@ -51,15 +53,23 @@ fn a_spread_mirror_runs_on_every_node_and_survives_the_loss_of_one() {
     let cluster = unique("ks");
     let state_topic = unique("__kmirror_state_s");
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    // Node 2 lacks a variable the second mirror's properties name.
     let mut nodes: Vec<Option<Daemon>> = dirs
         .iter()
-        .map(|d| {
-            Some(start_node_with(
+        .enumerate()
+        .map(|(i, d)| {
+            let env = if i == 2 {
+                &[][..]
+            } else {
+                &[(CLIENT_ID_VAR, "kmirror-spread")][..]
+            };
+            Some(start_node_env(
                 d.path(),
                 &bed().destination,
                 &cluster,
                 &state_topic,
                 "spread_partitions = true\n",
+                env,
             ))
         })
         .collect();
@@ -95,6 +105,8 @@ fn a_spread_mirror_runs_on_every_node_and_survives_the_loss_of_one() {
         "one mirror's partitions run on several nodes: {shares:?}"
     );
 
+    unhostable_partitions_are_described_with_the_reason(&nodes, dirs[0].path());
+
     // A source group's offsets reach the destination for every partition,
     // each translated through the map of the shard it is placed in, as
     // Kafka's own tools read them on both sides.
@@ -108,17 +120,39 @@ fn a_spread_mirror_runs_on_every_node_and_survives_the_loss_of_one() {
     });
 
     // kill -9 a node that runs some of them: the others take its shards,
-    // and its partitions go on copying there, exactly.
+    // and its partitions go on copying there, exactly. Meanwhile each
+    // describe that answers shows every partition: one no node runs yet
+    // by its coordinator, from its recorded state.
     let victim = (0..3).max_by_key(|i| shares[i]).unwrap();
     kill9(nodes[victim].take().unwrap());
     produce(&topic, 1200, 2400);
     let survivor = (0..3).find(|&i| nodes[i].is_some()).unwrap();
+    let mut filled = 0;
+    let mut described = |nodes: &[Option<Daemon>]| {
+        let parts = partitions(node(nodes, survivor), &mirror);
+        let shown: Vec<&Value> = parts.iter().map(|p| &p["partition"]).collect();
+        assert!(
+            parts.is_empty() || parts.len() == PARTITIONS as usize,
+            "a describe that answers shows every partition, not only {shown:?}"
+        );
+        filled += parts
+            .iter()
+            .filter(|p| {
+                p["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("no node describes"))
+            })
+            .count();
+    };
     wait_for("two members owning every shard", || {
+        described(&nodes);
         settled(node(&nodes, survivor), 2)
     });
     wait_for("everything mirrored after the handover", || {
+        described(&nodes);
         mirrored(node(&nodes, survivor), &mirror, PARTITIONS as usize, 2400)
     });
+    println!("partitions described by their coordinator during the handover: {filled}");
     assert_copy_exact(&topic, PARTITIONS);
     let markers = assert_no_write_after_a_fence(&topic, PARTITIONS);
     println!("fence markers after the kill: {markers} (one per partition the killed node ran)");
@@ -137,4 +171,75 @@ fn a_spread_mirror_runs_on_every_node_and_survives_the_loss_of_one() {
     for n in nodes.into_iter().flatten() {
         assert_eq!(n.terminate().code(), Some(0));
     }
+}
+
+/// A spread mirror whose properties name a variable node 2 lacks: node 2
+/// cannot host the partitions placed in its shards, and a describe from any
+/// node shows them with the reason (node 2's), not without them. The
+/// others copy theirs. A stop then completes: what never started is idle.
+fn unhostable_partitions_are_described_with_the_reason(
+    nodes: &[Option<Daemon>],
+    dir: &std::path::Path,
+) {
+    let (lacking, topic) = (node(nodes, 2), unique("unhosted"));
+    create_topic(&bed().source, &topic, PARTITIONS as u32, &[]);
+    produce(&topic, 0, 240);
+    let props = dir.join("unhosted.properties");
+    std::fs::write(
+        &props,
+        format!(
+            "bootstrap.servers={}\nclient.id=${{env:{CLIENT_ID_VAR}}}\nmirror.partitions.spread=true\n",
+            bed().source
+        ),
+    )
+    .unwrap();
+    // Coordinated by a node that has the variable.
+    let mirror = std::iter::repeat_with(|| unique("um"))
+        .find(|m| owner_port(lacking, m) != lacking.port)
+        .unwrap();
+    node(nodes, 0).mirror_topics(&mirror, props.to_str().unwrap(), &topic);
+
+    let hosted_by_2 = |parts: &[Value]| -> Vec<Value> {
+        parts
+            .iter()
+            .filter(|p| {
+                p["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains(CLIENT_ID_VAR))
+            })
+            .cloned()
+            .collect()
+    };
+    wait_for("node 2's partitions described with the reason", || {
+        let parts = partitions(node(nodes, 1), &mirror);
+        parts.len() == PARTITIONS as usize && !hosted_by_2(&parts).is_empty()
+    });
+    let unhosted = runs_here(lacking, &mirror);
+    println!("partitions node 2 cannot host: {unhosted}");
+    for i in 0..3 {
+        let parts = partitions(node(nodes, i), &mirror);
+        assert_eq!(parts.len(), PARTITIONS as usize, "from node {i}: {parts:?}");
+        let failed = hosted_by_2(&parts);
+        assert_eq!(failed.len(), unhosted, "from node {i}: {parts:?}");
+        for p in &failed {
+            assert_eq!(p["state"], "UNKNOWN", "{p}");
+            assert_eq!(p["lag"], -1, "{p}");
+        }
+    }
+    wait_for("the partitions the others host copied", || {
+        partitions(node(nodes, 1), &mirror)
+            .iter()
+            .filter(|p| p["state"] == "MIRRORING" && p["error"].is_null())
+            .count()
+            == PARTITIONS as usize - unhosted
+    });
+    let out = node(nodes, 1).cli_ok(&["mirror", "stop", "--mirror", &mirror, "--topics", &topic]);
+    let parts = partitions(node(nodes, 1), &mirror);
+    assert!(
+        parts
+            .iter()
+            .all(|p| p["state"] == "STOPPED" || p["state"] == "UNKNOWN"),
+        "{}\n{parts:?}",
+        stdout(&out)
+    );
 }

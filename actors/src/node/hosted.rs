@@ -23,6 +23,9 @@ use crate::state_log::{FollowedShard, FollowedState};
 /// ends (what it fences and runs is named there).
 const CATCH_UP: Duration = Duration::from_secs(30);
 
+/// How often the hosts are reconciled when the follower reads nothing new.
+const RETRY_HOSTING: Duration = Duration::from_secs(5);
+
 impl Node {
     /// The shard this node coordinates and the state topic's partition
     /// count, in a clustered daemon.
@@ -69,7 +72,7 @@ impl Node {
                 shard,
                 partitions,
                 followed: self.inner.settings.followed.clone(),
-                host: hosted,
+                host: hosted.then(|| Box::new(config.clone())),
             },
             _ => Placement::Whole,
         }
@@ -140,7 +143,10 @@ impl Node {
             loop {
                 let state = changes.borrow_and_update().clone();
                 node.reconcile_hosted(&state).await;
-                if changes.changed().await.is_err() {
+                // A host that could not start (its source unreachable from
+                // here) is tried again though nothing changed.
+                let retry = tokio::time::timeout(RETRY_HOSTING, changes.changed());
+                if let Ok(Err(_)) = retry.await {
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -160,7 +166,12 @@ impl Node {
     }
 
     /// Starts a host for each spread mirror of another shard read to its
-    /// end, and stops the hosts of mirrors such a shard no longer holds.
+    /// end, and stops the hosts of mirrors such a shard no longer holds
+    /// as they were started: a mirror deleted and created again with
+    /// another config, in one read of the follower, gets a new host, not
+    /// the old one on the old source. (Created again the same, it may keep
+    /// the host: that one held no partition records, or the create would
+    /// have waited for their forgetting, which stops it first.)
     async fn reconcile_hosted(&self, state: &FollowedState) {
         let Some((own, _)) = self.follows() else {
             return;
@@ -186,13 +197,20 @@ impl Node {
             let mut mirrors = self.inner.mirrors.lock().await;
             let gone: Vec<String> = mirrors
                 .hosted
-                .keys()
-                .filter(|name| {
+                .iter()
+                .filter(|(name, running)| {
                     known.contains(&coordinator_partition(name, partitions))
-                        && !wanted.iter().any(|(w, _)| w == *name)
+                        && !wanted
+                            .iter()
+                            .any(|(w, config)| w == *name && *config == running.config)
                 })
+                .map(|(name, _)| name)
                 .cloned()
                 .collect();
+            mirrors.unhostable.retain(|name, _| {
+                !known.contains(&coordinator_partition(name, partitions))
+                    || wanted.iter().any(|(w, _)| w == name)
+            });
             gone.iter()
                 .filter_map(|name| mirrors.hosted.remove(name))
                 .map(|r| r.actor)
@@ -210,6 +228,7 @@ impl Node {
             .cloned()
             .collect();
         for (name, config) in wanted.into_iter().filter(|(n, _)| !hosted.contains(n)) {
+            // `run_as` keeps the reason among the unhostable, described.
             if let Err(e) = self.run_as(&name, &config, true).await {
                 tracing::warn!(mirror = %name, error = %e, "spread mirror not hosted here");
             }
@@ -391,6 +410,47 @@ impl Node {
             placed.shards.insert(s, read);
         }
         Ok(placed)
+    }
+}
+
+impl Node {
+    /// The shard that coordinates `mirror`, as this node last read it (a
+    /// spread mirror's host reads its topics there).
+    pub(super) fn coordinator_shard(&self, mirror: &str) -> Option<Arc<FollowedShard>> {
+        self.follows()?.1.coordinator_of(mirror)
+    }
+
+    /// Whether `key` runs in this shard: any partition of a mirror that
+    /// does not spread (its coordinator runs them all), a spread one's
+    /// where its key places it.
+    pub(super) fn placed_here(&self, key: &MirrorPartitionKey, spread: bool) -> bool {
+        match (spread, self.placed_in()) {
+            (true, Some((shard, partitions))) => {
+                kmirror_events::placement_shard(key, true, partitions) == shard
+            }
+            _ => true,
+        }
+    }
+
+    /// [`Node::placed_records`] of a spread mirror as every shard was last
+    /// read, waiting on none: for a description, which says so.
+    pub(super) fn placed_as_read(&self, own: Arc<MirrorStateImage>) -> PlacedRecords {
+        let Some((shard, followed)) = self.follows() else {
+            return PlacedRecords {
+                own,
+                shards: BTreeMap::new(),
+                placed_in: None,
+            };
+        };
+        let now = followed.now();
+        PlacedRecords {
+            own,
+            shards: (0..followed.partitions())
+                .filter(|s| *s != shard)
+                .filter_map(|s| Some((s, now.shards.get(s as usize)?.clone())))
+                .collect(),
+            placed_in: Some((shard, followed.partitions())),
+        }
     }
 }
 

@@ -164,6 +164,9 @@ struct Mirrors {
     /// (as a failed connector does not stop a Connect worker); an
     /// operation naming it tries it again, so a file put back is enough.
     unrunnable: BTreeMap<String, NodeError>,
+    /// The spread mirrors this shard should host but cannot, and why: as
+    /// `unrunnable`, described, and tried again by `follow_hosted`.
+    unhostable: BTreeMap<String, NodeError>,
     stopping: bool,
 }
 
@@ -171,6 +174,10 @@ struct Mirrors {
 /// source connection.
 struct Running {
     actor: Addr<MirrorActor>,
+    /// What the actor was started with: a host whose mirror was deleted
+    /// and created again differently, in one read of the follower, is
+    /// started again rather than kept on the old source.
+    config: MirrorConfig,
     board: StatusBoard,
     source: Arc<dyn SourceCluster>,
     retry: RetryPolicy,
@@ -496,12 +503,17 @@ impl Node {
                     e.message
                 ),
             );
-            if !hosted {
-                mirrors.unrunnable.insert(name.to_string(), e.clone());
-            }
+            let failed = if hosted {
+                &mut mirrors.unhostable
+            } else {
+                &mut mirrors.unrunnable
+            };
+            failed.insert(name.to_string(), e.clone());
             e
         })?;
-        if !hosted {
+        if hosted {
+            mirrors.unhostable.remove(name);
+        } else {
             mirrors.unrunnable.remove(name);
         }
         let board = StatusBoard::default();
@@ -529,6 +541,7 @@ impl Node {
             name.to_string(),
             Running {
                 actor,
+                config: config.clone(),
                 board,
                 source,
                 retry,

@@ -3,7 +3,7 @@
 //! boards (no actor is asked, so none busy on a cluster delays them) and
 //! never write to the event log.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use kmirror_events::{MirrorPartitionKey, MirrorStateImage, PartitionState, Translation};
@@ -70,38 +70,18 @@ impl Node {
             let unrunnable = mirrors
                 .unrunnable
                 .iter()
+                .chain(&mirrors.unhostable)
                 .filter(|(name, _)| mirror.is_none_or(|m| m == name.as_str()))
                 .map(|(name, e)| (name.clone(), e.clone()))
                 .collect::<Vec<(String, NodeError)>>();
             (running, unrunnable)
         };
         let image = self.image().await?;
-        // A mirror this node cannot run shows each partition's recorded
-        // state and why nothing runs it.
+        // A mirror (or a spread mirror's host) this node cannot run shows
+        // each partition's recorded state and why nothing runs it.
         let mut out: Vec<PartitionDescription> = unrunnable
             .iter()
-            .flat_map(|(name, e)| {
-                let image = &image;
-                image
-                    .partition_states_of(name)
-                    .map(move |(key, value)| PartitionDescription {
-                        mirror: name.clone(),
-                        topic: image
-                            .topic(&key.topic_id)
-                            .map(|t| t.change.topic_name.clone())
-                            .unwrap_or_default(),
-                        partition: key.partition,
-                        source_offset: -1,
-                        destination_offset: -1,
-                        lag: -1,
-                        state: value.state.kip_name().to_string(),
-                        error: Some(e.to_string()),
-                        last_mirror_epochs: image.last_mirror_epochs(key).cloned(),
-                        failback: image.failback_plan(key).cloned(),
-                        verify: image.verify_result(key).cloned(),
-                        ..Default::default()
-                    })
-            })
+            .flat_map(|(name, e)| self.not_run_here(&image, name, &e.to_string()))
             .collect();
         for (name, board, max_attempts) in running {
             for s in board.statuses() {
@@ -142,6 +122,84 @@ impl Node {
                     }
                     .with_risk(&risk),
                 );
+            }
+        }
+        Ok(out)
+    }
+
+    /// The partitions of `mirror` placed here (all of them, unless it
+    /// spreads) that nothing runs here, each by its recorded state and
+    /// `why`: those with a state recorded here, and those of a topic still
+    /// to be mirrored, which would have one had they started.
+    fn not_run_here(
+        &self,
+        own: &MirrorStateImage,
+        mirror: &str,
+        why: &str,
+    ) -> Vec<PartitionDescription> {
+        // A host reads its mirror's topics where the coordinator keeps them.
+        let coordinator = match own.mirror(mirror) {
+            Some(_) => None,
+            None => self.coordinator_shard(mirror),
+        };
+        let topics = coordinator.as_ref().map_or(own, |c| &c.image);
+        let spread = topics.spreads(mirror);
+        let keys: BTreeSet<MirrorPartitionKey> = own
+            .partition_states_of(mirror)
+            .map(|(k, _)| k.clone())
+            .chain(
+                partitions_of(topics, mirror)
+                    .filter(|(k, to_mirror)| *to_mirror && self.placed_here(k, spread))
+                    .map(|(k, _)| k),
+            )
+            .collect();
+        keys.iter()
+            .map(|key| recorded(topics, own, key, why))
+            .collect()
+    }
+
+    /// The partitions of the spread mirrors this node coordinates that no
+    /// entry of `described` (every node's answer) describes: those whose
+    /// host is starting them, is down, or has not been replaced yet. Each
+    /// by its state as last read where it is placed, and saying so, rather
+    /// than missing from the answer.
+    pub async fn undescribed(
+        &self,
+        described: &[PartitionDescription],
+    ) -> Result<Vec<PartitionDescription>, NodeError> {
+        if self.inner.settings.followed.is_none() {
+            // Nothing spread runs here (`check_runs_spread`).
+            return Ok(Vec::new());
+        }
+        let own = self.image().await?;
+        let seen: BTreeSet<(&str, &str, i32)> = described
+            .iter()
+            .map(|d| (d.mirror.as_str(), d.topic.as_str(), d.partition))
+            .collect();
+        let placed = self.placed_as_read(own.clone());
+        let mut out = Vec::new();
+        for (mirror, _) in own.mirrors().filter(|(m, _)| own.spreads(m)) {
+            let keys = partitions_of(&own, mirror)
+                .filter(|(k, to_mirror)| *to_mirror || placed.of(k).partition_state(k).is_some())
+                .map(|(k, _)| k);
+            for key in keys {
+                let topic = topic_name(&own, &key);
+                if seen.contains(&(mirror.as_str(), topic.as_str(), key.partition)) {
+                    continue;
+                }
+                let shard = kmirror_events::placement_shard(
+                    &key,
+                    true,
+                    self.inner.settings.state_topic_partitions,
+                );
+                out.push(recorded(
+                    &own,
+                    placed.of(&key),
+                    &key,
+                    &format!(
+                        "no node describes this partition now: the owner of state partition {shard}, where it is placed, is starting it, is down or has not been replaced yet; its state as last read there"
+                    ),
+                ));
             }
         }
         Ok(out)
@@ -246,5 +304,57 @@ impl Node {
             }
         }
         out
+    }
+}
+
+/// Every partition of `mirror`'s topics in `topics` (the image that holds
+/// its topic records), and whether its topic is still to be mirrored.
+fn partitions_of<'a>(
+    topics: &'a MirrorStateImage,
+    mirror: &'a str,
+) -> impl Iterator<Item = (MirrorPartitionKey, bool)> + 'a {
+    topics.topics_of(mirror).flat_map(move |t| {
+        let to_mirror = t.change.desired_state != PartitionState::Stopped;
+        (0..t.change.partition_count).map(move |p| {
+            (
+                MirrorPartitionKey::new(mirror, t.change.topic_id, p),
+                to_mirror,
+            )
+        })
+    })
+}
+
+fn topic_name(topics: &MirrorStateImage, key: &MirrorPartitionKey) -> String {
+    topics
+        .topic(&key.topic_id)
+        .map(|t| t.change.topic_name.clone())
+        .unwrap_or_default()
+}
+
+/// `key` described by what is recorded of it (`topics` holds its topic,
+/// `records` its own records), for a partition nothing runs where asked:
+/// no position or lag, since none is measured, and `error` saying why.
+fn recorded(
+    topics: &MirrorStateImage,
+    records: &MirrorStateImage,
+    key: &MirrorPartitionKey,
+    error: &str,
+) -> PartitionDescription {
+    PartitionDescription {
+        mirror: key.mirror_name.clone(),
+        topic: topic_name(topics, key),
+        partition: key.partition,
+        source_offset: -1,
+        destination_offset: -1,
+        lag: -1,
+        state: records
+            .partition_state_or_unknown(key)
+            .kip_name()
+            .to_string(),
+        error: Some(error.to_string()),
+        last_mirror_epochs: records.last_mirror_epochs(key).cloned(),
+        failback: records.failback_plan(key).cloned(),
+        verify: records.verify_result(key).cloned(),
+        ..Default::default()
     }
 }

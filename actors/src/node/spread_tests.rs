@@ -22,9 +22,14 @@ use crate::shards::{Shards, ShardsSpec};
 const SHARDS: i32 = 4;
 const PARTITIONS: i32 = 8;
 const TOPIC_ID: TopicId = TopicId([7; 16]);
+const OTHER_BOOTSTRAP: &str = "memory:9093";
 
 struct Bed {
     source: MemorySource,
+    /// A second source cluster, at `OTHER_BOOTSTRAP`, with the same topic.
+    other: MemorySource,
+    /// The members that cannot reach either source now.
+    cut: Arc<std::sync::Mutex<BTreeSet<String>>>,
     dest: MemoryDestination,
     logs: Vec<Arc<MemLog>>,
     followed: Followed,
@@ -35,6 +40,8 @@ impl Bed {
     fn new() -> Bed {
         let source = MemorySource::new("src");
         source.create_topic("orders", TOPIC_ID, PARTITIONS);
+        let other = MemorySource::new("other");
+        other.create_topic("orders", TOPIC_ID, PARTITIONS);
         let dest = MemoryDestination::new("dst");
         dest.fenced(900);
         let logs: Vec<Arc<MemLog>> = (0..SHARDS).map(|_| Arc::new(MemLog::new())).collect();
@@ -46,6 +53,8 @@ impl Bed {
         );
         Bed {
             source,
+            other,
+            cut: Arc::default(),
             dest,
             logs,
             followed,
@@ -61,13 +70,28 @@ impl Bed {
     /// A node that follows the other shards or not (the daemon's
     /// `cluster.spread_partitions`).
     fn node_following(&self, member: &str, follows: bool) -> Shards {
-        let source = self.source.clone();
-        let logs = self.logs.clone();
+        let (source, other) = (self.source.clone(), self.other.clone());
+        let (logs, cut, me) = (self.logs.clone(), self.cut.clone(), member.to_string());
         Shards::new(ShardsSpec {
             destination: Arc::new(self.dest.clone()),
-            connect_source: Arc::new(move |_| {
-                let source = source.clone();
-                Box::pin(async move { Ok(Arc::new(source) as Arc<dyn SourceCluster>) })
+            connect_source: Arc::new(move |props| {
+                let source = match props.get("bootstrap.servers") {
+                    Some(b) if b == OTHER_BOOTSTRAP => other.clone(),
+                    _ => source.clone(),
+                };
+                let reached = !cut.lock().unwrap().contains(&me);
+                Box::pin(async move {
+                    if !reached {
+                        return Err(crate::kafka::KafkaError::Io {
+                            broker: "memory:9092".into(),
+                            source: std::io::Error::new(
+                                std::io::ErrorKind::ConnectionRefused,
+                                "source unreachable from here",
+                            ),
+                        });
+                    }
+                    Ok(Arc::new(source) as Arc<dyn SourceCluster>)
+                })
             }),
             settings: NodeSettings {
                 refresh_interval: Duration::from_millis(100),
@@ -82,6 +106,16 @@ impl Bed {
                 Box::pin(async move { Ok(log) })
             }),
         })
+    }
+
+    /// Cuts `member` from the sources, or lets it reach them again.
+    fn cut(&self, member: &str, cut: bool) {
+        let mut members = self.cut.lock().unwrap();
+        if cut {
+            members.insert(member.to_string());
+        } else {
+            members.remove(member);
+        }
     }
 
     /// Appends `n` records to every partition of the source.
@@ -130,15 +164,7 @@ impl Bed {
     async fn one_node(&self) -> (Shards, Node) {
         let a = self.node("a");
         a.reconcile(&(0..SHARDS).collect()).await;
-        let coordinator = a.node_for("m").await.unwrap();
-        coordinator
-            .create_mirror("m", spread_props())
-            .await
-            .unwrap();
-        coordinator
-            .start_topics("m", &["orders".into()], &[], None)
-            .await
-            .unwrap();
+        let coordinator = mirror_orders(&a).await;
         (a, coordinator)
     }
 
@@ -147,6 +173,15 @@ impl Bed {
     /// created, spread, and its 3 records per partition copied.
     async fn split(&self) -> (Shards, Shards, i32) {
         self.append(3);
+        let (a, b, moved) = self.two_nodes().await;
+        let coordinator = mirror_orders(&a).await;
+        assert!(spreads(coordinator.image().await.unwrap().mirror("m").unwrap()).unwrap());
+        self.copied(3).await;
+        (a, b, moved)
+    }
+
+    /// [`Bed::split`]'s nodes, with no mirror yet.
+    async fn two_nodes(&self) -> (Shards, Shards, i32) {
         let (a, b) = (self.node("a"), self.node("b"));
         let home = coordinator_partition("m", SHARDS);
         let moved = (0..PARTITIONS)
@@ -156,17 +191,6 @@ impl Bed {
         a.reconcile(&(0..SHARDS).filter(|s| *s != moved).collect())
             .await;
         b.reconcile(&BTreeSet::from([moved])).await;
-        let coordinator = a.node_for("m").await.unwrap();
-        coordinator
-            .create_mirror("m", spread_props())
-            .await
-            .unwrap();
-        assert!(spreads(coordinator.image().await.unwrap().mirror("m").unwrap()).unwrap());
-        coordinator
-            .start_topics("m", &["orders".into()], &[], None)
-            .await
-            .unwrap();
-        self.copied(3).await;
         (a, b, moved)
     }
 
@@ -174,6 +198,21 @@ impl Bed {
         self.follower.abort();
         let _ = self.follower.await;
     }
+}
+
+/// `m` created (spread) on its coordinator among `node`'s shards, and
+/// `orders` started: the coordinator.
+async fn mirror_orders(node: &Shards) -> Node {
+    let coordinator = node.node_for("m").await.unwrap();
+    coordinator
+        .create_mirror("m", spread_props())
+        .await
+        .unwrap();
+    coordinator
+        .start_topics("m", &["orders".into()], &[], None)
+        .await
+        .unwrap();
+    coordinator
 }
 
 fn spread_props() -> BTreeMap<String, String> {
@@ -267,6 +306,163 @@ async fn a_spread_mirror_cannot_be_created_where_its_partitions_could_not_be_hos
     let err = node.create_mirror("m", bad).await.unwrap_err();
     assert_eq!(err.code, "INVALID_CONFIG", "{err:?}");
     node.shutdown().await;
+    bed.close().await;
+}
+
+#[actix::test]
+async fn a_mirror_created_again_with_another_source_is_hosted_from_the_new_one() {
+    let bed = Bed::new();
+    let (a, b, moved) = bed.two_nodes().await;
+    let coordinator = a.node_for("m").await.unwrap();
+    coordinator
+        .create_mirror("m", spread_props())
+        .await
+        .unwrap();
+    let (_, host) = b.nodes().await.pop().unwrap();
+    let hosts = async || host.inner.mirrors.lock().await.hosted.contains_key("m");
+    until(hosts).await;
+    assert!(hosts().await, "b hosts m, created on the first source");
+
+    // Deleted and created again, on the second source, before b's host
+    // reads the delete: the follower may hand it both at once.
+    host.stop_following_hosted().await;
+    coordinator.delete_mirror("m", None).await.unwrap();
+    let mut props = spread_props();
+    props.insert("bootstrap.servers".into(), OTHER_BOOTSTRAP.into());
+    coordinator.create_mirror("m", props).await.unwrap();
+    host.follow_hosted();
+    for p in 0..PARTITIONS {
+        let records = (0..2)
+            .map(|i| record(Some(&format!("k{i}")), Some("new"), 1_000))
+            .collect::<Vec<_>>();
+        bed.other
+            .append(&TopicPartition::new("orders", p), &records, Codec::None);
+    }
+    bed.append(5);
+    coordinator
+        .start_topics("m", &["orders".into()], &[], None)
+        .await
+        .unwrap();
+
+    bed.copied(2).await;
+    for p in 0..PARTITIONS {
+        let values: Vec<_> = bed
+            .dest
+            .records(&TopicPartition::new("orders", p))
+            .iter()
+            .map(|r| r.record.value.clone())
+            .collect();
+        assert!(
+            values.iter().all(|v| v.as_deref() == Some(&b"new"[..])),
+            "partition {p} (placed in {}, b hosts {moved}) is copied from the new source: {values:?}",
+            placement_shard(&key(p), true, SHARDS)
+        );
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+    bed.close().await;
+}
+
+/// The partitions of `m` placed in `shard`.
+fn placed_in(shard: i32) -> Vec<i32> {
+    (0..PARTITIONS)
+        .filter(|p| placement_shard(&key(*p), true, SHARDS) == shard)
+        .collect()
+}
+
+/// Every partition `node`'s shards describe, as (partition, state, error).
+async fn described(node: &Shards) -> Vec<(i32, String, Option<String>)> {
+    let mut all = Vec::new();
+    for (_, n) in node.nodes().await {
+        all.extend(n.describe(None).await.unwrap());
+    }
+    let mut all: Vec<_> = all
+        .into_iter()
+        .map(|d| (d.partition, d.state, d.error))
+        .collect();
+    all.sort();
+    all
+}
+
+#[actix::test]
+async fn a_host_that_cannot_reach_the_source_describes_why_and_hosts_once_it_can() {
+    let bed = Bed::new();
+    bed.append(3);
+    bed.cut("b", true);
+    let (a, b, moved) = bed.two_nodes().await;
+    mirror_orders(&a).await;
+
+    until(async || !described(&b).await.is_empty()).await;
+    let there = described(&b).await;
+    assert_eq!(
+        there.iter().map(|(p, ..)| *p).collect::<Vec<_>>(),
+        placed_in(moved),
+        "b describes the partitions placed in its shard though it cannot run them"
+    );
+    for (p, state, error) in &there {
+        assert_eq!(state, "UNKNOWN", "partition {p} never started");
+        let error = error.as_deref().unwrap_or_default();
+        assert!(
+            error.contains("cannot run on this node") && error.contains("source unreachable"),
+            "partition {p}: {error}"
+        );
+    }
+
+    bed.cut("b", false);
+    bed.copied(3).await;
+    until(async || described(&b).await.iter().all(|(_, _, e)| e.is_none())).await;
+    assert!(
+        described(&b)
+            .await
+            .iter()
+            .all(|(_, state, e)| state == "MIRRORING" && e.is_none()),
+        "b hosts them now: {:?}",
+        described(&b).await
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+    bed.close().await;
+}
+
+#[actix::test]
+async fn a_partition_whose_host_is_down_is_described_by_its_coordinator() {
+    let bed = Bed::new();
+    let (a, b, moved) = bed.split().await;
+    let coordinator = a.node_for("m").await.unwrap();
+    let mut all = Vec::new();
+    for node in [&a, &b] {
+        for (_, n) in node.nodes().await {
+            all.extend(n.describe(None).await.unwrap());
+        }
+    }
+    assert_eq!(all.len(), PARTITIONS as usize);
+    let none = coordinator.undescribed(&all).await.unwrap();
+    assert!(none.is_empty(), "every partition is described: {none:?}");
+
+    // b is down: its partitions are described by nobody but the coordinator.
+    freeze(&b).await;
+    let mut seen = Vec::new();
+    for (_, n) in a.nodes().await {
+        seen.extend(n.describe(None).await.unwrap());
+    }
+    let filled = coordinator.undescribed(&seen).await.unwrap();
+    let mut partitions: Vec<i32> = filled.iter().map(|d| d.partition).collect();
+    partitions.sort();
+    assert_eq!(partitions, placed_in(moved));
+    for d in &filled {
+        assert_eq!(
+            (d.topic.as_str(), d.state.as_str()),
+            ("orders", "MIRRORING"),
+            "{d:?}"
+        );
+        assert_eq!(d.source_offset, -1, "{d:?}");
+        let error = d.error.as_deref().unwrap_or_default();
+        assert!(
+            error.contains(&format!("state partition {moved}")),
+            "{error}"
+        );
+    }
+    a.shutdown().await;
     bed.close().await;
 }
 

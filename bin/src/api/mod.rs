@@ -258,7 +258,7 @@ async fn describe_one(
     let asked = mirror.clone();
     // `None`: a spread mirror, described below.
     let own = node
-        .run(here, |n| async move {
+        .run(here.clone(), |n| async move {
             if n.spreads(&asked).await? {
                 return Ok(None);
             }
@@ -279,10 +279,32 @@ async fn describe_one(
         |n| async move { n.describe(None).await },
     )
     .await?;
+    let all = with_undescribed(&node, vec![here], all).await?;
     failed_only(
         all.into_iter().filter(|p| p.mirror == mirror).collect(),
         query.failed,
     )
+}
+
+/// `described` (every node's answer) and the partitions of spread mirrors
+/// no node described, from those of `coordinators` that coordinate them
+/// (`Node::undescribed`): a partition is shown, not missing, while its
+/// host is down or starting it.
+async fn with_undescribed(
+    node: &NodeHandle,
+    coordinators: Vec<Node>,
+    mut described: Vec<PartitionDescription>,
+) -> Result<Vec<PartitionDescription>, ApiError> {
+    let mut missing = Vec::new();
+    for here in coordinators {
+        let seen = described.clone();
+        missing.extend(
+            node.run(here, |n| async move { n.undescribed(&seen).await })
+                .await??,
+        );
+    }
+    described.extend(missing);
+    Ok(described)
 }
 
 /// Every partition of every mirror: this node's shards and, fanned out,
@@ -292,7 +314,7 @@ async fn describe_all(
     req: HttpRequest,
     query: Query<DescribeQuery>,
 ) -> Reply {
-    let mut partitions: Vec<PartitionDescription> = gather(
+    let partitions: Vec<PartitionDescription> = gather(
         &node,
         &req,
         node.peers(&req),
@@ -300,6 +322,13 @@ async fn describe_all(
         |n| async move { n.describe(None).await },
     )
     .await?;
+    // A fan-out's part answers for its node only; whoever gathered fills in.
+    let coordinators = if route::forwarded(&req) {
+        Vec::new()
+    } else {
+        node.locals().await
+    };
+    let mut partitions = with_undescribed(&node, coordinators, partitions).await?;
     partitions.sort_by(|a, b| {
         (&a.mirror, &a.topic, a.partition).cmp(&(&b.mirror, &b.topic, b.partition))
     });

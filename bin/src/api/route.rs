@@ -127,7 +127,7 @@ impl NodeHandle {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
-        if req.headers().contains_key(FORWARDED) {
+        if forwarded(req) {
             return Err(ApiError(NodeError::new(
                 "NOT_COORDINATOR",
                 format!("this node does not coordinate mirror {mirror:?} (state partition {shard}); {} does", owner.url),
@@ -152,7 +152,7 @@ impl NodeHandle {
     /// The other nodes' admin URLs, for a request this node did not get
     /// forwarded (a fan-out's own parts are not fanned out again).
     pub(super) fn peers(&self, req: &HttpRequest) -> Vec<String> {
-        if req.headers().contains_key(FORWARDED) {
+        if forwarded(req) {
             return Vec::new();
         }
         self.other_members()
@@ -213,6 +213,11 @@ impl NodeHandle {
             ))
         })
     }
+}
+
+/// Whether `req` came from another node (a forward, or a fan-out's part).
+pub(super) fn forwarded(req: &HttpRequest) -> bool {
+    req.headers().contains_key(FORWARDED)
 }
 
 /// Sends `req` (with `body`, JSON) to `peer` and answers with its answer.

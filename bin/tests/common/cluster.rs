@@ -30,11 +30,23 @@ pub fn start_node_with(
     state_topic: &str,
     more: &str,
 ) -> Daemon {
+    start_node_env(dir, destination, cluster, state_topic, more, &[])
+}
+
+/// [`start_node_with`] with `env` added to the node's environment.
+pub fn start_node_env(
+    dir: &Path,
+    destination: &str,
+    cluster: &str,
+    state_topic: &str,
+    more: &str,
+    env: &[(&str, &str)],
+) -> Daemon {
     let port = free_port();
     let text = format!(
         "admin_listen = \"127.0.0.1:{port}\"\nmetadata_refresh_interval_ms = 1000\nstate_topic = \"{state_topic}\"\nstate_topic_num_partitions = {SHARDS}\n[destination]\nbootstrap_servers = \"{destination}\"\n[cluster]\nid = \"{cluster}\"\nsession_timeout_ms = {SESSION_MS}\nheartbeat_interval_ms = 1000\n{more}"
     );
-    Daemon::start_config(dir, port, &text)
+    Daemon::start_config_env(dir, port, &text, env)
 }
 
 /// The last `lines` lines of a node's log below DEBUG, oldest first: what a

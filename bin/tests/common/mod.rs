@@ -78,6 +78,11 @@ impl Daemon {
     /// lines go to `dir/daemon.log` (a pipe nobody reads would fill up and
     /// stall it).
     pub fn start_config(dir: &Path, port: u16, text: &str) -> Daemon {
+        Daemon::start_config_env(dir, port, text, &[])
+    }
+
+    /// [`Daemon::start_config`] with `env` added to its environment.
+    pub fn start_config_env(dir: &Path, port: u16, text: &str, env: &[(&str, &str)]) -> Daemon {
         let config = dir.join("kmirror.toml");
         std::fs::write(&config, text).unwrap();
         let log_path = dir.join("daemon.log");
@@ -89,6 +94,7 @@ impl Daemon {
         let child = Command::new(KMIRROR)
             .args(["daemon", "--config", config.to_str().unwrap()])
             .env("KMIRROR_LOG_FORMAT", "json")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
