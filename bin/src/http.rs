@@ -124,6 +124,14 @@ impl BaseUrl {
         self
     }
 
+    /// The same URL, waiting exactly `timeout` for an answer, however
+    /// short: a node forwarding or fanning out to another knows how long
+    /// it may wait (a hung peer must not hold up every node's answer).
+    pub fn with_exact_read_timeout(mut self, timeout: Duration) -> Self {
+        self.read_timeout = timeout;
+        self
+    }
+
     /// Sends one request; `body` is JSON. Errors are transport errors only:
     /// any HTTP status is a `Response`.
     pub fn request(

@@ -196,16 +196,6 @@ fn clustered_nodes_share_the_work_and_take_over_a_killed_one() {
     }
 }
 
-/// Sends `signal` to a daemon.
-fn signal(daemon: &Daemon, signal: &str) {
-    let pid = daemon.child.id().to_string();
-    assert!(std::process::Command::new("kill")
-        .args([signal, &pid])
-        .status()
-        .unwrap()
-        .success());
-}
-
 #[test]
 fn a_stopped_node_lands_nothing_after_its_work_was_taken_over() {
     let cluster = unique("kz");
@@ -232,18 +222,7 @@ fn a_stopped_node_lands_nothing_after_its_work_was_taken_over() {
     ]);
     // A producer writes all along: the stopped node's pumps have records
     // to copy the moment it runs again.
-    let writing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let producer = {
-        let (writing, topic) = (writing.clone(), topic.clone());
-        std::thread::spawn(move || {
-            let mut n = 0;
-            while writing.load(std::sync::atomic::Ordering::SeqCst) {
-                produce(&topic, n, n + 200);
-                n += 200;
-            }
-            n
-        })
-    };
+    let producer = Batches::start(&topic);
     wait_for("the mirror copying", || {
         mirrored_at_least(&nodes[1], &mirror, 200)
     });
@@ -276,8 +255,7 @@ fn a_stopped_node_lands_nothing_after_its_work_was_taken_over() {
     wait_for("the stopped node back as a member", || {
         settled(&nodes[other], 3)
     });
-    writing.store(false, std::sync::atomic::Ordering::SeqCst);
-    let produced = producer.join().unwrap() as i64;
+    let produced = producer.stop();
     let deadline = Instant::now() + Duration::from_secs(90);
     while !mirrored(&nodes[other], &mirror, 2, produced) {
         assert!(Instant::now() < deadline, "not caught up within 90 s");
@@ -294,18 +272,6 @@ fn a_stopped_node_lands_nothing_after_its_work_was_taken_over() {
     for n in nodes {
         assert_eq!(n.terminate().code(), Some(0));
     }
-}
-
-/// At least `records` source records mirrored, whatever the states.
-fn mirrored_at_least(daemon: &Daemon, mirror: &str, records: i64) -> bool {
-    let (status, body) = daemon.http("GET", &format!("/mirrors/{mirror}/partitions"), None);
-    status == 200
-        && serde_json::from_str::<Vec<Value>>(&body)
-            .unwrap_or_default()
-            .iter()
-            .map(|p| p["source_offset"].as_i64().unwrap_or(0).max(0))
-            .sum::<i64>()
-            >= records
 }
 
 /// A source that takes SASL/SCRAM only: the mirror's password is a

@@ -243,3 +243,106 @@ fn unhostable_partitions_are_described_with_the_reason(
         stdout(&out)
     );
 }
+
+/// SIGSTOP a node that hosts partitions of a spread mirror it does not
+/// coordinate, past the session timeout, under a continuous producer: the
+/// others take its shards and fence the partitions it hosted (read from
+/// the coordinator's shard, `hosted_writable`); when it runs again,
+/// nothing it still had to send lands — the broker refuses it — it joins
+/// again, and the copy is exact.
+#[test]
+fn a_stopped_host_lands_nothing_after_its_partitions_were_taken_over() {
+    let cluster = unique("kt");
+    let state_topic = unique("__kmirror_state_t");
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes: Vec<Daemon> = dirs
+        .iter()
+        .map(|d| {
+            start_node_with(
+                d.path(),
+                &bed().destination,
+                &cluster,
+                &state_topic,
+                "spread_partitions = true\n",
+            )
+        })
+        .collect();
+    wait_for("three members owning every shard", || settled(&nodes[0], 3));
+    let (topic, count) = (unique("stopped"), 12);
+    create_topic(&bed().source, &topic, count as u32, &[]);
+    let props = dirs[0].path().join("spread.properties");
+    std::fs::write(
+        &props,
+        format!(
+            "bootstrap.servers={}\nmirror.partitions.spread=true\n",
+            bed().source
+        ),
+    )
+    .unwrap();
+    let mirror = unique("tm");
+    nodes[0].mirror_topics(&mirror, props.to_str().unwrap(), &topic);
+    let producer = Batches::start(&topic);
+    wait_for("the mirror copying", || {
+        mirrored_at_least(&nodes[1], &mirror, 200)
+    });
+
+    // The host to stop: not the coordinator, the one running the most.
+    let coordinator = owner_port(&nodes[0], &mirror);
+    let stopped = (0..3)
+        .filter(|&i| nodes[i].port != coordinator)
+        .max_by_key(|&i| runs_here(&nodes[i], &mirror))
+        .unwrap();
+    let hosted = runs_here(&nodes[stopped], &mirror);
+    assert!(hosted > 0, "the node to stop hosts partitions");
+    let other = (0..3).find(|&i| i != stopped).unwrap();
+    let before = copied(&nodes[other], &mirror);
+    signal(&nodes[stopped], "-STOP");
+    let paused = std::time::Instant::now();
+    // A describe while it is silent but still a member answers, without
+    // it: its partitions from their recorded state.
+    let parts = partitions(&nodes[other], &mirror);
+    println!(
+        "a describe while a member is silent answered in {:.1} s",
+        paused.elapsed().as_secs_f64()
+    );
+    assert_eq!(parts.len(), count as usize, "{parts:?}");
+    wait_for("the stopped node out of the group", || {
+        json(&nodes[other], "/cluster").is_some_and(|s| s["members"].as_array().unwrap().len() == 2)
+    });
+    println!(
+        "the stopped host was out after {:.1} s (session timeout {} s)",
+        paused.elapsed().as_secs_f64(),
+        SESSION_MS / 1000
+    );
+    // A describe meanwhile waits a few seconds for the silent node, and
+    // shows its partitions from their recorded state.
+    wait_for("the others owning every shard and copying on", || {
+        settled(&nodes[other], 2) && copied(&nodes[other], &mirror) > before + 400
+    });
+    println!(
+        "its {hosted} partitions copying elsewhere after {:.1} s",
+        paused.elapsed().as_secs_f64()
+    );
+    signal(&nodes[stopped], "-CONT");
+    wait_for("the stopped node back as a member", || {
+        settled(&nodes[other], 3)
+    });
+    let produced = producer.stop();
+    wait_for("everything mirrored", || {
+        mirrored(&nodes[other], &mirror, count as usize, produced)
+    });
+    assert_copy_exact(&topic, count);
+    let markers = assert_no_write_after_a_fence(&topic, count);
+    let log = std::fs::read_to_string(dirs[stopped].path().join("daemon.log")).unwrap();
+    println!(
+        "{produced} records mirrored exactly; {markers} fence markers; the stopped host was refused by the broker {} time(s)",
+        log.matches("another node owns this partition now").count()
+    );
+    assert!(
+        markers >= hosted,
+        "each partition the stopped host ran was fenced: {markers} markers, {hosted} hosted"
+    );
+    for n in nodes {
+        assert_eq!(n.terminate().code(), Some(0));
+    }
+}

@@ -30,7 +30,7 @@ use body::Body;
 use error::{body_error, Reply};
 pub use error::{ApiError, MAX_BODY_BYTES};
 pub use route::NodeHandle;
-use route::{fan_out, forward, to_json, Owner};
+use route::{fan_out_each, forward, to_json, Owner};
 use serde::{Deserialize, Serialize};
 
 /// The largest `sample` a verify takes per partition: each sampled offset
@@ -176,7 +176,7 @@ async fn list(node: Data<NodeHandle>, req: HttpRequest) -> Reply {
 }
 
 /// Every node's answer to a listing: this process's nodes through `local`,
-/// `peers` through `path`.
+/// `peers` through `path`; a peer's error fails it.
 async fn gather<T, F, Fut>(
     node: &NodeHandle,
     req: &HttpRequest,
@@ -189,12 +189,33 @@ where
     F: Fn(Node) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = Result<Vec<T>, NodeError>> + 'static,
 {
+    let (all, silent) = gather_each(node, req, peers, path, local).await?;
+    match silent.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(all),
+    }
+}
+
+/// [`gather`], and the error of each peer that gave no answer.
+async fn gather_each<T, F, Fut>(
+    node: &NodeHandle,
+    req: &HttpRequest,
+    peers: Vec<String>,
+    path: &str,
+    local: F,
+) -> Result<(Vec<T>, Vec<ApiError>), ApiError>
+where
+    T: serde::de::DeserializeOwned + Send + 'static,
+    F: Fn(Node) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<Vec<T>, NodeError>> + 'static,
+{
     let mut all = Vec::new();
     for here in node.locals().await {
         all.extend(node.run(here, local.clone()).await??);
     }
-    all.extend(fan_out::<T>(node, req, peers, path).await?);
-    Ok(all)
+    let (theirs, silent) = fan_out_each::<T>(node, req, peers, path).await;
+    all.extend(theirs);
+    Ok((all, silent))
 }
 
 async fn create(node: Data<NodeHandle>, req: HttpRequest, body: Body<CreateBody>) -> Reply {
@@ -270,8 +291,9 @@ async fn describe_one(
     }
     // A spread mirror's partitions run wherever their keys place them:
     // every node's, as `/partitions` gathers them — asked of every other
-    // member even when this request was forwarded here.
-    let all = gather(
+    // member even when this request was forwarded here. A member that
+    // does not answer hides none: its partitions are filled in below.
+    let (all, silent) = gather_each(
         &node,
         &req,
         node.other_members(),
@@ -279,6 +301,9 @@ async fn describe_one(
         |n| async move { n.describe(None).await },
     )
     .await?;
+    for e in silent {
+        tracing::warn!(mirror = %mirror, error = %e.0, "a node did not describe its partitions; its coordinator describes them");
+    }
     let all = with_undescribed(&node, vec![here], all).await?;
     failed_only(
         all.into_iter().filter(|p| p.mirror == mirror).collect(),

@@ -67,6 +67,10 @@ const SHARD_LOAD_WAIT: Duration = Duration::from_secs(30);
 /// How long a forwarded request may take (a stop waits for its partitions).
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
+/// How long a read fanned out to every node waits for each (see
+/// [`fan_out_each`]).
+const FAN_OUT_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl NodeHandle {
     /// Must be called on the arbiter the node was started on.
     pub fn new(node: Node) -> Self {
@@ -229,6 +233,7 @@ pub(super) async fn forward(peer: &Peer, req: &HttpRequest, body: Option<Vec<u8>
         req.method().as_str(),
         &path_and_query(req),
         body,
+        FORWARD_TIMEOUT,
     )
     .await?;
     Ok(HttpResponse::build(
@@ -261,6 +266,7 @@ async fn call_peer(
     method: &str,
     path: &str,
     body: Option<Vec<u8>>,
+    read_timeout: Duration,
 ) -> Result<crate::http::Response, ApiError> {
     let unreachable = |e: String| {
         ApiError(NodeError::new(
@@ -274,7 +280,7 @@ async fn call_peer(
         .unwrap_or_default();
     let base = crate::http::BaseUrl::parse(url)
         .map_err(unreachable)?
-        .with_read_timeout(FORWARD_TIMEOUT)
+        .with_exact_read_timeout(read_timeout)
         .with_auth(auth);
     let (method, path) = (method.to_owned(), path.to_owned());
     tokio::task::spawn_blocking(move || {
@@ -286,19 +292,21 @@ async fn call_peer(
     .map_err(|e| unreachable(e.message))
 }
 
-/// Every other node's answer to `path`, decoded; an error answer or an
-/// unreachable node fails the whole listing (a partial one would hide
-/// mirrors).
-pub(super) async fn fan_out<T: serde::de::DeserializeOwned>(
+/// Every other node's answer to `path`, decoded, asked all at once; and
+/// the error of each node that gave none (an error answer, an unreachable
+/// node: a listing then fails, as a partial one would hide mirrors). A node that does not answer
+/// within [`FAN_OUT_TIMEOUT`] (a hung or SIGSTOPped process, whose kernel
+/// still accepts the connection) is one such: a read fanned out waits
+/// seconds for it, not a forward's half hour.
+pub(super) async fn fan_out_each<T: serde::de::DeserializeOwned>(
     node: &NodeHandle,
     req: &HttpRequest,
     peers: Vec<String>,
     path: &str,
-) -> Result<Vec<T>, ApiError> {
-    let mut all = Vec::new();
+) -> (Vec<T>, Vec<ApiError>) {
     let generation = node.status().map_or(-1, |s| s.generation);
-    for url in peers {
-        let response = call_peer(req, &url, generation, "GET", path, None).await?;
+    let answers = futures_util::future::join_all(peers.iter().map(|url| async move {
+        let response = call_peer(req, url, generation, "GET", path, None, FAN_OUT_TIMEOUT).await?;
         if response.status != 200 {
             let error = serde_json::from_slice::<NodeError>(&response.body).unwrap_or_else(|_| {
                 NodeError::new(
@@ -308,15 +316,22 @@ pub(super) async fn fan_out<T: serde::de::DeserializeOwned>(
             });
             return Err(ApiError(error));
         }
-        let part: Vec<T> = serde_json::from_slice(&response.body).map_err(|e| {
+        serde_json::from_slice::<Vec<T>>(&response.body).map_err(|e| {
             ApiError(NodeError::new(
                 "COORDINATOR_NOT_AVAILABLE",
                 format!("{url}{path} answered something else: {e}"),
             ))
-        })?;
-        all.extend(part);
+        })
+    }))
+    .await;
+    let (mut all, mut errors) = (Vec::new(), Vec::new());
+    for answer in answers {
+        match answer {
+            Ok(part) => all.extend(part),
+            Err(e) => errors.push(e),
+        }
     }
-    Ok(all)
+    (all, errors)
 }
 
 pub(super) fn to_json<T: Serialize>(body: &T) -> Option<Vec<u8>> {

@@ -201,6 +201,62 @@ pub fn mirrored(daemon: &Daemon, mirror: &str, partitions: usize, records: i64) 
             == records
 }
 
+/// At least `records` source records mirrored, whatever the states.
+pub fn mirrored_at_least(daemon: &Daemon, mirror: &str, records: i64) -> bool {
+    copied(daemon, mirror) >= records
+}
+
+/// Source records copied of `mirror`, as `daemon` describes it (nothing
+/// if it does not answer; a partition no node runs counts nothing).
+pub fn copied(daemon: &Daemon, mirror: &str) -> i64 {
+    json(daemon, &format!("/mirrors/{mirror}/partitions"))
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|p| p["source_offset"].as_i64().unwrap_or(0).max(0))
+        .sum()
+}
+
+/// Batches of 200 records produced to a topic one after another, by
+/// Kafka's console producer, until stopped: records to copy at any moment.
+pub struct Batches {
+    writing: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<usize>,
+}
+
+impl Batches {
+    pub fn start(topic: &str) -> Batches {
+        let writing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let (still, topic) = (writing.clone(), topic.to_string());
+        let thread = std::thread::spawn(move || {
+            let mut n = 0;
+            while still.load(std::sync::atomic::Ordering::SeqCst) {
+                super::produce(&topic, n, n + 200);
+                n += 200;
+            }
+            n
+        });
+        Batches { writing, thread }
+    }
+
+    /// Ends the producing after the batch under way: how many records.
+    pub fn stop(self) -> i64 {
+        self.writing
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        self.thread.join().unwrap() as i64
+    }
+}
+
+/// Sends `signal` to a daemon.
+pub fn signal(daemon: &Daemon, signal: &str) {
+    let pid = daemon.child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args([signal, &pid])
+        .status()
+        .unwrap()
+        .success());
+}
+
 pub fn node(nodes: &[Option<Daemon>], i: usize) -> &Daemon {
     nodes[i].as_ref().expect("a running node")
 }
