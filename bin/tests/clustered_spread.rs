@@ -107,6 +107,15 @@ fn a_spread_mirror_runs_on_every_node_and_survives_the_loss_of_one() {
 
     unhostable_partitions_are_described_with_the_reason(&nodes, dirs[0].path());
 
+    // Recover asks every node for the FAILED partitions it hosts: none here.
+    let out =
+        node(&nodes, 2).cli_ok(&["mirror", "recover", "--mirror", &mirror, "--topics", &topic]);
+    assert!(
+        stdout(&out).contains("no FAILED partition to recover"),
+        "{}",
+        stdout(&out)
+    );
+
     // A source group's offsets reach the destination for every partition,
     // each translated through the map of the shard it is placed in, as
     // Kafka's own tools read them on both sides.
@@ -257,30 +266,11 @@ fn a_stopped_host_lands_nothing_after_its_partitions_were_taken_over() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let nodes: Vec<Daemon> = dirs
         .iter()
-        .map(|d| {
-            start_node_with(
-                d.path(),
-                &bed().destination,
-                &cluster,
-                &state_topic,
-                "spread_partitions = true\n",
-            )
-        })
+        .map(|d| start_spread_node(d.path(), &cluster, &state_topic))
         .collect();
     wait_for("three members owning every shard", || settled(&nodes[0], 3));
-    let (topic, count) = (unique("stopped"), 12);
-    create_topic(&bed().source, &topic, count as u32, &[]);
-    let props = dirs[0].path().join("spread.properties");
-    std::fs::write(
-        &props,
-        format!(
-            "bootstrap.servers={}\nmirror.partitions.spread=true\n",
-            bed().source
-        ),
-    )
-    .unwrap();
-    let mirror = unique("tm");
-    nodes[0].mirror_topics(&mirror, props.to_str().unwrap(), &topic);
+    let count = 12;
+    let (topic, mirror) = spread_mirror_of(&nodes[0], dirs[0].path(), count);
     let producer = Batches::start(&topic);
     wait_for("the mirror copying", || {
         mirrored_at_least(&nodes[1], &mirror, 200)
@@ -345,4 +335,87 @@ fn a_stopped_host_lands_nothing_after_its_partitions_were_taken_over() {
     for n in nodes {
         assert_eq!(n.terminate().code(), Some(0));
     }
+}
+
+/// A rolling restart (SIGTERM one node at a time, started again) under a
+/// continuous producer, with one spread mirror on three nodes: each node
+/// releases its shards before it leaves, so the partitions it hosted move
+/// without a fence marker, and the copy is exact.
+#[test]
+fn a_rolling_restart_moves_a_spread_mirror_without_a_marker() {
+    let cluster = unique("kr");
+    let state_topic = unique("__kmirror_state_r");
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let start = |i: usize| start_spread_node(dirs[i].path(), &cluster, &state_topic);
+    let mut nodes: Vec<Option<Daemon>> = (0..3).map(|i| Some(start(i))).collect();
+    wait_for("three members owning every shard", || {
+        settled(node(&nodes, 0), 3)
+    });
+    let count = 12;
+    let (topic, mirror) = spread_mirror_of(node(&nodes, 0), dirs[0].path(), count);
+    let producer = Batches::start(&topic);
+    wait_for("the mirror copying", || {
+        mirrored_at_least(node(&nodes, 1), &mirror, 200)
+    });
+    for i in 0..3 {
+        let other = (i + 1) % 3;
+        let ran = runs_here(node(&nodes, i), &mirror);
+        let stopped = std::time::Instant::now();
+        assert_eq!(nodes[i].take().unwrap().terminate().code(), Some(0));
+        let before = copied(node(&nodes, other), &mirror);
+        wait_for(&format!("node {i}'s work taken over"), || {
+            settled(node(&nodes, other), 2) && copied(node(&nodes, other), &mirror) > before + 400
+        });
+        println!(
+            "node {i} (ran {ran} partitions) stopped: copying on without it after {:.1} s",
+            stopped.elapsed().as_secs_f64()
+        );
+        nodes[i] = Some(start(i));
+        wait_for(&format!("node {i} back"), || {
+            settled(node(&nodes, other), 3)
+        });
+    }
+    let produced = producer.stop();
+    wait_for("everything mirrored", || {
+        mirrored(node(&nodes, 0), &mirror, count as usize, produced)
+    });
+    assert_copy_exact(&topic, count);
+    let markers = assert_no_write_after_a_fence(&topic, count);
+    println!(
+        "{produced} records mirrored exactly through a rolling restart; {markers} fence markers"
+    );
+    assert_eq!(markers, 0, "every handover was clean");
+    for n in nodes.into_iter().flatten() {
+        assert_eq!(n.terminate().code(), Some(0));
+    }
+}
+
+/// A node of `cluster` that runs spread mirrors.
+fn start_spread_node(dir: &std::path::Path, cluster: &str, state_topic: &str) -> Daemon {
+    start_node_with(
+        dir,
+        &bed().destination,
+        cluster,
+        state_topic,
+        "spread_partitions = true\n",
+    )
+}
+
+/// A topic of `count` partitions on the source and a spread mirror of it,
+/// created and started through `daemon`: (topic, mirror).
+fn spread_mirror_of(daemon: &Daemon, dir: &std::path::Path, count: i32) -> (String, String) {
+    let topic = unique("spread");
+    create_topic(&bed().source, &topic, count as u32, &[]);
+    let props = dir.join("spread.properties");
+    std::fs::write(
+        &props,
+        format!(
+            "bootstrap.servers={}\nmirror.partitions.spread=true\n",
+            bed().source
+        ),
+    )
+    .unwrap();
+    let mirror = unique("sm");
+    daemon.mirror_topics(&mirror, props.to_str().unwrap(), &topic);
+    (topic, mirror)
 }

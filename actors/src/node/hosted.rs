@@ -36,7 +36,7 @@ impl Node {
 
     /// This shard and what it follows of the others, in a clustered daemon
     /// that follows them.
-    fn follows(&self) -> Option<(i32, &Followed)> {
+    pub(super) fn follows(&self) -> Option<(i32, &Followed)> {
         let s = &self.inner.settings;
         Some((s.shard?, s.followed.as_ref()?))
     }
@@ -143,8 +143,9 @@ impl Node {
             loop {
                 let state = changes.borrow_and_update().clone();
                 node.reconcile_hosted(&state).await;
-                // A host that could not start (its source unreachable from
-                // here) is tried again though nothing changed.
+                // A host that could not start (a source client this node
+                // cannot make: a reference that does not resolve here) is
+                // tried again though nothing changed.
                 let retry = tokio::time::timeout(RETRY_HOSTING, changes.changed());
                 if let Ok(Err(_)) = retry.await {
                     return;
@@ -228,9 +229,27 @@ impl Node {
             .cloned()
             .collect();
         for (name, config) in wanted.into_iter().filter(|(n, _)| !hosted.contains(n)) {
-            // `run_as` keeps the reason among the unhostable, described.
-            if let Err(e) = self.run_as(&name, &config, true).await {
-                tracing::warn!(mirror = %name, error = %e, "spread mirror not hosted here");
+            let before = self
+                .inner
+                .mirrors
+                .lock()
+                .await
+                .unhostable
+                .get(&name)
+                .cloned();
+            // `run_as` keeps the reason among the unhostable, described;
+            // the log says it once, not on every try.
+            match self.run_as(&name, &config, true).await {
+                Err(e) if before.as_ref() != Some(&e) => {
+                    tracing::warn!(mirror = %name, error = %e, "spread mirror not hosted here")
+                }
+                Err(e) => {
+                    tracing::debug!(mirror = %name, error = %e, "spread mirror still not hosted here")
+                }
+                Ok(()) if before.is_some() => {
+                    tracing::info!(mirror = %name, "spread mirror hosted here now")
+                }
+                Ok(()) => {}
             }
         }
     }
@@ -354,6 +373,38 @@ impl Node {
         })
     }
 
+    /// `--recover` of the partitions of `mirror` (spread, coordinated by
+    /// another shard) this node hosts: the FAILED ones of `topics`, named
+    /// as in the coordinator's shard, go back to their PreviousState. Each
+    /// records it in this shard, where the partition is placed; nothing
+    /// hosted here, nothing to do.
+    pub async fn recover_hosted(
+        &self,
+        mirror: &str,
+        topics: &[String],
+    ) -> Result<Vec<String>, NodeError> {
+        let actor = {
+            let mirrors = self.inner.mirrors.lock().await;
+            match mirrors.hosted.get(mirror) {
+                Some(running) => running.actor.clone(),
+                None => return Ok(Vec::new()),
+            }
+        };
+        let coordinator = self.coordinator_shard(mirror).ok_or_else(|| {
+            NodeError::new(
+                "COORDINATOR_NOT_AVAILABLE",
+                format!("the state partition coordinating {mirror:?} is not read here yet"),
+            )
+        })?;
+        let found = Self::resolve(&coordinator.image, mirror, topics)?;
+        actor
+            .send(crate::mirror::RecoverTopics(
+                found.into_iter().map(|(id, _)| id).collect(),
+            ))
+            .await
+            .map_err(super::unavailable)
+    }
+
     /// Refuses `doing` for a spread mirror: an operation that would see
     /// only the partitions placed in the coordinator's shard, or act on
     /// them alone, and is not built across shards yet (ARCHITECTURE.md,
@@ -433,7 +484,7 @@ impl Node {
     }
 
     /// [`Node::placed_records`] of a spread mirror as every shard was last
-    /// read, waiting on none: for a description, which says so.
+    /// read to its end, waiting on none: for a description, which says so.
     pub(super) fn placed_as_read(&self, own: Arc<MirrorStateImage>) -> PlacedRecords {
         let Some((shard, followed)) = self.follows() else {
             return PlacedRecords {
@@ -445,9 +496,11 @@ impl Node {
         let now = followed.now();
         PlacedRecords {
             own,
+            // A shard being read again holds part of its log: none of it.
             shards: (0..followed.partitions())
                 .filter(|s| *s != shard)
                 .filter_map(|s| Some((s, now.shards.get(s as usize)?.clone())))
+                .filter(|(_, read)| read.caught_up())
                 .collect(),
             placed_in: Some((shard, followed.partitions())),
         }

@@ -484,7 +484,9 @@ impl Node {
     }
 
     /// `--recover`: FAILED partitions of these topics go back to their
-    /// PreviousState with the retry count cleared.
+    /// PreviousState with the retry count cleared. Those this node runs: a
+    /// spread mirror's hosts recover theirs when asked (the API asks every
+    /// node, [`Node::recover_hosted`]).
     pub async fn recover_topics(
         &self,
         mirror: &str,
@@ -492,7 +494,6 @@ impl Node {
     ) -> Result<OperationReport, NodeError> {
         let (actor, _) = self.running(mirror).await?;
         let image = self.image().await?;
-        Self::refuse_spread(&image, mirror, "recover")?;
         let found = Self::resolve(&image, mirror, topics)?;
         let recovered = actor
             .send(RecoverTopics(found.iter().map(|(id, _)| *id).collect()))

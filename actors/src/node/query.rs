@@ -6,7 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use kmirror_events::{MirrorPartitionKey, MirrorStateImage, PartitionState, Translation};
+use kmirror_events::{
+    coordinator_partition, MirrorPartitionKey, MirrorStateImage, PartitionState, Translation,
+};
 use kmirror_store::EventLog;
 
 use super::{MirrorListing, Node, NodeError, NodeMetrics, OffsetTranslation, PartitionDescription};
@@ -137,10 +139,15 @@ impl Node {
         mirror: &str,
         why: &str,
     ) -> Vec<PartitionDescription> {
-        // A host reads its mirror's topics where the coordinator keeps them.
+        // A host reads its mirror's topics where the coordinator keeps them;
+        // until that shard is read to its end (the coordinator describes
+        // them meanwhile: `undescribed`), names it has none to give.
         let coordinator = match own.mirror(mirror) {
             Some(_) => None,
-            None => self.coordinator_shard(mirror),
+            None => match self.coordinator_shard(mirror) {
+                Some(read) if read.caught_up() => Some(read),
+                _ => return Vec::new(),
+            },
         };
         let topics = coordinator.as_ref().map_or(own, |c| &c.image);
         let spread = topics.spreads(mirror);
@@ -158,48 +165,64 @@ impl Node {
             .collect()
     }
 
-    /// The partitions of the spread mirrors this node coordinates that no
-    /// entry of `described` (every node's answer) describes: those whose
-    /// host is starting them, is down, or has not been replaced yet. Each
-    /// by its state as last read where it is placed, and saying so, rather
-    /// than missing from the answer.
+    /// The partitions of spread mirrors that no entry of `described`
+    /// (every node's answer) describes: those whose host is starting them,
+    /// is down, has not been replaced yet, or did not answer (`silent`,
+    /// why). Each by its state as last read where it is placed, and saying
+    /// so, rather than missing from the answer. Every mirror coordinated in
+    /// a shard this node reads (its own, and the others it follows, read
+    /// to their ends), so whichever node gathered the answer fills it in.
     pub async fn undescribed(
         &self,
         described: &[PartitionDescription],
+        silent: &[String],
     ) -> Result<Vec<PartitionDescription>, NodeError> {
-        if self.inner.settings.followed.is_none() {
+        let Some((shard, followed)) = self.follows() else {
             // Nothing spread runs here (`check_runs_spread`).
             return Ok(Vec::new());
-        }
+        };
         let own = self.image().await?;
+        let (now, partitions) = (followed.now(), followed.partitions());
         let seen: BTreeSet<(&str, &str, i32)> = described
             .iter()
             .map(|d| (d.mirror.as_str(), d.topic.as_str(), d.partition))
             .collect();
         let placed = self.placed_as_read(own.clone());
+        let silent = match silent {
+            [] => String::new(),
+            _ => format!(" (nodes that did not answer: {})", silent.join("; ")),
+        };
         let mut out = Vec::new();
-        for (mirror, _) in own.mirrors().filter(|(m, _)| own.spreads(m)) {
-            let keys = partitions_of(&own, mirror)
-                .filter(|(k, to_mirror)| *to_mirror || placed.of(k).partition_state(k).is_some())
-                .map(|(k, _)| k);
-            for key in keys {
-                let topic = topic_name(&own, &key);
-                if seen.contains(&(mirror.as_str(), topic.as_str(), key.partition)) {
-                    continue;
+        for s in 0..partitions {
+            let topics = match now.shards.get(s as usize) {
+                _ if s == shard => &*own,
+                Some(read) if read.caught_up() => &read.image,
+                _ => continue,
+            };
+            let spread = topics
+                .mirrors()
+                .filter(|(m, _)| coordinator_partition(m, partitions) == s && topics.spreads(m));
+            for (mirror, _) in spread {
+                let keys = partitions_of(topics, mirror)
+                    .filter(|(k, to_mirror)| {
+                        *to_mirror || placed.of(k).partition_state(k).is_some()
+                    })
+                    .map(|(k, _)| k);
+                for key in keys {
+                    let topic = topic_name(topics, &key);
+                    if seen.contains(&(mirror.as_str(), topic.as_str(), key.partition)) {
+                        continue;
+                    }
+                    let placed_in = kmirror_events::placement_shard(&key, true, partitions);
+                    out.push(recorded(
+                        topics,
+                        placed.of(&key),
+                        &key,
+                        &format!(
+                            "no node describes this partition now: the owner of state partition {placed_in}, where it is placed, is starting it, is down, has not been replaced yet or did not answer{silent}; its state as last read there (UNKNOWN while that partition is not read)"
+                        ),
+                    ));
                 }
-                let shard = kmirror_events::placement_shard(
-                    &key,
-                    true,
-                    self.inner.settings.state_topic_partitions,
-                );
-                out.push(recorded(
-                    &own,
-                    placed.of(&key),
-                    &key,
-                    &format!(
-                        "no node describes this partition now: the owner of state partition {shard}, where it is placed, is starting it, is down or has not been replaced yet; its state as last read there"
-                    ),
-                ));
             }
         }
         Ok(out)

@@ -385,7 +385,7 @@ async fn described(node: &Shards) -> Vec<(i32, String, Option<String>)> {
 }
 
 #[actix::test]
-async fn a_host_that_cannot_reach_the_source_describes_why_and_hosts_once_it_can() {
+async fn a_host_that_cannot_make_its_source_client_describes_why_and_hosts_once_it_can() {
     let bed = Bed::new();
     bed.append(3);
     bed.cut("b", true);
@@ -436,23 +436,42 @@ async fn a_partition_whose_host_is_down_is_described_by_its_coordinator() {
         }
     }
     assert_eq!(all.len(), PARTITIONS as usize);
-    let none = coordinator.undescribed(&all).await.unwrap();
+    let none = coordinator.undescribed(&all, &[]).await.unwrap();
     assert!(none.is_empty(), "every partition is described: {none:?}");
 
     // b is down: its partitions are described by nobody but the coordinator.
     freeze(&b).await;
+    let log = &bed.logs[moved as usize];
+    let read = async || bed.followed.now().shards[moved as usize].next == log.end_offset();
+    until(read).await;
+    let recorded = log.load_image().unwrap();
     let mut seen = Vec::new();
     for (_, n) in a.nodes().await {
         seen.extend(n.describe(None).await.unwrap());
     }
-    let filled = coordinator.undescribed(&seen).await.unwrap();
+    let filled = coordinator.undescribed(&seen, &[]).await.unwrap();
+    // Any node that follows the coordinator's shard fills in the same.
+    for (shard, n) in a.nodes().await {
+        let theirs = n.undescribed(&seen, &[]).await.unwrap();
+        assert_eq!(
+            format!("{theirs:?}"),
+            format!("{filled:?}"),
+            "filled in by the node of shard {shard}"
+        );
+    }
     let mut partitions: Vec<i32> = filled.iter().map(|d| d.partition).collect();
     partitions.sort();
     assert_eq!(partitions, placed_in(moved));
     for d in &filled {
+        let state = recorded.partition_state(&key(d.partition)).map(|v| v.state);
+        assert!(
+            state.is_some(),
+            "partition {} has a state in its shard",
+            d.partition
+        );
         assert_eq!(
-            (d.topic.as_str(), d.state.as_str()),
-            ("orders", "MIRRORING"),
+            (d.topic.as_str(), Some(d.state.as_str())),
+            ("orders", state.map(|s| s.kip_name())),
             "{d:?}"
         );
         assert_eq!(d.source_offset, -1, "{d:?}");
@@ -463,6 +482,74 @@ async fn a_partition_whose_host_is_down_is_described_by_its_coordinator() {
         );
     }
     a.shutdown().await;
+    bed.close().await;
+}
+
+/// `--recover` of a spread mirror: the coordinator recovers the FAILED
+/// partitions it runs, each host those it hosts (the API asks every node),
+/// each recorded where the partition is placed; they copy again at once,
+/// not after their retry's backoff.
+#[actix::test]
+async fn recover_reaches_the_failed_partitions_wherever_they_are_hosted() {
+    let bed = Bed::new();
+    bed.append(1);
+    let (a, b, moved) = bed.two_nodes().await;
+    let coordinator = a.node_for("m").await.unwrap();
+    let mut props = spread_props();
+    for k in [
+        kmirror_events::retry::INITIAL_BACKOFF_MS_KEY,
+        kmirror_events::retry::MAX_BACKOFF_MS_KEY,
+    ] {
+        props.insert(k.to_string(), "600000".into());
+    }
+    coordinator.create_mirror("m", props).await.unwrap();
+    coordinator
+        .start_topics("m", &["orders".into()], &[], None)
+        .await
+        .unwrap();
+    bed.copied(1).await;
+    let home = coordinator_partition("m", SHARDS);
+    let (there, here) = (placed_in(moved)[0], placed_in(home)[0]);
+    for p in [there, here] {
+        bed.dest.fail_next_produce(
+            &TopicPartition::new("orders", p),
+            crate::kafka::KafkaError::Unknown("injected".into()),
+        );
+    }
+    bed.append(1);
+    let failed = async || {
+        described(&a)
+            .await
+            .into_iter()
+            .chain(described(&b).await)
+            .filter(|(_, state, _)| state == "FAILED")
+            .map(|(p, ..)| p)
+            .collect::<BTreeSet<_>>()
+    };
+    until(async || failed().await.len() == 2).await;
+    assert_eq!(failed().await, BTreeSet::from([there, here]));
+
+    let topics = ["orders".to_string()];
+    let own = coordinator.recover_topics("m", &topics).await.unwrap();
+    assert_eq!(own.topics, [format!("orders-{here}")]);
+    let (_, host) = b.nodes().await.pop().unwrap();
+    let hosted = host.recover_hosted("m", &topics).await.unwrap();
+    assert_eq!(hosted, [format!("orders-{there}")]);
+    bed.copied(2).await;
+    assert!(failed().await.is_empty());
+    for p in [there, here] {
+        let placed = placement_shard(&key(p), true, SHARDS);
+        let image = bed.logs[placed as usize].load_image().unwrap();
+        assert_eq!(
+            image.partition_state(&key(p)).map(|v| v.state),
+            Some(kmirror_events::PartitionState::Mirroring),
+            "partition {p}'s recovery recorded in its own shard"
+        );
+    }
+    let nothing = coordinator.recover_hosted("m", &topics).await.unwrap();
+    assert!(nothing.is_empty(), "the coordinator hosts nothing of m");
+    a.shutdown().await;
+    b.shutdown().await;
     bed.close().await;
 }
 
@@ -765,8 +852,6 @@ async fn operations_not_built_across_shards_are_refused_for_a_spread_mirror() {
     }
 
     let topics = ["orders".to_string()];
-    let e = coordinator.recover_topics("m", &topics).await.unwrap_err();
-    refused(e, "recover");
     for options in [
         StopOptions {
             dry_run: true,

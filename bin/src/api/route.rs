@@ -304,24 +304,41 @@ pub(super) async fn fan_out_each<T: serde::de::DeserializeOwned>(
     peers: Vec<String>,
     path: &str,
 ) -> (Vec<T>, Vec<ApiError>) {
+    ask_each(node, req, peers, ("GET", path), None).await
+}
+
+/// [`fan_out_each`] with any method and `body` (JSON): a request every
+/// node answers for what it runs itself.
+pub(super) async fn ask_each<T: serde::de::DeserializeOwned>(
+    node: &NodeHandle,
+    req: &HttpRequest,
+    peers: Vec<String>,
+    (method, path): (&str, &str),
+    body: Option<Vec<u8>>,
+) -> (Vec<T>, Vec<ApiError>) {
     let generation = node.status().map_or(-1, |s| s.generation);
-    let answers = futures_util::future::join_all(peers.iter().map(|url| async move {
-        let response = call_peer(req, url, generation, "GET", path, None, FAN_OUT_TIMEOUT).await?;
-        if response.status != 200 {
-            let error = serde_json::from_slice::<NodeError>(&response.body).unwrap_or_else(|_| {
-                NodeError::new(
+    let answers = futures_util::future::join_all(peers.iter().map(|url| {
+        let body = body.clone();
+        async move {
+            let response =
+                call_peer(req, url, generation, method, path, body, FAN_OUT_TIMEOUT).await?;
+            if response.status != 200 {
+                let error =
+                    serde_json::from_slice::<NodeError>(&response.body).unwrap_or_else(|_| {
+                        NodeError::new(
+                            "COORDINATOR_NOT_AVAILABLE",
+                            String::from_utf8_lossy(&response.body).into_owned(),
+                        )
+                    });
+                return Err(ApiError(error));
+            }
+            serde_json::from_slice::<Vec<T>>(&response.body).map_err(|e| {
+                ApiError(NodeError::new(
                     "COORDINATOR_NOT_AVAILABLE",
-                    String::from_utf8_lossy(&response.body).into_owned(),
-                )
-            });
-            return Err(ApiError(error));
+                    format!("{url}{path} answered something else: {e}"),
+                ))
+            })
         }
-        serde_json::from_slice::<Vec<T>>(&response.body).map_err(|e| {
-            ApiError(NodeError::new(
-                "COORDINATOR_NOT_AVAILABLE",
-                format!("{url}{path} answered something else: {e}"),
-            ))
-        })
     }))
     .await;
     let (mut all, mut errors) = (Vec::new(), Vec::new());
