@@ -167,6 +167,34 @@ fn a_spread_mirror_runs_on_every_node_and_survives_the_loss_of_one() {
     println!("fence markers after the kill: {markers} (one per partition the killed node ran)");
     assert_eq!(markers, shares[&victim]);
 
+    // A stop's dry run previews every partition, wherever it runs, and
+    // changes nothing.
+    let body = serde_json::json!({ "topics": [topic], "dry_run": true }).to_string();
+    let (status, text) =
+        node(&nodes, survivor).http("POST", &format!("/mirrors/{mirror}/stop"), Some(&body));
+    assert_eq!(status, 200, "{text}");
+    let preview: Value = serde_json::from_str(&text).unwrap();
+    let previewed = preview["partitions"].as_array().unwrap();
+    assert_eq!(previewed.len(), PARTITIONS as usize, "{text}");
+    for p in previewed {
+        assert_eq!(p["state"], "MIRRORING", "{p}");
+        assert!(p["source_error"].is_null(), "{p}");
+    }
+    let at: i64 = previewed
+        .iter()
+        .map(|p| p["source_offset"].as_i64().unwrap())
+        .sum();
+    assert_eq!(
+        at, 2400,
+        "every record mirrored, as the preview reads it: {text}"
+    );
+    assert!(mirrored(
+        node(&nodes, survivor),
+        &mirror,
+        PARTITIONS as usize,
+        2400
+    ));
+
     // A stop sent to either survivor waits for every partition, wherever
     // it runs.
     let out =

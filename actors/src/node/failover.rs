@@ -91,9 +91,6 @@ impl Node {
         let offset = options
             .state_validation_offset
             .unwrap_or(image.end_offset());
-        if options.dry_run {
-            Self::refuse_spread(&image, mirror, "a stop's dry run")?;
-        }
         if options.fence_source {
             Self::refuse_spread(&image, mirror, "a switchover (--fence-source)")?;
         }
@@ -161,13 +158,87 @@ impl Node {
     }
 
     /// `--stop --dry-run`: every partition's report as a stop would record
-    /// it now. Nothing is recorded and nothing changes.
+    /// it now, of those this node runs (a spread mirror's hosts preview
+    /// theirs when asked: [`Node::preview_hosted`]). Nothing is recorded
+    /// and nothing changes.
     async fn preview(
         &self,
         actor: &actix::Addr<crate::mirror::MirrorActor>,
         found: &[(TopicId, String)],
         offset: u64,
     ) -> Result<StopReport, NodeError> {
+        Ok(StopReport {
+            topics: found.iter().map(|(_, n)| n.clone()).collect(),
+            state_validation_offset: offset,
+            note: Some("dry run: nothing was recorded or changed".into()),
+            dry_run: true,
+            fence: None,
+            partitions: Self::previews(actor, found).await?,
+        })
+    }
+
+    /// `--stop --dry-run` of the partitions of `mirror` (spread, coordinated
+    /// by another shard) this node hosts, `topics` named as in the
+    /// coordinator's shard; nothing hosted here, nothing to preview.
+    pub async fn preview_hosted(
+        &self,
+        mirror: &str,
+        topics: &[String],
+    ) -> Result<Vec<PartitionFailover>, NodeError> {
+        let Some((actor, found)) = self.hosted_topics(mirror, topics).await? else {
+            return Ok(Vec::new());
+        };
+        Self::previews(&actor, &found).await
+    }
+
+    /// A spread mirror's dry run: `report` (its coordinator's) with the
+    /// hosts' previews (`theirs`), and each partition no node previewed
+    /// (its host down or starting it) by its state as last read, saying
+    /// so rather than leaving it out.
+    pub async fn with_hosted_previews(
+        &self,
+        mirror: &str,
+        mut report: StopReport,
+        theirs: Vec<PartitionFailover>,
+    ) -> Result<StopReport, NodeError> {
+        let own = self.image().await?;
+        report.partitions.extend(theirs);
+        let found = Self::resolve(&own, mirror, &report.topics)?;
+        let placed = self.placed_as_read(own.clone());
+        for (key, name) in partition_keys(&own, mirror, &found) {
+            let previewed = report
+                .partitions
+                .iter()
+                .any(|p| p.topic == name && p.partition == key.partition);
+            if !previewed {
+                let image = placed.of(&key);
+                let unknown = FailoverReport {
+                    source_error: Some(
+                        "not previewed: no node runs this partition now (its host is down or starting it)".into(),
+                    ),
+                    ..without_report(image, &key)
+                };
+                let state = image.partition_state_or_unknown(&key);
+                report.partitions.push(PartitionFailover::new(
+                    &name,
+                    key.partition,
+                    state,
+                    &unknown,
+                ));
+            }
+        }
+        report
+            .partitions
+            .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        Ok(report)
+    }
+
+    /// The failover report a stop would record now of each partition of
+    /// `found` that `actor` runs.
+    async fn previews(
+        actor: &actix::Addr<crate::mirror::MirrorActor>,
+        found: &[(TopicId, String)],
+    ) -> Result<Vec<PartitionFailover>, NodeError> {
         let ids = found.iter().map(|(id, _)| *id).collect();
         let previews = actor
             .send(PreviewFailovers(ids))
@@ -190,14 +261,7 @@ impl Node {
                 &report,
             ));
         }
-        Ok(StopReport {
-            topics: found.iter().map(|(_, n)| n.clone()).collect(),
-            state_validation_offset: offset,
-            note: Some("dry run: nothing was recorded or changed".into()),
-            dry_run: true,
-            fence: None,
-            partitions,
-        })
+        Ok(partitions)
     }
 
     /// Waits until every partition of `topics` is STOPPED (or never

@@ -8,6 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use actix::Addr;
+
 use kmirror_events::{
     coordinator_partition, spreads, Command, MirrorConfig, MirrorPartitionKey, MirrorStateImage,
     PartitionState, TopicId, SPREAD_KEY,
@@ -15,7 +17,7 @@ use kmirror_events::{
 
 use super::{Node, NodeError};
 use crate::kafka::fetch::TopicPartition;
-use crate::mirror::{Placement, StopMirror};
+use crate::mirror::{MirrorActor, Placement, StopMirror};
 use crate::spread::Followed;
 use crate::state_log::{FollowedShard, FollowedState};
 
@@ -383,26 +385,38 @@ impl Node {
         mirror: &str,
         topics: &[String],
     ) -> Result<Vec<String>, NodeError> {
-        let actor = {
-            let mirrors = self.inner.mirrors.lock().await;
-            match mirrors.hosted.get(mirror) {
-                Some(running) => running.actor.clone(),
-                None => return Ok(Vec::new()),
-            }
+        let Some((actor, found)) = self.hosted_topics(mirror, topics).await? else {
+            return Ok(Vec::new());
         };
-        let coordinator = self.coordinator_shard(mirror).ok_or_else(|| {
-            NodeError::new(
-                "COORDINATOR_NOT_AVAILABLE",
-                format!("the state partition coordinating {mirror:?} is not read here yet"),
-            )
-        })?;
-        let found = Self::resolve(&coordinator.image, mirror, topics)?;
         actor
             .send(crate::mirror::RecoverTopics(
                 found.into_iter().map(|(id, _)| id).collect(),
             ))
             .await
             .map_err(super::unavailable)
+    }
+
+    /// The host MirrorActor of `mirror` on this node, if any, and `topics`
+    /// (names or patterns) resolved in the coordinator's shard, read to
+    /// its end.
+    pub(super) async fn hosted_topics(
+        &self,
+        mirror: &str,
+        topics: &[String],
+    ) -> Result<Option<(Addr<MirrorActor>, Vec<(TopicId, String)>)>, NodeError> {
+        let actor = match self.inner.mirrors.lock().await.hosted.get(mirror) {
+            Some(running) => running.actor.clone(),
+            None => return Ok(None),
+        };
+        let (_, followed) = self.follows_for_spread()?;
+        let shard = coordinator_partition(mirror, followed.partitions());
+        let read = followed.read_to_end(shard, CATCH_UP).await.map_err(|e| {
+            NodeError::new(
+                "COORDINATOR_NOT_AVAILABLE",
+                format!("reading state partition {shard}, which coordinates {mirror:?}: {e}"),
+            )
+        })?;
+        Ok(Some((actor, Self::resolve(&read.image, mirror, topics)?)))
     }
 
     /// Refuses `doing` for a spread mirror: an operation that would see

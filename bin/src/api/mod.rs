@@ -24,13 +24,14 @@ mod error;
 #[cfg(test)]
 mod fuzz;
 mod route;
+mod spread;
 mod ui;
 
 use body::Body;
 use error::{body_error, Reply};
 pub use error::{ApiError, MAX_BODY_BYTES};
 pub use route::NodeHandle;
-use route::{ask_each, fan_out_each, forward, to_json, Owner};
+use route::{fan_out_each, forward, to_json, Owner};
 use serde::{Deserialize, Serialize};
 
 /// The largest `sample` a verify takes per partition: each sampled offset
@@ -141,7 +142,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/mirrors/{name}/verify").route(web::post().to(verify)))
     .service(resource("/mirrors/{name}/{operation}").route(web::post().to(operate)))
     .service(resource("/partitions").route(web::get().to(describe_all)))
-    .service(resource("/hosted/{name}/recover").route(web::post().to(recover_hosted)))
+    .service(resource("/hosted/{name}/{operation}").route(web::post().to(spread::hosted_operation)))
     .service(resource("/offsets/translate").route(web::get().to(translate)))
     .service(resource("/state-offset").route(web::get().to(state_validation_offset)))
     .service(resource("/metrics").route(web::get().to(metrics)))
@@ -305,36 +306,11 @@ async fn describe_one(
     for e in &silent {
         tracing::warn!(mirror = %mirror, error = %e.0, "a node did not describe its partitions; its coordinator describes them");
     }
-    let all = with_undescribed(&node, Some(here), all, &silent).await?;
+    let all = spread::with_undescribed(&node, Some(here), all, &silent).await?;
     failed_only(
         all.into_iter().filter(|p| p.mirror == mirror).collect(),
         query.failed,
     )
-}
-
-/// `described` (every node's answer) and the partitions of spread mirrors
-/// no node described, filled in by `gatherer` (`Node::undescribed`): a
-/// partition is shown, not missing, while its host is down, starting it or
-/// silent (`silent`, the peers' errors).
-async fn with_undescribed(
-    node: &NodeHandle,
-    gatherer: Option<Node>,
-    mut described: Vec<PartitionDescription>,
-    silent: &[ApiError],
-) -> Result<Vec<PartitionDescription>, ApiError> {
-    let Some(gatherer) = gatherer else {
-        return Ok(described);
-    };
-    let seen = described.clone();
-    let silent: Vec<String> = silent.iter().map(|e| e.0.to_string()).collect();
-    let missing = node
-        .run(
-            gatherer,
-            |n| async move { n.undescribed(&seen, &silent).await },
-        )
-        .await??;
-    described.extend(missing);
-    Ok(described)
 }
 
 /// Every partition of every mirror: this node's shards and, fanned out,
@@ -357,7 +333,7 @@ async fn describe_all(
         true => None,
         false => node.locals().await.into_iter().next(),
     };
-    let mut partitions = with_undescribed(&node, gatherer, partitions, &[]).await?;
+    let mut partitions = spread::with_undescribed(&node, gatherer, partitions, &[]).await?;
     partitions.sort_by(|a, b| {
         (&a.mirror, &a.topic, a.partition).cmp(&(&b.mirror, &b.topic, b.partition))
     });
@@ -452,6 +428,9 @@ async fn operate(
         timeout: timeout_ms.map_or(defaults.timeout, Duration::from_millis),
         quiet: quiet_ms.map_or(defaults.quiet, Duration::from_millis),
     };
+    if operation == "stop" && dry_run {
+        return spread::preview_stop(&node, &req, (here, &mirror), topics, options).await;
+    }
     let change = match operation.as_str() {
         "pause" => Some(TopicChange::Pause),
         "resume" => Some(TopicChange::Resume),
@@ -478,74 +457,13 @@ async fn operate(
         .await??;
     let answer = match operation.as_str() {
         "recover" => {
-            recover_hosted_too(&node, &req, (coordinator, &mirror), requested, answer).await?
+            spread::recover_hosted_too(&node, &req, (coordinator, &mirror), requested, answer)
+                .await?
         }
         _ => answer,
     };
     tracing::info!(%mirror, %operation, topics = %answer["topics"], "operation applied");
     Ok(HttpResponse::Ok().json(answer))
-}
-
-/// A recover of a spread mirror, after its coordinator's (`answer`): every
-/// other node recovers the FAILED partitions it hosts, and the answer
-/// names them all. A node that does not answer fails the request, naming
-/// it, after the others recovered theirs: recover again.
-async fn recover_hosted_too(
-    node: &NodeHandle,
-    req: &HttpRequest,
-    (coordinator, mirror): (Node, &str),
-    topics: Vec<String>,
-    mut answer: serde_json::Value,
-) -> Result<serde_json::Value, ApiError> {
-    let m = mirror.to_string();
-    if !node
-        .run(coordinator, |n| async move { n.spreads(&m).await })
-        .await??
-    {
-        return Ok(answer);
-    }
-    let body = to_json(&OperationBody {
-        topics,
-        ..OperationBody::default()
-    });
-    let path = format!("/hosted/{mirror}/recover");
-    let (theirs, silent): (Vec<String>, _) =
-        ask_each(node, req, node.other_members(), ("POST", &path), body).await;
-    if let Some(topics) = answer["topics"].as_array_mut() {
-        topics.extend(theirs.into_iter().map(serde_json::Value::from));
-        if !topics.is_empty() {
-            answer["note"] = serde_json::Value::Null;
-        }
-    }
-    match silent.into_iter().next() {
-        Some(ApiError(e)) => Err(ApiError(NodeError::new(
-            &e.code,
-            format!(
-                "recovered {}; a node hosting partitions of {mirror:?} did not: {}",
-                answer["topics"], e.message
-            ),
-        ))),
-        None => Ok(answer),
-    }
-}
-
-/// `POST /hosted/{name}/recover`, asked by a spread mirror's coordinator
-/// of every other node: the FAILED partitions this node hosts of it.
-async fn recover_hosted(
-    node: Data<NodeHandle>,
-    name: Path<String>,
-    body: Body<OperationBody>,
-) -> Reply {
-    let (mirror, topics) = (name.into_inner(), body.into_inner().topics);
-    let mut recovered = Vec::new();
-    for here in node.locals().await {
-        let (m, t) = (mirror.clone(), topics.clone());
-        recovered.extend(
-            node.run(here, |n| async move { n.recover_hosted(&m, &t).await })
-                .await??,
-        );
-    }
-    Ok(HttpResponse::Ok().json(recovered))
 }
 
 /// `POST /mirrors/{name}/verify`: 200 with the report whether or not the
