@@ -115,6 +115,13 @@ fn a_spread_mirror_runs_on_every_node_and_survives_the_loss_of_one() {
         "{}",
         stdout(&out)
     );
+    // What a coordinator asks of the hosts is not an operator's request.
+    let body = serde_json::json!({ "topics": [topic] }).to_string();
+    for (operation, status) in [("recover", 400), ("bogus", 404)] {
+        let path = format!("/hosted/{mirror}/{operation}");
+        let (got, text) = node(&nodes, 2).http("POST", &path, Some(&body));
+        assert_eq!(got, status, "{path}: {text}");
+    }
 
     // A source group's offsets reach the destination for every partition,
     // each translated through the map of the shard it is placed in, as

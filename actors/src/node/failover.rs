@@ -203,7 +203,14 @@ impl Node {
     ) -> Result<StopReport, NodeError> {
         let own = self.image().await?;
         report.partitions.extend(theirs);
-        let found = Self::resolve(&own, mirror, &report.topics)?;
+        // The topics the coordinator's preview resolved, by their names
+        // (not again as patterns: `.` matches any character).
+        let found: Vec<(TopicId, String)> = report
+            .topics
+            .iter()
+            .filter_map(|name| own.topic_by_name(mirror, name))
+            .map(|t| (t.change.topic_id, t.change.topic_name.clone()))
+            .collect();
         let placed = self.placed_as_read(own.clone());
         for (key, name) in partition_keys(&own, mirror, &found) {
             let previewed = report

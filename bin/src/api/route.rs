@@ -71,6 +71,12 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// [`fan_out_each`]).
 const FAN_OUT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a spread mirror's coordinator waits for each host's recover
+/// or dry run: a host reads the coordinator's shard to its end (up to
+/// 30 s), and a preview reads the source (up to 10 s, also when it is
+/// down: the preview then says so).
+pub(super) const HOSTED_TIMEOUT: Duration = Duration::from_secs(60);
+
 impl NodeHandle {
     /// Must be called on the arbiter the node was started on.
     pub fn new(node: Node) -> Self {
@@ -294,34 +300,36 @@ async fn call_peer(
 
 /// Every other node's answer to `path`, decoded, asked all at once; and
 /// the error of each node that gave none (an error answer, an unreachable
-/// node: a listing then fails, as a partial one would hide mirrors). A node that does not answer
-/// within [`FAN_OUT_TIMEOUT`] (a hung or SIGSTOPped process, whose kernel
-/// still accepts the connection) is one such: a read fanned out waits
-/// seconds for it, not a forward's half hour.
+/// node: a listing then fails, as a partial one would hide mirrors). A
+/// node that does not answer within [`FAN_OUT_TIMEOUT`] (a hung or
+/// SIGSTOPped process, whose kernel still accepts the connection) is one
+/// such: a read fanned out waits seconds for it, not a forward's half hour.
 pub(super) async fn fan_out_each<T: serde::de::DeserializeOwned>(
     node: &NodeHandle,
     req: &HttpRequest,
     peers: Vec<String>,
     path: &str,
 ) -> (Vec<T>, Vec<ApiError>) {
-    ask_each(node, req, peers, ("GET", path), None).await
+    ask_each(node, req, peers, ("GET", path), None, FAN_OUT_TIMEOUT).await
 }
 
-/// [`fan_out_each`] with any method and `body` (JSON): a request every
-/// node answers for what it runs itself.
+/// [`fan_out_each`] with any method, `body` (JSON) and the time each node
+/// is given: a request every node answers for what it runs itself. An
+/// error answer names the node that gave it.
 pub(super) async fn ask_each<T: serde::de::DeserializeOwned>(
     node: &NodeHandle,
     req: &HttpRequest,
     peers: Vec<String>,
     (method, path): (&str, &str),
     body: Option<Vec<u8>>,
+    read_timeout: Duration,
 ) -> (Vec<T>, Vec<ApiError>) {
     let generation = node.status().map_or(-1, |s| s.generation);
     let answers = futures_util::future::join_all(peers.iter().map(|url| {
         let body = body.clone();
         async move {
             let response =
-                call_peer(req, url, generation, method, path, body, FAN_OUT_TIMEOUT).await?;
+                call_peer(req, url, generation, method, path, body, read_timeout).await?;
             if response.status != 200 {
                 let error =
                     serde_json::from_slice::<NodeError>(&response.body).unwrap_or_else(|_| {
@@ -330,7 +338,8 @@ pub(super) async fn ask_each<T: serde::de::DeserializeOwned>(
                             String::from_utf8_lossy(&response.body).into_owned(),
                         )
                     });
-                return Err(ApiError(error));
+                let message = format!("{url}{path} answered {}: {}", error.code, error.message);
+                return Err(ApiError(NodeError::new(&error.code, message)));
             }
             serde_json::from_slice::<Vec<T>>(&response.body).map_err(|e| {
                 ApiError(NodeError::new(

@@ -9,7 +9,7 @@ use kmirror_actors::node::{Node, NodeError, PartitionDescription, PartitionFailo
 
 use super::body::Body;
 use super::error::{ApiError, Reply};
-use super::route::{ask_each, to_json, NodeHandle};
+use super::route::{ask_each, forwarded, to_json, NodeHandle, HOSTED_TIMEOUT};
 use super::{to_value, OperationBody};
 
 /// `described` (every node's answer) and the partitions of spread mirrors
@@ -39,8 +39,9 @@ pub(super) async fn with_undescribed(
 
 /// A recover of a spread mirror, after its coordinator's (`answer`): every
 /// node (this process's other shards too) recovers the FAILED partitions
-/// it hosts, and the answer names them all. A node that does not answer fails the request, naming
-/// it, after the others recovered theirs: recover again.
+/// it hosts, and the answer names them all. If a node gave no answer, the
+/// request fails naming it and what was recovered: recover again (it only
+/// touches FAILED partitions).
 pub(super) async fn recover_hosted_too(
     node: &NodeHandle,
     req: &HttpRequest,
@@ -56,89 +57,134 @@ pub(super) async fn recover_hosted_too(
         return Ok(answer);
     }
     let (theirs, silent): (Vec<String>, _) =
-        ask_hosts(node, req, (mirror, "recover"), topics).await?;
+        ask_hosts(node, req, (mirror, "recover"), topics).await;
     if let Some(topics) = answer["topics"].as_array_mut() {
         topics.extend(theirs.into_iter().map(serde_json::Value::from));
         if !topics.is_empty() {
             answer["note"] = serde_json::Value::Null;
         }
     }
-    match silent.into_iter().next() {
-        Some(ApiError(e)) => Err(ApiError(NodeError::new(
-            &e.code,
-            format!(
-                "recovered {}; a node hosting partitions of {mirror:?} did not: {}",
-                answer["topics"], e.message
-            ),
-        ))),
-        None => Ok(answer),
+    match silent.is_empty() {
+        true => Ok(answer),
+        false => Err(not_all(
+            mirror,
+            &format!("recovered {}", answer["topics"]),
+            &silent,
+        )),
     }
 }
 
+/// What a hosted operation answers when some node gave no answer: its own
+/// code, not the node's (whose 404 or 401 says nothing of this request),
+/// and every node's reason.
+fn not_all(mirror: &str, done: &str, silent: &[ApiError]) -> ApiError {
+    let why: Vec<String> = silent.iter().map(|e| e.0.to_string()).collect();
+    ApiError(NodeError::new(
+        "COORDINATOR_NOT_AVAILABLE",
+        format!(
+            "{done}; {} node(s) hosting partitions of {mirror:?} gave no answer (one may have acted nonetheless): {}",
+            silent.len(),
+            why.join("; ")
+        ),
+    ))
+}
+
+/// The operations a spread mirror's coordinator asks of every host.
+const HOSTED_OPERATIONS: &[&str] = &["recover", "preview-stop"];
+
 /// `POST /hosted/{name}/{recover|preview-stop}`, asked by a spread
-/// mirror's coordinator of every other node: the FAILED partitions this
-/// node hosts of it recovered, or the failover reports a stop would record
-/// of those it hosts.
+/// mirror's coordinator of every other node (only a request from another
+/// node: an operator's goes to the coordinator, which asks every host):
+/// the FAILED partitions this node hosts of it recovered, or the failover
+/// reports a stop would record of those it hosts.
 pub(super) async fn hosted_operation(
     node: Data<NodeHandle>,
+    req: HttpRequest,
     path: Path<(String, String)>,
     body: Body<OperationBody>,
 ) -> Reply {
     let (mirror, operation) = path.into_inner();
-    let answers = hosted_here(&node, &mirror, &operation, body.into_inner().topics).await?;
-    Ok(HttpResponse::Ok().json(answers))
+    if !HOSTED_OPERATIONS.contains(&operation.as_str()) {
+        return Err(ApiError(NodeError::new(
+            "NOT_FOUND",
+            format!(
+                "no hosted operation `{operation}`; expected {}",
+                HOSTED_OPERATIONS.join(", ")
+            ),
+        )));
+    }
+    if !forwarded(&req) {
+        return Err(ApiError::invalid(format!(
+            "/hosted/{mirror}/{operation} is asked by a mirror's coordinator of the other nodes; send POST /mirrors/{mirror}/{} instead",
+            if operation == "recover" { "recover" } else { "stop with dry_run" }
+        )));
+    }
+    let (answers, failed) = hosted_here(&node, &mirror, &operation, body.into_inner().topics).await;
+    match failed.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(HttpResponse::Ok().json(answers)),
+    }
 }
 
 /// A hosted operation (see [`hosted_operation`]) on every node of this
-/// process: each shard hosts the partitions placed in it.
+/// process, each shard hosting the partitions placed in it; and the error
+/// of each that failed.
 async fn hosted_here(
     node: &NodeHandle,
     mirror: &str,
     operation: &str,
     topics: Vec<String>,
-) -> Result<Vec<serde_json::Value>, ApiError> {
-    let mut answers = Vec::new();
+) -> (Vec<serde_json::Value>, Vec<ApiError>) {
+    let (mut answers, mut failed) = (Vec::new(), Vec::new());
     for here in node.locals().await {
         let (m, t, op) = (mirror.to_string(), topics.clone(), operation.to_string());
         let answer = node
             .run(here, |n| async move {
                 match op.as_str() {
                     "recover" => n.recover_hosted(&m, &t).await.map(to_value),
-                    "preview-stop" => n.preview_hosted(&m, &t).await.map(to_value),
-                    _ => Err(NodeError::new(
-                        "NOT_FOUND",
-                        format!("no hosted operation `{op}`; expected recover, preview-stop"),
-                    )),
+                    _ => n.preview_hosted(&m, &t).await.map(to_value),
                 }
             })
-            .await??;
-        answers.extend(answer.as_array().cloned().unwrap_or_default());
+            .await;
+        match answer {
+            Ok(Ok(answer)) => answers.extend(answer.as_array().cloned().unwrap_or_default()),
+            Ok(Err(e)) => failed.push(ApiError(e)),
+            Err(e) => failed.push(e),
+        }
     }
-    Ok(answers)
+    (answers, failed)
 }
 
 /// A hosted operation on every node, this process's and every other
-/// member's, decoded; and the error of each member that gave no answer.
+/// member's (each given [`HOSTED_TIMEOUT`]), decoded; and the error of
+/// each node that gave no answer.
 async fn ask_hosts<T: serde::de::DeserializeOwned>(
     node: &NodeHandle,
     req: &HttpRequest,
     (mirror, operation): (&str, &str),
     topics: Vec<String>,
-) -> Result<(Vec<T>, Vec<ApiError>), ApiError> {
-    let here = hosted_here(node, mirror, operation, topics.clone()).await?;
-    let mut all: Vec<T> = here
-        .into_iter()
-        .map(serde_json::from_value)
-        .collect::<Result<_, _>>()
-        .map_err(|e| ApiError(NodeError::new("UNKNOWN_SERVER_ERROR", e.to_string())))?;
+) -> (Vec<T>, Vec<ApiError>) {
+    let (here, mut failed) = hosted_here(node, mirror, operation, topics.clone()).await;
+    let mut all = Vec::new();
+    for answer in here {
+        match serde_json::from_value(answer) {
+            Ok(a) => all.push(a),
+            Err(e) => failed.push(ApiError(NodeError::new(
+                "UNKNOWN_SERVER_ERROR",
+                e.to_string(),
+            ))),
+        }
+    }
     let body = to_json(&OperationBody {
         topics,
         ..OperationBody::default()
     });
     let path = format!("/hosted/{mirror}/{operation}");
-    let (theirs, silent) = ask_each(node, req, node.other_members(), ("POST", &path), body).await;
+    let peers = node.other_members();
+    let (theirs, silent) = ask_each(node, req, peers, ("POST", &path), body, HOSTED_TIMEOUT).await;
     all.extend(theirs);
-    Ok((all, silent))
+    failed.extend(silent);
+    (all, failed)
 }
 
 /// `stop --dry-run`: the coordinator's preview and, for a spread mirror,
@@ -162,15 +208,9 @@ pub(super) async fn preview_stop(
         return Ok(HttpResponse::Ok().json(report));
     }
     let (theirs, silent): (Vec<PartitionFailover>, _) =
-        ask_hosts(node, req, (mirror, "preview-stop"), requested).await?;
-    if let Some(ApiError(e)) = silent.into_iter().next() {
-        return Err(ApiError(NodeError::new(
-            &e.code,
-            format!(
-                "a node hosting partitions of {mirror:?} gave no preview: {}",
-                e.message
-            ),
-        )));
+        ask_hosts(node, req, (mirror, "preview-stop"), requested).await;
+    if !silent.is_empty() {
+        return Err(not_all(mirror, "nothing was changed", &silent));
     }
     let m = mirror.to_string();
     let report = node
