@@ -372,44 +372,75 @@ fn a_stopped_host_lands_nothing_after_its_partitions_were_taken_over() {
     }
 }
 
-/// A rolling restart (SIGTERM one node at a time, started again) under a
-/// continuous producer, with one spread mirror on three nodes: each node
-/// releases its shards before it leaves, so the partitions it hosted move
-/// without a fence marker, and the copy is exact.
+/// Scaling 1 → 3 nodes, a rolling restart (SIGTERM one node at a time,
+/// started again) and scaling back 3 → 1, under a continuous producer,
+/// with one spread mirror: a node joining takes partitions over from one
+/// that releases them, and a node leaving releases its shards first, so
+/// every partition moves without a fence marker, and the copy is exact.
 #[test]
-fn a_rolling_restart_moves_a_spread_mirror_without_a_marker() {
+fn scaling_and_a_rolling_restart_move_a_spread_mirror_without_a_marker() {
     let cluster = unique("kr");
     let state_topic = unique("__kmirror_state_r");
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let start = |i: usize| start_spread_node(dirs[i].path(), &cluster, &state_topic);
-    let mut nodes: Vec<Option<Daemon>> = (0..3).map(|i| Some(start(i))).collect();
-    wait_for("three members owning every shard", || {
-        settled(node(&nodes, 0), 3)
+    let mut nodes: Vec<Option<Daemon>> = vec![Some(start(0)), None, None];
+    wait_for("one member owning every shard", || {
+        settled(node(&nodes, 0), 1)
     });
     let count = 12;
     let (topic, mirror) = spread_mirror_of(node(&nodes, 0), dirs[0].path(), count);
     let producer = Batches::start(&topic);
     wait_for("the mirror copying", || {
-        mirrored_at_least(node(&nodes, 1), &mirror, 200)
+        mirrored_at_least(node(&nodes, 0), &mirror, 200)
     });
-    for i in 0..3 {
-        let other = (i + 1) % 3;
-        let ran = runs_here(node(&nodes, i), &mirror);
-        let stopped = std::time::Instant::now();
-        assert_eq!(nodes[i].take().unwrap().terminate().code(), Some(0));
-        let before = copied(node(&nodes, other), &mirror);
-        wait_for(&format!("node {i}'s work taken over"), || {
-            settled(node(&nodes, other), 2) && copied(node(&nodes, other), &mirror) > before + 400
+    // Copying on after a change: 400 more records than before it.
+    let copying_on = |nodes: &[Option<Daemon>], at: usize, members: usize, what: &str| {
+        let before = copied(node(nodes, at), &mirror);
+        let changed = std::time::Instant::now();
+        wait_for(what, || {
+            settled(node(nodes, at), members) && copied(node(nodes, at), &mirror) > before + 400
         });
         println!(
-            "node {i} (ran {ran} partitions) stopped: copying on without it after {:.1} s",
-            stopped.elapsed().as_secs_f64()
+            "{what}: copying on after {:.1} s",
+            changed.elapsed().as_secs_f64()
         );
+    };
+
+    // 1 → 3: the partitions spread over the new nodes.
+    for i in 1..3 {
+        nodes[i] = Some(start(i));
+        copying_on(&nodes, 0, i + 1, &format!("node {i} joined"));
+    }
+    let shares: Vec<usize> = (0..3)
+        .map(|i| runs_here(node(&nodes, i), &mirror))
+        .collect();
+    println!("partitions run per node after scaling up: {shares:?}");
+    assert_eq!(shares.iter().sum::<usize>(), count as usize, "{shares:?}");
+    assert!(
+        shares.iter().all(|n| *n > 0),
+        "every node runs some: {shares:?}"
+    );
+
+    // A rolling restart.
+    for i in 0..3 {
+        let other = (i + 1) % 3;
+        assert_eq!(nodes[i].take().unwrap().terminate().code(), Some(0));
+        copying_on(&nodes, other, 2, &format!("node {i} stopped"));
         nodes[i] = Some(start(i));
         wait_for(&format!("node {i} back"), || {
             settled(node(&nodes, other), 3)
         });
     }
+
+    // 3 → 1.
+    for i in [2, 1] {
+        assert_eq!(nodes[i].take().unwrap().terminate().code(), Some(0));
+        copying_on(&nodes, 0, i, &format!("node {i} left"));
+    }
+    wait_for("node 0 running every partition", || {
+        runs_here(node(&nodes, 0), &mirror) == count as usize
+    });
+
     let produced = producer.stop();
     wait_for("everything mirrored", || {
         mirrored(node(&nodes, 0), &mirror, count as usize, produced)
@@ -417,7 +448,7 @@ fn a_rolling_restart_moves_a_spread_mirror_without_a_marker() {
     assert_copy_exact(&topic, count);
     let markers = assert_no_write_after_a_fence(&topic, count);
     println!(
-        "{produced} records mirrored exactly through a rolling restart; {markers} fence markers"
+        "{produced} records mirrored exactly through 1 → 3 → 1 nodes and a rolling restart; {markers} fence markers"
     );
     assert_eq!(markers, 0, "every handover was clean");
     for n in nodes.into_iter().flatten() {
