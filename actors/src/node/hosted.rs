@@ -294,12 +294,7 @@ impl Node {
             return Ok(());
         };
         for shard in 0..followed.partitions() {
-            let read = followed.read_to_end(shard, CATCH_UP).await.map_err(|e| {
-                NodeError::new(
-                    "COORDINATOR_NOT_AVAILABLE",
-                    format!("reading state partition {shard} before creating {mirror:?}: {e}"),
-                )
-            })?;
+            let read = read_shard(followed, shard, format!("before creating {mirror:?}")).await?;
             if read.image.mirrors_with_partitions().contains(mirror) {
                 return Err(NodeError::new(
                     "INVALID_CLUSTER_MIRROR_STATES",
@@ -410,12 +405,7 @@ impl Node {
         };
         let (_, followed) = self.follows_for_spread()?;
         let shard = coordinator_partition(mirror, followed.partitions());
-        let read = followed.read_to_end(shard, CATCH_UP).await.map_err(|e| {
-            NodeError::new(
-                "COORDINATOR_NOT_AVAILABLE",
-                format!("reading state partition {shard}, which coordinates {mirror:?}: {e}"),
-            )
-        })?;
+        let read = read_shard(followed, shard, format!("which coordinates {mirror:?}")).await?;
         Ok(Some((actor, Self::resolve(&read.image, mirror, topics)?)))
     }
 
@@ -466,12 +456,7 @@ impl Node {
             .filter(|s| *s != shard)
             .collect();
         for s in wanted {
-            let read = followed.read_to_end(s, CATCH_UP).await.map_err(|e| {
-                NodeError::new(
-                    "COORDINATOR_NOT_AVAILABLE",
-                    format!("reading the partitions placed in state partition {s}: {e}"),
-                )
-            })?;
+            let read = read_shard(followed, s, "for the partitions placed in it").await?;
             placed.shards.insert(s, read);
         }
         Ok(placed)
@@ -519,6 +504,21 @@ impl Node {
             placed_in: Some((shard, followed.partitions())),
         }
     }
+}
+
+/// `shard` as read to its end now, for an operation that reads it `why`;
+/// COORDINATOR_NOT_AVAILABLE naming both when it cannot be.
+async fn read_shard(
+    followed: &Followed,
+    shard: i32,
+    why: impl std::fmt::Display,
+) -> Result<Arc<FollowedShard>, NodeError> {
+    followed.read_to_end(shard, CATCH_UP).await.map_err(|e| {
+        NodeError::new(
+            "COORDINATOR_NOT_AVAILABLE",
+            format!("reading state partition {shard} {why}: {e}"),
+        )
+    })
 }
 
 /// Each partition's own records, wherever it is placed (see

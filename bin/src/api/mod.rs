@@ -343,6 +343,15 @@ async fn describe_all(
 /// The verbs of `POST /mirrors/{name}/{operation}`.
 const OPERATIONS: [&str; 6] = ["start", "stop", "pause", "resume", "recover", "unfence"];
 
+/// NOT_FOUND for a `what` (an operation, a hosted operation) that is not
+/// one of `expected`.
+fn no_operation(what: &str, operation: &str, expected: &[&str]) -> ApiError {
+    ApiError(NodeError::new(
+        "NOT_FOUND",
+        format!("no {what} `{operation}`; expected {}", expected.join(", ")),
+    ))
+}
+
 fn to_value<T: Serialize>(answer: T) -> serde_json::Value {
     serde_json::to_value(answer).expect("answers serialise")
 }
@@ -369,13 +378,7 @@ async fn operate(
         quiet_ms,
     } = body.into_inner();
     if !OPERATIONS.contains(&operation.as_str()) {
-        return Err(ApiError(NodeError::new(
-            "NOT_FOUND",
-            format!(
-                "no operation `{operation}`; expected {}",
-                OPERATIONS.join(", ")
-            ),
-        )));
+        return Err(no_operation("operation", &operation, &OPERATIONS));
     }
     if topics.iter().all(|t| t.trim().is_empty()) {
         return Err(ApiError::invalid(

@@ -105,13 +105,11 @@ pub(super) async fn hosted_operation(
 ) -> Reply {
     let (mirror, operation) = path.into_inner();
     if !HOSTED_OPERATIONS.contains(&operation.as_str()) {
-        return Err(ApiError(NodeError::new(
-            "NOT_FOUND",
-            format!(
-                "no hosted operation `{operation}`; expected {}",
-                HOSTED_OPERATIONS.join(", ")
-            ),
-        )));
+        return Err(super::no_operation(
+            "hosted operation",
+            &operation,
+            HOSTED_OPERATIONS,
+        ));
     }
     if !forwarded(&req) {
         return Err(ApiError::invalid(format!(
