@@ -50,18 +50,6 @@ fn mirrored(daemon: &Daemon, mirror: &str, n: usize, records: i64) -> bool {
             == records
 }
 
-fn wait_long(what: &str, secs: u64, mut check: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while !check() {
-        assert!(
-            start.elapsed() < Duration::from_secs(secs),
-            "timed out after {secs} s waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    start.elapsed()
-}
-
 /// Every committed value of `topic`, per partition in offset order, as
 /// Kafka's console consumer reads it.
 fn values(bootstrap: &str, topic: &str, records: i64) -> BTreeMap<i32, Vec<String>> {
@@ -166,46 +154,6 @@ fn create_mirror(node: &Daemon, dir: &Path, source: &str, mirror: &str, topic: &
     }
 }
 
-/// `kafka-topics --describe` of the state topic: (leader, ISR size) per
-/// partition, and the topic's header line.
-fn describe_state_topic(destination: &str, state_topic: &str) -> (Vec<(i32, usize)>, String) {
-    let out = kafka_tool_ok(
-        "kafka-topics",
-        &[
-            "--bootstrap-server",
-            destination,
-            "--describe",
-            "--topic",
-            state_topic,
-        ],
-    );
-    let field = |line: &str, name: &str| -> Option<String> {
-        line.split('\t')
-            .find_map(|f| f.trim().strip_prefix(name).map(|v| v.trim().to_owned()))
-    };
-    let header = out
-        .lines()
-        .find(|l| l.contains("PartitionCount"))
-        .unwrap_or_default()
-        .to_owned();
-    let parts = out
-        .lines()
-        .filter(|l| l.contains("Leader:"))
-        .map(|l| {
-            let leader = field(l, "Leader:").unwrap().parse().unwrap_or(-1);
-            let isr = field(l, "Isr:").unwrap_or_default();
-            (leader, isr.split(',').filter(|s| !s.is_empty()).count())
-        })
-        .collect();
-    (parts, header)
-}
-
-fn kmirror_ok(args: &[&str]) -> String {
-    let out = kmirror(args);
-    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
-    stdout(&out)
-}
-
 #[test]
 fn a_destination_broker_killed_under_load_loses_nothing() {
     let bed = PrivateBed::with_brokers(1, 3);
@@ -215,7 +163,7 @@ fn a_destination_broker_killed_under_load_loses_nothing() {
         .iter()
         .map(|d| start_node(d.path(), &bed.destination, &cluster, &state_topic))
         .collect();
-    wait_long("three members owning every shard", 90, || {
+    wait_secs("three members owning every shard", 90, || {
         settled(&nodes[0], 3)
     });
 
@@ -230,20 +178,15 @@ fn a_destination_broker_killed_under_load_loses_nothing() {
     create_topic(&bed.source, &topic, 3, &[]);
     let producer = start_producer(&bed.source, &topic, 300);
     create_mirror(&nodes[1], dirs[1].path(), &bed.source, &mirror, &topic);
-    wait_long("the mirror running", 60, || {
+    wait_secs("the mirror running", 60, || {
         partitions(&nodes[2], &mirror)
             .is_some_and(|p| p.len() == 3 && p.iter().all(|p| p["state"] == "MIRRORING"))
     });
     std::thread::sleep(Duration::from_secs(3));
 
     // The broker that leads the most state-topic partitions.
-    let (parts, _) = describe_state_topic(&bed.destination, &state_topic);
-    let mut led: BTreeMap<i32, usize> = BTreeMap::new();
-    for (leader, _) in &parts {
-        *led.entry(*leader).or_default() += 1;
-    }
-    let (&victim, &count) = led.iter().max_by_key(|(_, n)| **n).unwrap();
-    println!("state-topic leaders per broker: {led:?}; killing broker {victim} (leads {count})");
+    let (victim, count) = busiest_state_leader(&bed.destination, &state_topic);
+    println!("killing broker {victim} (leads {count})");
     bed.destination_broker(victim as usize, BrokerOp::Kill);
     let killed = Instant::now();
     std::thread::sleep(Duration::from_secs(10));
@@ -273,48 +216,18 @@ fn a_destination_broker_killed_under_load_loses_nothing() {
     stop_producer(producer);
 
     let total: i64 = end_offsets(&bed.source, &topic).values().sum();
-    let settle = wait_long("every partition MIRRORING with lag 0", 90, || {
+    let settle = wait_secs("every partition MIRRORING with lag 0", 90, || {
         mirrored(&nodes[0], &mirror, 3, total)
     });
     println!(
         "{total} records produced; mirror at lag 0 {:.1} s after the producer stopped",
         settle.as_secs_f64()
     );
-    wait_long("every shard owned", 60, || settled(&nodes[2], 3));
+    wait_secs("every shard owned", 60, || settled(&nodes[2], 3));
     let copied = assert_exact_copy(&bed.source, &bed.destination, &topic);
     println!("destination holds exactly the source's {copied} records (0 lost, 0 duplicated, same order per partition)");
 
-    let out = kmirror_ok(&[
-        "log",
-        "verify",
-        "--bootstrap-server",
-        &bed.destination,
-        "--state-topic",
-        &state_topic,
-    ]);
-    println!("kmirror log verify: {}", out.trim());
-    let out = kmirror_ok(&[
-        "log",
-        "audit",
-        "--bootstrap-server",
-        &bed.destination,
-        "--state-topic",
-        &state_topic,
-        "--mirror",
-        &mirror,
-    ]);
-    let mirroring = out.lines().filter(|l| l.contains("MIRRORING")).count();
-    println!(
-        "kmirror log audit: {} lines for {mirror}, {mirroring} mention MIRRORING",
-        out.lines().count()
-    );
-    assert!(out.contains(&mirror), "{out}");
-    for p in 0..3 {
-        assert!(
-            out.contains(&format!("[{p}]")),
-            "partition {p} in the audit: {out}"
-        );
-    }
+    assert_log_tells(&bed.destination, &state_topic, &mirror, 3);
     for n in nodes {
         assert_eq!(n.terminate().code(), Some(0));
     }
@@ -370,7 +283,7 @@ fn scaling_and_a_rolling_restart_under_load_lose_nothing() {
     let dest = bed().destination.as_str();
     let mut nodes: Vec<Option<Daemon>> = vec![None, None, None];
     nodes[0] = Some(start_node(dirs[0].path(), dest, &cluster, &state_topic));
-    wait_long("one member owning every shard", 60, || {
+    wait_secs("one member owning every shard", 60, || {
         settled(nodes[0].as_ref().unwrap(), 1)
     });
 
@@ -400,7 +313,7 @@ fn scaling_and_a_rolling_restart_under_load_lose_nothing() {
         );
         mirrors.push((m, t, if k == 0 { 3 } else { 2 }));
     }
-    wait_long("every mirror running", 60, || {
+    wait_secs("every mirror running", 60, || {
         mirrors.iter().all(|(m, _, n)| {
             partitions(nodes[0].as_ref().unwrap(), m)
                 .is_some_and(|p| p.len() == *n && p.iter().all(|p| p["state"] == "MIRRORING"))
@@ -492,7 +405,7 @@ fn scaling_and_a_rolling_restart_under_load_lose_nothing() {
 
     let live = nodes.iter().flatten().next().unwrap();
     let total: i64 = end_offsets(&bed().source, &topic).values().sum();
-    wait_long("the loaded mirror at lag 0", 60, || {
+    wait_secs("the loaded mirror at lag 0", 60, || {
         mirrored(live, &mirrors[0].0, 3, total)
     });
     let copied = assert_exact_copy(&bed().source, &bed().destination, &topic);
@@ -508,22 +421,6 @@ fn scaling_and_a_rolling_restart_under_load_lose_nothing() {
     }
 }
 
-/// POSTs `operation` on `mirror`'s `topic` through `node`, guarded by `offset`.
-fn operate(
-    node: &Daemon,
-    mirror: &str,
-    operation: &str,
-    topic: &str,
-    offset: u64,
-) -> (u16, String) {
-    let body = format!("{{\"topics\":[\"{topic}\"],\"state_validation_offset\":{offset}}}");
-    node.http(
-        "POST",
-        &format!("/mirrors/{mirror}/{operation}"),
-        Some(&body),
-    )
-}
-
 #[test]
 fn two_conflicting_operations_on_two_nodes_one_wins() {
     let (cluster, state_topic) = (unique("kx"), unique("__kmirror_state_x"));
@@ -533,7 +430,7 @@ fn two_conflicting_operations_on_two_nodes_one_wins() {
         .iter()
         .map(|d| start_node(d.path(), dest, &cluster, &state_topic))
         .collect();
-    wait_long("three members owning every shard", 60, || {
+    wait_secs("three members owning every shard", 60, || {
         settled(&nodes[0], 3)
     });
     for (k, (a_op, b_op)) in [("pause", "stop"), ("pause", "pause")]
@@ -546,71 +443,20 @@ fn two_conflicting_operations_on_two_nodes_one_wins() {
         let mirror = unique(&format!("xm{k}"));
         create_mirror(&nodes[0], dirs[0].path(), &bed().source, &mirror, &topic);
         wait_for("mirrored", || mirrored(&nodes[1], &mirror, 2, 50));
-        // Two nodes other than the coordinator where possible: both
-        // requests are forwarded, and race there.
-        let owner = owner_port(&nodes[0], &mirror);
-        let mut others: Vec<&Daemon> = nodes.iter().filter(|n| n.port != owner).collect();
-        others.extend(nodes.iter().filter(|n| n.port == owner));
-        let (a, b) = (others[0], others[1]);
-        let offset = |n: &Daemon| -> u64 {
-            json(n, &format!("/state-offset?mirror={mirror}")).unwrap()["state_validation_offset"]
-                .as_u64()
-                .unwrap()
-        };
-        // Both read the coordinator's log: b's reading lies between two of
-        // a's (a checkpoint may land between two reads of a mirror that
-        // has just caught up).
-        let (oa, ob, again) = (offset(a), offset(b), offset(a));
-        assert!(
-            oa <= ob && ob <= again,
-            "two nodes read one coordinator's offset: {oa} <= {ob} <= {again}"
+        let expect = race_one_wins(
+            &nodes.iter().collect::<Vec<_>>(),
+            &mirror,
+            &topic,
+            (a_op, b_op),
         );
-        let (ra, rb) = std::thread::scope(|s| {
-            let ta = s.spawn(|| operate(a, &mirror, a_op, &topic, oa));
-            let tb = s.spawn(|| operate(b, &mirror, b_op, &topic, ob));
-            (ta.join().unwrap(), tb.join().unwrap())
-        });
-        println!(
-            "{a_op} via :{} -> {} | {b_op} via :{} -> {} (state_validation_offset {oa}, coordinator :{owner})",
-            a.port, ra.0, b.port, rb.0
-        );
-        let wins = [&ra, &rb].iter().filter(|r| r.0 == 200).count();
-        assert_eq!(wins, 1, "exactly one wins: {ra:?} {rb:?}");
-        let loser = if ra.0 == 200 { &rb } else { &ra };
-        assert_eq!(loser.0, 409, "{loser:?}");
-        assert!(
-            loser.1.contains("INVALID_CLUSTER_MIRROR_STATES"),
-            "{loser:?}"
-        );
-        let winner = if ra.0 == 200 { a_op } else { b_op };
-        let expect = if winner == "pause" {
-            "PAUSED"
-        } else {
-            "STOPPED"
-        };
         wait_for("the winner's state", || {
             partitions(&nodes[2], &mirror).is_some_and(|p| p.iter().all(|p| p["state"] == expect))
         });
-        println!("  winner: {winner}; every partition {expect}");
+        println!("  every partition {expect}");
     }
     for n in nodes {
         assert_eq!(n.terminate().code(), Some(0));
     }
-}
-
-fn audit(destination: &str, state_topic: &str, shard: &str, mirror: &str) -> String {
-    kmirror_ok(&[
-        "log",
-        "audit",
-        "--bootstrap-server",
-        destination,
-        "--state-topic",
-        state_topic,
-        "--state-partition",
-        shard,
-        "--mirror",
-        mirror,
-    ])
 }
 
 #[test]
@@ -627,7 +473,7 @@ fn a_coordinator_killed_during_a_stop_the_next_one_finishes_it() {
         .iter()
         .map(|d| Some(start_node(d.path(), dest, &cluster, &state_topic)))
         .collect();
-    wait_long("three members owning every shard", 60, || {
+    wait_secs("three members owning every shard", 60, || {
         settled(nodes[0].as_ref().unwrap(), 3)
     });
     const PARTS: usize = 4;
@@ -647,7 +493,7 @@ fn a_coordinator_killed_during_a_stop_the_next_one_finishes_it() {
     );
     let n0 = nodes[0].as_ref().unwrap();
     create_mirror(n0, dirs[0].path(), &bed.source, &mirror, &topic);
-    wait_long("mirrored", 60, || mirrored(n0, &mirror, PARTS, 400));
+    wait_secs("mirrored", 60, || mirrored(n0, &mirror, PARTS, 400));
 
     let shard = coordinator_partition(&mirror, SHARDS).to_string();
     let owner = owner_port(n0, &mirror);
@@ -656,54 +502,11 @@ fn a_coordinator_killed_during_a_stop_the_next_one_finishes_it() {
         .unwrap();
     let via = (0..3).find(|&i| i != victim).unwrap();
     let watcher = (0..3).find(|&i| i != victim && i != via).unwrap();
-    let admin = nodes[via].as_ref().unwrap().admin();
-    bed.stall_source();
-    let stop = std::thread::spawn({
-        let (mirror, topic) = (mirror.clone(), topic.clone());
-        move || {
-            let started = Instant::now();
-            let out = kmirror(&[
-                "mirror", "stop", "--mirror", &mirror, "--topics", &topic, "--admin", &admin,
-            ]);
-            (out, started.elapsed())
-        }
+    let killed = kill_during_stop(&bed, &mut nodes, (victim, via), &mirror, &topic, || {
+        audit(dest, &state_topic, Some(&shard), &mirror)
     });
-    // The log on the destination (not `describe`, which asks the frozen
-    // source) shows when the stop is under way.
-    let started = Instant::now();
-    let log = loop {
-        let log = audit(dest, &state_topic, &shard, &mirror);
-        if log.contains("-> STOPPING") {
-            break log;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "no STOPPING: {log}"
-        );
-    };
-    kill9(nodes[victim].take().unwrap());
-    let killed = Instant::now();
-    let count = |log: &str, what: &str| log.lines().filter(|l| l.contains(what)).count();
-    println!(
-        "killed the coordinator :{owner} {:.1} s into the stop: its log then held {} STOPPING and {} STOPPED transitions of {PARTS} partitions",
-        started.elapsed().as_secs_f64(),
-        count(&log, "-> STOPPING"),
-        count(&log, "-> STOPPED")
-    );
-    bed.resume_source();
-    let (out, took) = stop.join().unwrap();
-    println!(
-        "the client's stop: exit {:?} after {:.1} s: {}",
-        out.status.code(),
-        took.as_secs_f64(),
-        stderr(&out).trim()
-    );
-    assert!(
-        !out.status.success(),
-        "the stop finished before the kill: no handover to test"
-    );
     let w = nodes[watcher].as_ref().unwrap();
-    wait_long("every partition STOPPED", 90, || {
+    wait_secs("every partition STOPPED", 90, || {
         partitions(w, &mirror)
             .is_some_and(|p| p.len() == PARTS && p.iter().all(|p| p["state"] == "STOPPED"))
     });
@@ -711,20 +514,13 @@ fn a_coordinator_killed_during_a_stop_the_next_one_finishes_it() {
         "the new coordinator finished the stop {:.1} s after the kill",
         killed.elapsed().as_secs_f64()
     );
-    let log = audit(dest, &state_topic, &shard, &mirror);
+    let log = audit(dest, &state_topic, Some(&shard), &mirror);
     let stops: Vec<&str> = log.lines().filter(|l| l.contains("STOP")).collect();
     println!(
         "kmirror log audit --state-partition {shard}, the stop:\n  {}",
         stops.join("\n  ")
     );
-    for p in 0..PARTS {
-        let label = format!("[{p}]");
-        let n = stops
-            .iter()
-            .filter(|l| l.contains(&label) && l.contains("-> STOPPED"))
-            .count();
-        assert_eq!(n, 1, "one STOPPED transition of partition {p}:\n{log}");
-    }
+    assert_stopped_once(&log, PARTS);
     for n in nodes.into_iter().flatten() {
         assert_eq!(n.terminate().code(), Some(0));
     }

@@ -28,26 +28,6 @@ fn partitions(daemon: &Daemon, mirror: &str) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-/// How many of `mirror`'s partitions `daemon` itself runs: its own
-/// answer, not gathered (a request marked forwarded is not fanned out).
-fn runs_here(daemon: &Daemon, mirror: &str) -> usize {
-    let generation = json(daemon, "/cluster").expect("/cluster answers")["generation"]
-        .as_i64()
-        .expect("a generation")
-        .to_string();
-    let (status, body) = daemon
-        .try_http_with(
-            "GET",
-            "/partitions",
-            None,
-            &[("kmirror-forwarded", &generation)],
-        )
-        .expect("admin API answers");
-    assert_eq!(status, 200, "{body}");
-    let parts: Vec<Value> = serde_json::from_str(&body).unwrap();
-    parts.iter().filter(|p| p["mirror"] == *mirror).count()
-}
-
 #[test]
 fn a_spread_mirror_runs_on_every_node_and_survives_the_loss_of_one() {
     let cluster = unique("ks");
@@ -301,11 +281,11 @@ fn a_stopped_host_lands_nothing_after_its_partitions_were_taken_over() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let nodes: Vec<Daemon> = dirs
         .iter()
-        .map(|d| start_spread_node(d.path(), &cluster, &state_topic))
+        .map(|d| start_spread_node(d.path(), &bed().destination, &cluster, &state_topic))
         .collect();
     wait_for("three members owning every shard", || settled(&nodes[0], 3));
     let count = 12;
-    let (topic, mirror) = spread_mirror_of(&nodes[0], dirs[0].path(), count);
+    let (topic, mirror) = spread_mirror_of(&nodes[0], dirs[0].path(), &bed().source, count);
     let producer = Batches::start(&topic);
     wait_for("the mirror copying", || {
         mirrored_at_least(&nodes[1], &mirror, 200)
@@ -382,13 +362,14 @@ fn scaling_and_a_rolling_restart_move_a_spread_mirror_without_a_marker() {
     let cluster = unique("kr");
     let state_topic = unique("__kmirror_state_r");
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let start = |i: usize| start_spread_node(dirs[i].path(), &cluster, &state_topic);
+    let start =
+        |i: usize| start_spread_node(dirs[i].path(), &bed().destination, &cluster, &state_topic);
     let mut nodes: Vec<Option<Daemon>> = vec![Some(start(0)), None, None];
     wait_for("one member owning every shard", || {
         settled(node(&nodes, 0), 1)
     });
     let count = 12;
-    let (topic, mirror) = spread_mirror_of(node(&nodes, 0), dirs[0].path(), count);
+    let (topic, mirror) = spread_mirror_of(node(&nodes, 0), dirs[0].path(), &bed().source, count);
     let producer = Batches::start(&topic);
     wait_for("the mirror copying", || {
         mirrored_at_least(node(&nodes, 0), &mirror, 200)
@@ -454,34 +435,4 @@ fn scaling_and_a_rolling_restart_move_a_spread_mirror_without_a_marker() {
     for n in nodes.into_iter().flatten() {
         assert_eq!(n.terminate().code(), Some(0));
     }
-}
-
-/// A node of `cluster` that runs spread mirrors.
-fn start_spread_node(dir: &std::path::Path, cluster: &str, state_topic: &str) -> Daemon {
-    start_node_with(
-        dir,
-        &bed().destination,
-        cluster,
-        state_topic,
-        "spread_partitions = true\n",
-    )
-}
-
-/// A topic of `count` partitions on the source and a spread mirror of it,
-/// created and started through `daemon`: (topic, mirror).
-fn spread_mirror_of(daemon: &Daemon, dir: &std::path::Path, count: i32) -> (String, String) {
-    let topic = unique("spread");
-    create_topic(&bed().source, &topic, count as u32, &[]);
-    let props = dir.join("spread.properties");
-    std::fs::write(
-        &props,
-        format!(
-            "bootstrap.servers={}\nmirror.partitions.spread=true\n",
-            bed().source
-        ),
-    )
-    .unwrap();
-    let mirror = unique("sm");
-    daemon.mirror_topics(&mirror, props.to_str().unwrap(), &topic);
-    (topic, mirror)
 }

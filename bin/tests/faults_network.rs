@@ -21,7 +21,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::fault_checks::{
-    assert_exact_copy, assert_translates_exactly, audit, long, reliability, wait_secs, Producer,
+    assert_exact_copy, assert_translates_exactly, audit, long, reliability, Producer,
 };
 use common::*;
 use kmirror_actors::kafka::admin::{Admin, OffsetSpec};

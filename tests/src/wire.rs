@@ -21,9 +21,10 @@ use kafka_protocol::records::{Record, RecordBatchDecoder};
 const METADATA_VERSION: i16 = 12;
 const FETCH_VERSION: i16 = 12;
 
+/// One request to `bootstrap`, or to its first broker when it lists several.
 fn call<R: Request>(bootstrap: &str, req: &R, version: i16) -> Result<R::Response> {
-    let mut stream =
-        TcpStream::connect(bootstrap).with_context(|| format!("connect {bootstrap}"))?;
+    let broker = bootstrap.split(',').next().unwrap_or(bootstrap);
+    let mut stream = TcpStream::connect(broker).with_context(|| format!("connect {broker}"))?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     let header = RequestHeader::default()
         .with_request_api_key(R::KEY)
@@ -72,6 +73,30 @@ pub fn metadata(bootstrap: &str, topic: Option<&str>) -> Result<(String, Option<
     let cluster_id = resp.cluster_id.map(|c| c.to_string()).unwrap_or_default();
     let partitions = topic.and_then(|_| resp.topics.first().map(|t| t.partitions.len()));
     Ok((cluster_id, partitions))
+}
+
+/// The address of `partition`'s leader: a fetch is answered only there.
+fn leader(bootstrap: &str, topic: &str, partition: i32) -> Result<String> {
+    let resp: MetadataResponse = call(
+        bootstrap,
+        &MetadataRequest::default().with_topics(Some(vec![
+            kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_string(topic.to_string())))),
+        ])),
+        METADATA_VERSION,
+    )?;
+    let id = resp
+        .topics
+        .first()
+        .and_then(|t| t.partitions.iter().find(|p| p.partition_index == partition))
+        .map(|p| p.leader_id)
+        .with_context(|| format!("no metadata for {topic}/{partition}"))?;
+    let broker = resp
+        .brokers
+        .iter()
+        .find(|b| b.node_id == id)
+        .with_context(|| format!("{topic}/{partition} has no leader (leader id {})", id.0))?;
+    Ok(format!("{}:{}", broker.host, broker.port))
 }
 
 /// Every record of one partition, fetched from offset 0 up to the high watermark.
@@ -139,6 +164,7 @@ pub fn raw_batches(
     partition: i32,
     from: i64,
 ) -> Result<Vec<RawBatch>> {
+    let leader = leader(bootstrap, topic, partition)?;
     let mut out = Vec::new();
     let mut offset = from;
     loop {
@@ -155,7 +181,7 @@ pub fn raw_batches(
                     .with_partition(partition)
                     .with_fetch_offset(offset)
                     .with_partition_max_bytes(4 << 20)])]);
-        let resp: FetchResponse = call(bootstrap, &req, FETCH_VERSION)?;
+        let resp: FetchResponse = call(&leader, &req, FETCH_VERSION)?;
         let p = &resp.responses[0].partitions[0];
         if p.error_code != 0 {
             bail!("fetch error code {}", p.error_code);

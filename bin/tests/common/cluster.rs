@@ -1,16 +1,17 @@
 //! What the clustered daemon's tests share: a node of a cluster, and the
 //! cluster's own view of itself (`/cluster`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use kmirror_events::coordinator_partition;
 use kmirror_tests::wire::{fetch_all, raw_batches};
-use kmirror_tests::{bed, kafka_script};
+use kmirror_tests::{bed, create_topic, kafka_script, kafka_tool_ok, unique, PrivateBed};
 use serde_json::Value;
 
-use super::{free_port, ChildGuard, Daemon};
+use super::{free_port, kmirror, stderr, stdout, ChildGuard, Daemon};
 
 /// Few state partitions: every shard a node acquires is fenced and loaded.
 pub const SHARDS: i32 = 6;
@@ -142,11 +143,13 @@ pub fn values(bootstrap: &str, topic: &str, partition: i32) -> Vec<Vec<u8>> {
 /// Nothing lost, nothing twice, order kept: every partition of the
 /// destination holds exactly the source's records, in the same order.
 pub fn assert_copy_exact(topic: &str, partitions: i32) {
+    assert_copy_exact_on(&bed().source, &bed().destination, topic, partitions)
+}
+
+/// [`assert_copy_exact`] between two clusters of a test's own.
+pub fn assert_copy_exact_on(source: &str, destination: &str, topic: &str, partitions: i32) {
     for p in 0..partitions {
-        let (source, copy) = (
-            values(&bed().source, topic, p),
-            values(&bed().destination, topic, p),
-        );
+        let (source, copy) = (values(source, topic, p), values(destination, topic, p));
         assert_eq!(
             copy.len(),
             source.len(),
@@ -161,10 +164,15 @@ pub fn assert_copy_exact(topic: &str, partitions: i32) {
 /// No data batch after a fence's marker was written under an older epoch:
 /// once a node took a partition over, nothing of the previous owner landed.
 pub fn assert_no_write_after_a_fence(topic: &str, partitions: i32) -> usize {
+    assert_no_write_after_a_fence_on(&bed().destination, topic, partitions)
+}
+
+/// [`assert_no_write_after_a_fence`] on a destination of a test's own.
+pub fn assert_no_write_after_a_fence_on(destination: &str, topic: &str, partitions: i32) -> usize {
     let mut markers = 0;
     for p in 0..partitions {
         let mut fenced_at = i16::MIN;
-        for b in raw_batches(&bed().destination, topic, p, 0).unwrap() {
+        for b in raw_batches(destination, topic, p, 0).unwrap() {
             if b.is_control {
                 markers += 1;
                 fenced_at = fenced_at.max(b.producer_epoch);
@@ -259,4 +267,290 @@ pub fn signal(daemon: &Daemon, signal: &str) {
 
 pub fn node(nodes: &[Option<Daemon>], i: usize) -> &Daemon {
     nodes[i].as_ref().expect("a running node")
+}
+
+/// `kafka-topics --describe` of the state topic: (leader, ISR size) per
+/// partition, and the topic's header line.
+pub fn describe_state_topic(destination: &str, state_topic: &str) -> (Vec<(i32, usize)>, String) {
+    let out = kafka_tool_ok(
+        "kafka-topics",
+        &[
+            "--bootstrap-server",
+            destination,
+            "--describe",
+            "--topic",
+            state_topic,
+        ],
+    );
+    let field = |line: &str, name: &str| -> Option<String> {
+        line.split('\t')
+            .find_map(|f| f.trim().strip_prefix(name).map(|v| v.trim().to_owned()))
+    };
+    let header = out
+        .lines()
+        .find(|l| l.contains("PartitionCount"))
+        .unwrap_or_default()
+        .to_owned();
+    let parts = out
+        .lines()
+        .filter(|l| l.contains("Leader:"))
+        .map(|l| {
+            let leader = field(l, "Leader:").unwrap().parse().unwrap_or(-1);
+            let isr = field(l, "Isr:").unwrap_or_default();
+            (leader, isr.split(',').filter(|s| !s.is_empty()).count())
+        })
+        .collect();
+    (parts, header)
+}
+
+/// The broker that leads the most state-topic partitions, and how many.
+pub fn busiest_state_leader(destination: &str, state_topic: &str) -> (i32, usize) {
+    let (parts, _) = describe_state_topic(destination, state_topic);
+    let mut led: BTreeMap<i32, usize> = BTreeMap::new();
+    for (leader, _) in &parts {
+        *led.entry(*leader).or_default() += 1;
+    }
+    println!("state-topic leaders per broker: {led:?}");
+    led.into_iter().max_by_key(|(_, n)| *n).unwrap()
+}
+
+/// The CLI's standard output; the test fails if it did.
+pub fn kmirror_ok(args: &[&str]) -> String {
+    let out = kmirror(args);
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    stdout(&out)
+}
+
+/// `kmirror log audit` of `mirror` in the state topic on `destination`:
+/// one shard's log, or every shard's in time order.
+pub fn audit(destination: &str, state_topic: &str, shard: Option<&str>, mirror: &str) -> String {
+    let mut args = vec![
+        "log",
+        "audit",
+        "--bootstrap-server",
+        destination,
+        "--state-topic",
+        state_topic,
+        "--mirror",
+        mirror,
+    ];
+    if let Some(shard) = shard {
+        args.extend(["--state-partition", shard]);
+    }
+    kmirror_ok(&args)
+}
+
+/// How many of `mirror`'s partitions `daemon` itself runs: its own
+/// answer, not gathered (a request marked forwarded is not fanned out).
+pub fn runs_here(daemon: &Daemon, mirror: &str) -> usize {
+    let generation = json(daemon, "/cluster").expect("/cluster answers")["generation"]
+        .as_i64()
+        .expect("a generation")
+        .to_string();
+    let (status, body) = daemon
+        .try_http_with(
+            "GET",
+            "/partitions",
+            None,
+            &[("kmirror-forwarded", &generation)],
+        )
+        .expect("admin API answers");
+    assert_eq!(status, 200, "{body}");
+    let parts: Vec<Value> = serde_json::from_str(&body).unwrap();
+    parts.iter().filter(|p| p["mirror"] == *mirror).count()
+}
+
+/// A node of `cluster` on `destination` that runs spread mirrors.
+pub fn start_spread_node(
+    dir: &Path,
+    destination: &str,
+    cluster: &str,
+    state_topic: &str,
+) -> Daemon {
+    start_node_with(
+        dir,
+        destination,
+        cluster,
+        state_topic,
+        "spread_partitions = true\n",
+    )
+}
+
+/// A topic of `count` partitions on `source` and a spread mirror of it,
+/// created and started through `daemon`: (topic, mirror).
+pub fn spread_mirror_of(daemon: &Daemon, dir: &Path, source: &str, count: i32) -> (String, String) {
+    let topic = unique("spread");
+    create_topic(source, &topic, count as u32, &[]);
+    let props = dir.join("spread.properties");
+    std::fs::write(
+        &props,
+        format!("bootstrap.servers={source}\nmirror.partitions.spread=true\n"),
+    )
+    .unwrap();
+    let mirror = unique("sm");
+    daemon.mirror_topics(&mirror, props.to_str().unwrap(), &topic);
+    (topic, mirror)
+}
+
+/// Stops `topic` of `mirror` through node `via` with `bed`'s source frozen,
+/// so that its partitions wait in STOPPING for their failover reports;
+/// once the state log on the destination (`log`, an audit) shows a
+/// STOPPING, kills node `victim` and thaws the source. The client's stop
+/// fails with the node it reached (else the stop finished before the kill:
+/// no handover to test). Returns when the kill happened.
+pub fn kill_during_stop(
+    bed: &PrivateBed,
+    nodes: &mut [Option<Daemon>],
+    (victim, via): (usize, usize),
+    mirror: &str,
+    topic: &str,
+    log: impl Fn() -> String,
+) -> Instant {
+    let admin = node(nodes, via).admin();
+    bed.stall_source();
+    let stop = std::thread::spawn({
+        let (mirror, topic) = (mirror.to_owned(), topic.to_owned());
+        move || {
+            let started = Instant::now();
+            let out = kmirror(&[
+                "mirror", "stop", "--mirror", &mirror, "--topics", &topic, "--admin", &admin,
+            ]);
+            (out, started.elapsed())
+        }
+    });
+    let started = Instant::now();
+    let before = loop {
+        let text = log();
+        if text.contains("-> STOPPING") {
+            break text;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no STOPPING: {text}"
+        );
+    };
+    let port = node(nodes, victim).port;
+    super::kill9(nodes[victim].take().unwrap());
+    let killed = Instant::now();
+    let count = |what: &str| before.lines().filter(|l| l.contains(what)).count();
+    println!(
+        "killed the coordinator :{port} {:.1} s into the stop: the log then held {} STOPPING and {} STOPPED transitions",
+        started.elapsed().as_secs_f64(),
+        count("-> STOPPING"),
+        count("-> STOPPED")
+    );
+    bed.resume_source();
+    let (out, took) = stop.join().unwrap();
+    println!(
+        "the client's stop: exit {:?} after {:.1} s: {}",
+        out.status.code(),
+        took.as_secs_f64(),
+        stderr(&out).trim()
+    );
+    assert!(
+        !out.status.success(),
+        "the stop finished before the kill: no handover to test"
+    );
+    killed
+}
+
+/// Each of partitions 0..`partitions` reached STOPPED exactly once in an
+/// audit of the stop.
+pub fn assert_stopped_once(log: &str, partitions: usize) {
+    for p in 0..partitions {
+        let label = format!("[{p}]");
+        let n = log
+            .lines()
+            .filter(|l| l.contains(&label) && l.contains("-> STOPPED"))
+            .count();
+        assert_eq!(n, 1, "one STOPPED transition of partition {p}:\n{log}");
+    }
+}
+
+/// Sends `ops.0` and `ops.1` on `mirror`'s `topic` at once through two of
+/// `nodes` other than its coordinator where possible (both forwarded, to
+/// race there), each guarded by the StateValidationOffset its node read:
+/// exactly one wins, the other gets INVALID_CLUSTER_MIRROR_STATES. The
+/// state the winner's operation leads to.
+pub fn race_one_wins(
+    nodes: &[&Daemon],
+    mirror: &str,
+    topic: &str,
+    (a_op, b_op): (&str, &str),
+) -> &'static str {
+    let owner = owner_port(nodes[0], mirror);
+    let mut order: Vec<&Daemon> = nodes.iter().copied().filter(|n| n.port != owner).collect();
+    order.extend(nodes.iter().copied().filter(|n| n.port == owner));
+    let (a, b) = (order[0], order[1]);
+    let offset = |n: &Daemon| -> u64 {
+        json(n, &format!("/state-offset?mirror={mirror}")).unwrap()["state_validation_offset"]
+            .as_u64()
+            .unwrap()
+    };
+    // Both read the coordinator's log: b's reading lies between two of a's
+    // (a checkpoint may land between two reads of a mirror that has just
+    // caught up).
+    let (oa, ob, again) = (offset(a), offset(b), offset(a));
+    assert!(
+        oa <= ob && ob <= again,
+        "two nodes read one coordinator's offset: {oa} <= {ob} <= {again}"
+    );
+    let operate = |n: &Daemon, op: &str, at: u64| {
+        let body = format!("{{\"topics\":[\"{topic}\"],\"state_validation_offset\":{at}}}");
+        n.http("POST", &format!("/mirrors/{mirror}/{op}"), Some(&body))
+    };
+    let (ra, rb) = std::thread::scope(|s| {
+        let ta = s.spawn(|| operate(a, a_op, oa));
+        let tb = s.spawn(|| operate(b, b_op, ob));
+        (ta.join().unwrap(), tb.join().unwrap())
+    });
+    println!(
+        "{a_op} via :{} -> {} | {b_op} via :{} -> {} (state_validation_offset {oa}, coordinator :{owner})",
+        a.port, ra.0, b.port, rb.0
+    );
+    let wins = [&ra, &rb].iter().filter(|r| r.0 == 200).count();
+    assert_eq!(wins, 1, "exactly one wins: {ra:?} {rb:?}");
+    let (loser, winner) = if ra.0 == 200 {
+        (&rb, a_op)
+    } else {
+        (&ra, b_op)
+    };
+    assert_eq!(loser.0, 409, "{loser:?}");
+    assert!(
+        loser.1.contains("INVALID_CLUSTER_MIRROR_STATES"),
+        "{loser:?}"
+    );
+    println!("  winner: {winner}");
+    if winner == "pause" {
+        "PAUSED"
+    } else {
+        "STOPPED"
+    }
+}
+
+/// The state topic on `destination` verifies (`kmirror log verify`), and
+/// its audit, every shard in time order, tells the story of each of
+/// `mirror`'s partitions 0..`partitions`.
+pub fn assert_log_tells(destination: &str, state_topic: &str, mirror: &str, partitions: i32) {
+    let out = kmirror_ok(&[
+        "log",
+        "verify",
+        "--bootstrap-server",
+        destination,
+        "--state-topic",
+        state_topic,
+    ]);
+    println!("kmirror log verify: {}", out.trim());
+    let log = audit(destination, state_topic, None, mirror);
+    let told: BTreeMap<i32, usize> = (0..partitions)
+        .map(|p| {
+            let label = format!("[{p}]");
+            (p, log.lines().filter(|l| l.contains(&label)).count())
+        })
+        .collect();
+    println!(
+        "kmirror log audit: {} lines for {mirror}, per partition {told:?}",
+        log.lines().count()
+    );
+    assert!(told.values().all(|n| *n > 0), "{log}");
 }

@@ -327,19 +327,6 @@ pub fn wait_partitions(
     }
 }
 
-/// Waits up to `secs` for `check`, returning how long it took.
-pub fn wait_secs(what: &str, secs: u64, mut check: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while !check() {
-        assert!(
-            start.elapsed() < Duration::from_secs(secs),
-            "timed out after {secs} s waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    start.elapsed()
-}
-
 /// From now (a fault's end) until every partition of `mirror` is
 /// MIRRORING with the source's records of now all copied, the source's
 /// end offsets read by Kafka's `kafka-get-offsets`. On a live stream a

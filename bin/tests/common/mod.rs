@@ -238,6 +238,19 @@ pub fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// Waits up to `secs` for `check`, returning how long it took.
+pub fn wait_secs(what: &str, secs: u64, mut check: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !check() {
+        assert!(
+            start.elapsed() < Duration::from_secs(secs),
+            "timed out after {secs} s waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    start.elapsed()
+}
+
 pub fn write_properties(dir: &Path) -> String {
     let file = dir.join("source.properties");
     std::fs::write(
