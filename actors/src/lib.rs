@@ -12,6 +12,7 @@
 pub mod cluster;
 pub mod coordinator;
 pub mod failback;
+pub mod hosted_sync;
 pub mod kafka;
 pub mod metadata_sync;
 pub mod mirror;

@@ -31,6 +31,8 @@ use kmirror_actors::state_log::{KafkaLog, StateFollower, StateLogOptions};
 use kmirror_store::EventLog;
 use tokio::sync::watch;
 
+use crate::admin_auth::ClientAuth;
+use crate::api::spread::{final_sync_asker, FinalSyncRoute};
 use crate::settings::{ClusterSettings, DaemonSettings};
 
 /// How long the one transaction a fence opens may stay open.
@@ -100,6 +102,9 @@ pub struct Clustered {
     stop: watch::Sender<bool>,
     /// With `cluster.spread_partitions`: every shard as read here.
     state_follower: Option<StateFollower>,
+    /// Where hosted partitions ask for their final pass: emptied at
+    /// shutdown, since the shards' own settings hold it.
+    route: FinalSyncRoute,
 }
 
 impl Clustered {
@@ -110,6 +115,7 @@ impl Clustered {
         cluster: &ClusterSettings,
         mut node_settings: NodeSettings,
         connect_source: SourceConnector,
+        peers: ClientAuth,
     ) -> Result<Clustered, String> {
         // Named in the release each shard leaves when it goes.
         node_settings.member = cluster.advertised_url.clone();
@@ -170,6 +176,7 @@ impl Clustered {
         // read-only, whoever owns it (see `kmirror_actors::spread`).
         // Started after the last step that can fail, so it is always
         // closed by `shutdown`.
+        let route = FinalSyncRoute::default();
         let state_follower = if cluster.spread_partitions {
             let ends = connect().await?;
             let follower = StateFollower::start(&log_options)
@@ -177,6 +184,7 @@ impl Clustered {
                 .map_err(|e| format!("NETWORK_EXCEPTION: following the state topic: {e}"))?;
             node_settings.followed = Some(follower.followed(ends, &log_options.topic));
             node_settings.accept_spread = true;
+            node_settings.ask_final_sync = Some(final_sync_asker(route.clone(), peers));
             Some(follower)
         } else {
             None
@@ -229,6 +237,7 @@ impl Clustered {
             generation: -1,
             ..ClusterStatus::default()
         });
+        *route.lock().expect("final sync route") = Some((shards.clone(), status.clone()));
         let (stop, stopping) = watch::channel(false);
         let follower = actix::spawn(follow(
             Follow {
@@ -248,6 +257,7 @@ impl Clustered {
             follower,
             stop,
             state_follower,
+            route,
         })
     }
 
@@ -259,6 +269,7 @@ impl Clustered {
         let _ = self.stop.send(true);
         let _ = self.follower.await;
         self.shards.shutdown().await;
+        self.route.lock().expect("final sync route").take();
         // Closed once no shard reads it any more.
         if let Some(f) = self.state_follower {
             f.close().await;

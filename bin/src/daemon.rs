@@ -176,6 +176,7 @@ async fn start(
     settings: &DaemonSettings,
     log: Option<Arc<dyn EventLog>>,
     budget: &Arc<MemoryBudget>,
+    peers: &ClientAuth,
 ) -> Result<Running, String> {
     match (log, &settings.cluster) {
         (Some(log), _) => start_node(settings, log, budget).await.map(Running::Single),
@@ -184,6 +185,7 @@ async fn start(
             cluster,
             node_settings(settings),
             source_connector(budget.clone()),
+            peers.clone(),
         )
         .await
         .map(Running::Clustered),
@@ -203,8 +205,14 @@ async fn serve(settings: DaemonSettings, log: Option<Arc<dyn EventLog>>) -> Resu
         )
     })?;
 
+    // What this node presents to its peers: the nodes of a cluster share
+    // `admin_token` and trust each other's admin TLS.
+    let peers = ClientAuth {
+        token: settings.admin_token.clone(),
+        tls: settings.admin_tls.as_ref().map(|t| t.peers.clone()),
+    };
     let running = tokio::select! {
-        running = start(&settings, log, &budget) => running?,
+        running = start(&settings, log, &budget, &peers) => running?,
         why = signals.recv() => {
             tracing::info!(signal = why, "stopped during start-up");
             return Ok(());
@@ -214,10 +222,7 @@ async fn serve(settings: DaemonSettings, log: Option<Arc<dyn EventLog>>) -> Resu
     let data = Data::new(running.handle());
     let memory = Data::from(budget);
     let token = settings.admin_token.clone().map(Data::new);
-    let peers = Data::new(ClientAuth {
-        token: settings.admin_token.clone(),
-        tls: settings.admin_tls.as_ref().map(|t| t.peers.clone()),
-    });
+    let peers = Data::new(peers);
     let server = HttpServer::new(move || {
         let mut app = App::new()
             .app_data(data.clone())

@@ -268,6 +268,82 @@ fn unhostable_partitions_are_described_with_the_reason(
     );
 }
 
+/// A stop runs one last group-offset pass over every partition before it
+/// answers, wherever the partition runs: the periodic sync here runs once
+/// an hour, so a group that committed after its first pass reaches the
+/// destination only through the stop — the partitions hosted away from
+/// the coordinator asking it for theirs. Kafka's own tools read the
+/// offsets on both sides.
+#[test]
+fn a_stop_syncs_the_groups_of_every_partition_wherever_it_runs() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (nodes, _) = three_spread_nodes(&bed().destination, &dirs, 60);
+    let count = 12;
+    let topic = unique("final");
+    create_topic(&bed().source, &topic, count as u32, &[]);
+    // Keyed, so that every partition holds records to commit past.
+    kmirror_tests::mirror::produce(&topic, &kmirror_tests::mirror::lines(1200, "f"), "none");
+    let props = dirs[0].path().join("hourly.properties");
+    std::fs::write(
+        &props,
+        format!(
+            "bootstrap.servers={}\nmirror.partitions.spread=true\nmirror.groups.sync.interval.ms=3600000\n",
+            bed().source
+        ),
+    )
+    .unwrap();
+    let mirror = unique("fm");
+    nodes[0].mirror_topics(&mirror, props.to_str().unwrap(), &topic);
+    wait_for("mirrored", || {
+        mirrored(&nodes[1], &mirror, count as usize, 1200)
+    });
+    let coordinator = owner_port(&nodes[0], &mirror);
+    let coordinator = nodes.iter().find(|n| n.port == coordinator).unwrap();
+    let away: usize = nodes
+        .iter()
+        .filter(|n| n.port != coordinator.port)
+        .map(|n| runs_here(n, &mirror))
+        .sum();
+    println!("partitions run away from the coordinator: {away} of {count}");
+    assert!(away > 0, "some partitions run away from the coordinator");
+    // The first periodic pass ran (no group yet); the next is an hour away.
+    let gauge = format!("kmirror_sync_last_group_sync_timestamp_seconds{{mirror=\"{mirror}\"}} ");
+    wait_for("the first periodic group pass", || {
+        let (_, text) = coordinator.http("GET", "/metrics", None);
+        text.lines()
+            .find_map(|l| l.strip_prefix(&gauge))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .is_some_and(|v| v > 0.0)
+    });
+    // A rebalance would start the sync again, and its first pass would
+    // sync the group without the stop: the generation must not move.
+    let generation = || json(&nodes[0], "/cluster").unwrap()["generation"].clone();
+    let before = generation();
+    let group = unique("fg");
+    assert_eq!(
+        group_read(&bed().source, &topic, &group, 1200, 30_000).len(),
+        1200
+    );
+    let committed = describe_group(&bed().source, &group, &topic);
+    assert_eq!(committed.len(), count as usize, "{committed:?}");
+    println!("the group committed on the source: {committed:?}");
+
+    nodes[2].cli_ok(&["mirror", "stop", "--mirror", &mirror, "--topics", &topic]);
+    let synced = describe_group(&bed().destination, &group, &topic);
+    assert_eq!(generation(), before, "no rebalance during the test");
+    println!(
+        "as the stop answered, the destination held the group's offsets of {} partitions",
+        synced.len()
+    );
+    assert_eq!(
+        synced, committed,
+        "every partition's offset synced by the stop: source {committed:?}, destination {synced:?}"
+    );
+    for n in nodes {
+        assert_eq!(n.terminate().code(), Some(0));
+    }
+}
+
 /// SIGSTOP a node that hosts partitions of a spread mirror it does not
 /// coordinate, past the session timeout, under a continuous producer: the
 /// others take its shards and fence the partitions it hosted (read from
@@ -276,14 +352,8 @@ fn unhostable_partitions_are_described_with_the_reason(
 /// again, and the copy is exact.
 #[test]
 fn a_stopped_host_lands_nothing_after_its_partitions_were_taken_over() {
-    let cluster = unique("kt");
-    let state_topic = unique("__kmirror_state_t");
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let nodes: Vec<Daemon> = dirs
-        .iter()
-        .map(|d| start_spread_node(d.path(), &bed().destination, &cluster, &state_topic))
-        .collect();
-    wait_for("three members owning every shard", || settled(&nodes[0], 3));
+    let (nodes, _) = three_spread_nodes(&bed().destination, &dirs, 60);
     let count = 12;
     let (topic, mirror) = spread_mirror_of(&nodes[0], dirs[0].path(), &bed().source, count);
     let producer = Batches::start(&topic);

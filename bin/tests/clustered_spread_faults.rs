@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::cluster::*;
 use common::*;
-use kmirror_tests::{bed, unique, BrokerOp, PrivateBed};
+use kmirror_tests::{bed, BrokerOp, PrivateBed};
 use serde_json::Value;
 
 /// `mirror`'s partitions as `daemon` describes them (gathered from every
@@ -23,29 +23,14 @@ fn partitions(daemon: &Daemon, mirror: &str) -> Option<Vec<Value>> {
     }
 }
 
-/// Three spread nodes of a new cluster on `destination`, every shard owned:
-/// the nodes and the state topic.
+/// [`three_spread_nodes`], each one that may be killed.
 fn three_nodes(
     destination: &str,
     dirs: &[tempfile::TempDir],
     secs: u64,
 ) -> (Vec<Option<Daemon>>, String) {
-    let (cluster, state_topic) = (unique("kz"), unique("__kmirror_state_z"));
-    let nodes: Vec<Option<Daemon>> = dirs
-        .iter()
-        .map(|d| {
-            Some(start_spread_node(
-                d.path(),
-                destination,
-                &cluster,
-                &state_topic,
-            ))
-        })
-        .collect();
-    wait_secs("three members owning every shard", secs, || {
-        settled(node(&nodes, 0), 3)
-    });
-    (nodes, state_topic)
+    let (nodes, state_topic) = three_spread_nodes(destination, dirs, secs);
+    (nodes.into_iter().map(Some).collect(), state_topic)
 }
 
 /// How many partitions each node runs.

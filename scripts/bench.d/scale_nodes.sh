@@ -32,6 +32,11 @@
 # read_uncommitted and a read_committed destination consumer of one lag probe
 # (the same records in the same window).
 #
+# A last round runs one mirror of every topic, its partitions spread over the
+# N nodes (`[cluster] spread_partitions = true`, `mirror.partitions.spread=true`,
+# experimental): what one mirror gains from N nodes, against the same one
+# clustered node as the mirror-per-topic rounds.
+#
 # Between rounds the destination topics are deleted.
 # Sourced by scripts/bench; uses its functions and FIG, RES, DIR, KMIRROR_BIN.
 # shellcheck shell=bash
@@ -103,10 +108,26 @@ nodes_lag() {
   done
 }
 
-# One round: K clustered nodes, or (MODE plain) one unclustered node. Sets
-# FIG[scale_nodes.LABEL.*]; the rounds labelled 1a and plaina also measure
-# the lag (nodes_lag), as FIG[scale_nodes.1.*] and FIG[scale_nodes.plain.*].
-#   nodes_round MODE K LABEL SRC DST TOPICS TARGET   (MODE: cluster or plain)
+# Partitions each node runs ("a/b/c", in the order of its arguments): each
+# node's own answer to /partitions, a request marked forwarded (not gathered).
+nodes_partitions() {
+  python3 - "$@" <<'PY' 2>/dev/null || echo n/a
+import json, sys, urllib.request
+counts = []
+for admin in sys.argv[1:]:
+    gen = json.load(urllib.request.urlopen(admin + "/cluster", timeout=5))["generation"]
+    req = urllib.request.Request(admin + "/partitions", headers={"kmirror-forwarded": str(gen)})
+    counts.append(str(len(json.load(urllib.request.urlopen(req, timeout=10)))))
+print("/".join(counts))
+PY
+}
+
+# One round: K clustered nodes, or (MODE plain) one unclustered node, or
+# (MODE spread) K clustered nodes running one mirror of every topic, its
+# partitions spread over them. Sets FIG[scale_nodes.LABEL.*]; the rounds
+# labelled 1a and plaina also measure the lag (nodes_lag), as
+# FIG[scale_nodes.1.*] and FIG[scale_nodes.plain.*].
+#   nodes_round MODE K LABEL SRC DST TOPICS TARGET   (MODE: cluster, plain or spread)
 nodes_round() {
   local mode=$1 k=$2 label=$3 src=$4 dst=$5 topics=$6 target=$7 i port conf
   local p="scale_nodes.$label" admins=() pids=() urls=()
@@ -120,6 +141,7 @@ nodes_round() {
       [ "$mode" != plain ] || echo "data_dir = \"$RES/nodes-$label-$i.data\""
       printf '[destination]\nbootstrap_servers = "%s"\n' "$dst"
       [ "$mode" = plain ] || printf '[cluster]\nid = "bench-%s"\nsession_timeout_ms = 6000\nheartbeat_interval_ms = 1000\n' "$label"
+      [ "$mode" != spread ] || echo "spread_partitions = true"
     } >"$conf"
     LOG="$RES/nodes-$label-$i.log" start_bg "$KMIRROR_BIN" daemon --config "$conf"
     pids+=("$BG_PID")
@@ -139,18 +161,27 @@ nodes_round() {
   local t0 ticks0=0 ticks1=0 pid hwm=0 rc=0
   for pid in "${pids[@]}"; do ticks0=$((ticks0 + $(pid_ticks "$pid"))); done
   printf 'bootstrap.servers=%s\n' "$src" >"$RES/nodes.properties"
+  printf 'bootstrap.servers=%s\nmirror.partitions.spread=true\n' "$src" >"$RES/nodes-spread.properties"
   t0=$(date +%s%3N)
-  for ((i = 0; i < NODES_TOPICS; i++)); do
-    KMIRROR_ADMIN=${admins[0]} kmirror_cli "$RES/nodes-$label.cli" mirror create --mirror "m$i" --mirror-config "$RES/nodes.properties"
-    KMIRROR_ADMIN=${admins[0]} kmirror_cli "$RES/nodes-$label.cli" mirror start --mirror "m$i" --topics "nodes_$i"
-  done
+  if [ "$mode" = spread ]; then
+    KMIRROR_ADMIN=${admins[0]} kmirror_cli "$RES/nodes-$label.cli" mirror create --mirror ms --mirror-config "$RES/nodes-spread.properties"
+    KMIRROR_ADMIN=${admins[0]} kmirror_cli "$RES/nodes-$label.cli" mirror start --mirror ms --topics "$topics"
+  else
+    for ((i = 0; i < NODES_TOPICS; i++)); do
+      KMIRROR_ADMIN=${admins[0]} kmirror_cli "$RES/nodes-$label.cli" mirror create --mirror "m$i" --mirror-config "$RES/nodes.properties"
+      KMIRROR_ADMIN=${admins[0]} kmirror_cli "$RES/nodes-$label.cli" mirror start --mirror "m$i" --topics "nodes_$i"
+    done
+  fi
   probe watch "$dst" "$topics" "$target" 0 200 $((target * RECORD_SIZE / 10485760 + 120)) >"$RES/$p.timeline" 2>"$RES/$p.watch.err" || rc=$?
   for pid in "${pids[@]}"; do
     ticks1=$((ticks1 + $(pid_ticks "$pid")))
     hwm=$((hwm + $(awk '$1 == "VmHWM:" { print $2 }' "/proc/$pid/status" 2>/dev/null || echo 0)))
   done
-  FIG[$p.spread]=$NODES_TOPICS
-  [ "$mode" = plain ] || FIG[$p.spread]=$(nodes_spread "${admins[0]}" "${urls[@]}")
+  case $mode in
+    plain) FIG[$p.spread]=$NODES_TOPICS ;;
+    cluster) FIG[$p.spread]=$(nodes_spread "${admins[0]}" "${urls[@]}") ;;
+    spread) FIG[$p.spread]=$(nodes_partitions "${admins[@]}") ;;
+  esac
   [ "$rc" -eq 0 ] || die "$p: $label node(s) did not copy $target records (watch exit $rc; logs $RES/nodes-$label-*.log)"
   case $label in 1a | plaina) nodes_lag "scale_nodes.${label%a}" "${admins[0]}" "$src" "$dst" ;; esac
   for pid in "${pids[@]}"; do stop_pid "$pid"; done
@@ -161,7 +192,7 @@ nodes_round() {
   FIG[$p.cpu]=$(awk -v a="$ticks0" -v b="$ticks1" -v clk="$clk" 'BEGIN { printf "%.1f", (b - a) / clk }')
   FIG[$p.cpu_per_gib]=$(awk -v c="${FIG[$p.cpu]}" -v g="$gib" 'BEGIN { printf "%.1f", c / g }')
   FIG[$p.rss]=$(awk -v k="$hwm" 'BEGIN { printf "%.1f", k / 1024 }')
-  note "$p: $label: ${FIG[$p.mbs]} MB/s while copying, ${FIG[$p.wall]} s from the first mirror create, ${FIG[$p.cpu]} CPU-s, peak RSS ${FIG[$p.rss]} MiB summed, mirrors per node ${FIG[$p.spread]}"
+  note "$p: $label: ${FIG[$p.mbs]} MB/s while copying, ${FIG[$p.wall]} s from the first mirror create, ${FIG[$p.cpu]} CPU-s, peak RSS ${FIG[$p.rss]} MiB summed, $([ "$mode" = spread ] && echo partitions || echo mirrors) per node ${FIG[$p.spread]}"
 }
 
 # Deletes the topics a round made: on the destination all of them, on the
@@ -222,6 +253,9 @@ scale_nodes_run() {
   nodes_clear "$src" "$dst"
   nodes_round cluster "$NODES" "$NODES" "$src" "$dst" "$names" "$target"
   FIG[scale_nodes.ratio]=$(ratio "${FIG[scale_nodes.$NODES.mbs]}" "${FIG[scale_nodes.1.mbs]}")
+  nodes_clear "$src" "$dst"
+  nodes_round spread "$NODES" "${NODES}s" "$src" "$dst" "$names" "$target"
+  FIG[scale_nodes.spread_ratio]=$(ratio "${FIG[scale_nodes.${NODES}s.mbs]}" "${FIG[scale_nodes.1.mbs]}")
   FIG[scale_nodes.cost]=$(ratio "${FIG[scale_nodes.1.mbs]}" "${FIG[scale_nodes.plain.mbs]}")
   "$REPO/scripts/kafka" down --dir "$bed" >/dev/null 2>&1 || true
 }
@@ -237,6 +271,8 @@ scale_nodes_rows() {
     echo "clustered copy, $k node(s): peak RSS, all nodes (MiB)|-|-|$(f "scale_nodes.$k.rss")|"
   done
   echo "clustered copy, $NODES nodes / 1 node|-|-|$(f scale_nodes.ratio)|"
+  echo "clustered copy, one mirror spread over $NODES nodes (MB/s)|-|-|$(f "scale_nodes.${NODES}s.mbs")|"
+  echo "clustered copy, one mirror spread over $NODES nodes / 1 node|-|-|$(f scale_nodes.spread_ratio)|"
   echo "clustered copy, 1 node / unclustered 1 node (the clustered mode's cost)|-|-|$(f scale_nodes.cost)|"
   for k in plain 1; do
     for iso in read_uncommitted read_committed; do
@@ -246,9 +282,9 @@ scale_nodes_rows() {
 }
 
 scale_nodes_facts() {
-  echo "- clustered run (\`--nodes $NODES\`): $(f scale_nodes.records) records over $NODES_TOPICS topics x $NODES_PARTITIONS partitions, one mirror each, $NODES_SHARDS state-topic partitions (coordinator shards); mirrors per node with $NODES nodes: $(f "scale_nodes.$NODES.spread"); wall time from the first mirror create: $(f scale_nodes.plain.wall) s unclustered, $(f scale_nodes.1.wall) s with 1 clustered node (means of two rounds), $(f "scale_nodes.$NODES.wall") s with $NODES; the two rounds of 1 clustered node copied at $(f scale_nodes.1.runs) MB/s, those of 1 unclustered node at $(f scale_nodes.plain.runs); the first round, unclustered on the cold bed and not compared, at $(f scale_nodes.cold.mbs)"
+  echo "- clustered run (\`--nodes $NODES\`): $(f scale_nodes.records) records over $NODES_TOPICS topics x $NODES_PARTITIONS partitions, one mirror each, $NODES_SHARDS state-topic partitions (coordinator shards); mirrors per node with $NODES nodes: $(f "scale_nodes.$NODES.spread"); partitions per node of the one spread mirror: $(f "scale_nodes.${NODES}s.spread") ($(f "scale_nodes.${NODES}s.wall") s from its create, $(f "scale_nodes.${NODES}s.cpu_per_gib") CPU-s per GiB, peak RSS $(f "scale_nodes.${NODES}s.rss") MiB summed); wall time from the first mirror create: $(f scale_nodes.plain.wall) s unclustered, $(f scale_nodes.1.wall) s with 1 clustered node (means of two rounds), $(f "scale_nodes.$NODES.wall") s with $NODES; the two rounds of 1 clustered node copied at $(f scale_nodes.1.runs) MB/s, those of 1 unclustered node at $(f scale_nodes.plain.runs); the first round, unclustered on the cold bed and not compared, at $(f scale_nodes.cold.mbs)"
 }
 
 scale_nodes_method() {
-  echo "- **clustered** (\`--nodes N\`, \`scripts/bench.d/scale_nodes.sh\`): a bed of its own with a 1-broker source and a 3-broker destination (the state topic at replication factor 3). $NODES_TOPICS topics of $NODES_PARTITIONS partitions hold --records records in all; one mirror per topic, since a clustered daemon spreads work by mirror (each runs on the node owning its coordinator shard, abs(javaHashCode(name)) % $NODES_SHARDS). A round starts fresh nodes (own data dir, or own cluster id and state topic), waits until they are ready (the group owns every shard), then creates and starts the mirrors through node 1 and polls the destination's end offsets every 200 ms; MB/s as for the copy row, CPU is every node's utime+stime summed, RSS every node's VmHWM summed. Round 1 runs 1 unclustered node on the cold bed and is not compared (a first round is slower whoever runs it); rounds 2 to 5 alternate 1 clustered node (log in the state topic, every partition written under its fence: idempotent data under a transactional id's producer id and epoch, no transaction open on data) and 1 unclustered node (log in sled, plain idempotent producers), and each one-node figure is the mean of its two rounds (one round alone varies by 15 % or more here); round 6 runs N clustered nodes; all on the same clusters, the destination topics deleted between rounds. The first clustered and the first unclustered one-node round then mirror one more topic loaded at $CURVE_GOAL_RATE records/s and measure the lag added (as the lag curve) with one probe whose two destination consumers, one read_uncommitted and one read_committed, see the same records in the same window: the clustered mode's cost for both. All of it shares the machine's 2 CPUs with the 5 broker JVMs, so N nodes can only show what spreading costs here, not what N machines would gain."
+  echo "- **clustered** (\`--nodes N\`, \`scripts/bench.d/scale_nodes.sh\`): a bed of its own with a 1-broker source and a 3-broker destination (the state topic at replication factor 3). $NODES_TOPICS topics of $NODES_PARTITIONS partitions hold --records records in all; one mirror per topic, since a clustered daemon spreads work by mirror (each runs on the node owning its coordinator shard, abs(javaHashCode(name)) % $NODES_SHARDS). A round starts fresh nodes (own data dir, or own cluster id and state topic), waits until they are ready (the group owns every shard), then creates and starts the mirrors through node 1 and polls the destination's end offsets every 200 ms; MB/s as for the copy row, CPU is every node's utime+stime summed, RSS every node's VmHWM summed. Round 1 runs 1 unclustered node on the cold bed and is not compared (a first round is slower whoever runs it); rounds 2 to 5 alternate 1 clustered node (log in the state topic, every partition written under its fence: idempotent data under a transactional id's producer id and epoch, no transaction open on data) and 1 unclustered node (log in sled, plain idempotent producers), and each one-node figure is the mean of its two rounds (one round alone varies by 15 % or more here); round 6 runs N clustered nodes; round 7 runs N clustered nodes with \`spread_partitions = true\` and one mirror of all $NODES_TOPICS topics created with \`mirror.partitions.spread=true\`, so its partitions run where their keys route (partitions per node: each node's own \`/partitions\`), compared with the same one-node figure; all on the same clusters, the destination topics deleted between rounds. The first clustered and the first unclustered one-node round then mirror one more topic loaded at $CURVE_GOAL_RATE records/s and measure the lag added (as the lag curve) with one probe whose two destination consumers, one read_uncommitted and one read_committed, see the same records in the same window: the clustered mode's cost for both. All of it shares the machine's 2 CPUs with the 5 broker JVMs, so N nodes can only show what spreading costs here, not what N machines would gain."
 }

@@ -199,6 +199,42 @@ async fn sync_groups(
     if topics.is_empty() {
         return Ok(());
     }
+    // A final pass over partitions placed in other shards translates with
+    // their maps as their hosts left them: the host asks for it after its
+    // last checkpoint, so each such shard is read to its end first. The
+    // partitions of a shard that cannot be read are left out, not synced
+    // with an older map, and the others are synced all the same.
+    let mut readable = None;
+    if let (Some(h), Some(keys)) = (&spec.spread, only) {
+        let shard_of = |k: &MirrorPartitionKey| placement_shard(k, true, h.followed.partitions());
+        let elsewhere: BTreeSet<i32> = keys
+            .iter()
+            .map(shard_of)
+            .filter(|&shard| shard != h.shard)
+            .collect();
+        let reads = elsewhere.iter().map(|&shard| async move {
+            (
+                shard,
+                h.followed.read_to_end(shard, PLACED_READ_LIMIT).await,
+            )
+        });
+        let mut unread = BTreeSet::new();
+        for (shard, read) in futures_util::future::join_all(reads).await {
+            if let Err(e) = read {
+                pass.errors.push(SyncError::Placed(e));
+                unread.insert(shard);
+            }
+        }
+        if !unread.is_empty() {
+            readable = Some(
+                keys.iter()
+                    .filter(|k| !unread.contains(&shard_of(k)))
+                    .cloned()
+                    .collect::<HashSet<_>>(),
+            );
+        }
+    }
+    let only = readable.as_ref().or(only);
     let followed = spec.spread.as_ref().map(|h| (h, h.followed.now()));
     let scope = Scope {
         mirror: &spec.mirror,
@@ -280,6 +316,10 @@ fn group_error(group: String, doing: &str, e: KafkaError) -> SyncError {
         source: Box::new(ClusterError::new(doing, e).into()),
     }
 }
+
+/// How long a final pass waits for a shard where one of its partitions is
+/// placed to be read to its end.
+const PLACED_READ_LIMIT: Duration = Duration::from_secs(10);
 
 /// OffsetCommits in flight at once in a pass (OffsetCommit takes one group
 /// per request).

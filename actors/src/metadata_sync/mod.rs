@@ -76,12 +76,17 @@ pub struct FinalSync(pub MirrorPartitionKey);
 /// for it any longer (the source is gone, the wait timed out) aborts it
 /// before recording STOPPED: once `abort.abort()` returns, the pass is never
 /// polled again, so it commits nothing on the destination after the
-/// failover — where consumers now own the group offsets.
+/// failover — where consumers now own the group offsets. A pass run
+/// elsewhere (a hosted partition's, by its coordinator) cannot be stopped
+/// from here: it ends by its own deadline, and `ended` says it has.
 pub struct FinalPass {
     /// `true` when the pass ran to its end; `false` (or closed) when it was
     /// abandoned.
     pub done: oneshot::Receiver<bool>,
     pub abort: AbortHandle,
+    /// For a pass run elsewhere: fires (or closes) once it is over, ended
+    /// or abandoned there; what an abort then waits for before STOPPED.
+    pub ended: Option<oneshot::Receiver<()>>,
 }
 
 /// Told to the MirrorActor after the sync recorded a larger partition
@@ -100,6 +105,8 @@ pub enum SyncError {
     Log(#[from] CoordinatorError),
     #[error("mirror settings: {0}")]
     Settings(#[from] PatternError),
+    #[error("reading where a partition is placed: {0}")]
+    Placed(String),
     #[error("group {group}: {source}")]
     Group {
         group: String,
@@ -305,7 +312,11 @@ impl Handler<FinalSync> for MetadataSyncActor {
             .0
             .clone();
         self.final_tick(ctx);
-        MessageResult(FinalPass { done, abort })
+        MessageResult(FinalPass {
+            done,
+            abort,
+            ended: None,
+        })
     }
 }
 

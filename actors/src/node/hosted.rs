@@ -17,6 +17,7 @@ use kmirror_events::{
 
 use super::{Node, NodeError};
 use crate::kafka::fetch::TopicPartition;
+use crate::metadata_sync::FinalSync;
 use crate::mirror::{MirrorActor, Placement, StopMirror};
 use crate::spread::Followed;
 use crate::state_log::{FollowedShard, FollowedState};
@@ -24,6 +25,21 @@ use crate::state_log::{FollowedShard, FollowedState};
 /// How long a shard's start waits for the other shards to be read to their
 /// ends (what it fences and runs is named there).
 const CATCH_UP: Duration = Duration::from_secs(30);
+
+/// How long a coordinator runs a hosted partition's final group-offset
+/// pass from the ask's arrival: its host waits 30 s
+/// (`partition::FINAL_SYNC_TIMEOUT`) from sending it, so the pass ends
+/// 10 s before, leaving the ask that long to arrive.
+const HOSTED_FINAL_SYNC_LIMIT: Duration = Duration::from_secs(20);
+
+/// Aborts a pass when dropped.
+struct AbortOnDrop(futures_util::future::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
 
 /// How often the hosts are reconciled when the follower reads nothing new.
 const RETRY_HOSTING: Duration = Duration::from_secs(5);
@@ -368,6 +384,53 @@ impl Node {
                 ),
             )
         })
+    }
+
+    /// The final group-offset pass of `key`, a partition of a spread mirror
+    /// coordinated here and hosted by another shard, asked by its host as
+    /// it stops it (`crate::hosted_sync`): `true` once the pass ran to its
+    /// end. `asked` is when the ask arrived: the pass is abandoned
+    /// [`HOSTED_FINAL_SYNC_LIMIT`] after it (or when this call is
+    /// dropped), before the host stops waiting, and this answers only once
+    /// the pass is over, which the host waits for before STOPPED.
+    pub async fn final_sync_hosted(
+        &self,
+        key: MirrorPartitionKey,
+        asked: tokio::time::Instant,
+    ) -> Result<bool, NodeError> {
+        let actor = match self
+            .inner
+            .mirrors
+            .lock()
+            .await
+            .running
+            .get(&key.mirror_name)
+        {
+            Some(running) => running.actor.clone(),
+            None => {
+                return Err(NodeError::new(
+                    "NOT_COORDINATOR",
+                    format!(
+                        "this node does not run mirror {:?} (it may have moved in a rebalance)",
+                        key.mirror_name
+                    ),
+                ))
+            }
+        };
+        let pass = actor
+            .send(FinalSync(key.clone()))
+            .await
+            .map_err(super::unavailable)?;
+        // Aborted however this ends: a no-op once the pass is over, and
+        // its end otherwise (the deadline passed, the caller went away).
+        let _abandon = AbortOnDrop(pass.abort.clone());
+        match tokio::time::timeout_at(asked + HOSTED_FINAL_SYNC_LIMIT, pass.done).await {
+            Ok(synced) => Ok(synced.unwrap_or(false)),
+            Err(_) => {
+                tracing::warn!(partition = ?key, "the final group-offset pass its host asked for did not end within {HOSTED_FINAL_SYNC_LIMIT:?}; abandoned (with the passes run together with it)");
+                Ok(false)
+            }
+        }
     }
 
     /// `--recover` of the partitions of `mirror` (spread, coordinated by

@@ -38,6 +38,7 @@ use crate::coordinator::{
     Appended, Applied, CoordinatorActor, CoordinatorError, Execute, ReadImage,
 };
 use crate::failback::SourceHistory;
+use crate::hosted_sync::{AskFinalSync, HostedFinalSync};
 use crate::kafka::{Jitter, KafkaError};
 use crate::mirror::{MirrorActor, MirrorSpec, StopMirror};
 use crate::partition::StatusBoard;
@@ -86,6 +87,11 @@ pub struct NodeSettings {
     /// default while some operations are refused for such a mirror and
     /// some gaps are open (ARCHITECTURE, "Departures", step 3).
     pub accept_spread: bool,
+    /// How a partition this node hosts asks its mirror's coordinator for
+    /// its final group-offset pass (the daemon reaches the coordinator;
+    /// None: hosted partitions stop without one, and consumers moving to
+    /// the destination find the offsets of the last periodic sync).
+    pub ask_final_sync: Option<AskFinalSync>,
     /// Where a FAILED partition's retry jitter comes from
     /// ([`crate::partition::PartitionSpec::jitter`]).
     pub jitter: Jitter,
@@ -101,6 +107,7 @@ impl Default for NodeSettings {
             member: "kmirror".to_string(),
             followed: None,
             accept_spread: false,
+            ask_final_sync: None,
             jitter: Arc::new(rand::random),
         }
     }
@@ -530,6 +537,13 @@ impl Node {
             history: Some(history.clone()),
             board: board.clone(),
             placement: self.placement(config, hosted),
+            hosted_final_sync: self
+                .inner
+                .settings
+                .ask_final_sync
+                .clone()
+                .filter(|_| hosted)
+                .map(|ask| HostedFinalSync::new(ask).start().recipient()),
         })
         .start();
         (if hosted {

@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kmirror_events::sync::GROUP_SYNC_INTERVAL_KEY;
 use kmirror_events::{
     coordinator_partition, placement_shard, spreads, MirrorPartitionKey, TopicId, SPREAD_KEY,
 };
@@ -34,6 +35,9 @@ struct Bed {
     logs: Vec<Arc<MemLog>>,
     followed: Followed,
     follower: tokio::task::JoinHandle<()>,
+    /// Every node made, where a host's ask for a final group-offset pass
+    /// finds its mirror's coordinator (the daemon asks over HTTP).
+    nodes: Arc<std::sync::Mutex<Vec<Shards>>>,
 }
 
 impl Bed {
@@ -59,6 +63,7 @@ impl Bed {
             logs,
             followed,
             follower,
+            nodes: Arc::default(),
         }
     }
 
@@ -70,9 +75,30 @@ impl Bed {
     /// A node that follows the other shards or not (the daemon's
     /// `cluster.spread_partitions`).
     fn node_following(&self, member: &str, follows: bool) -> Shards {
+        self.node_with(member, follows.then(|| self.followed.clone()))
+    }
+
+    /// A node whose follower is `followed` (None: it follows nothing).
+    fn node_with(&self, member: &str, followed: Option<Followed>) -> Shards {
+        let follows = followed.is_some();
         let (source, other) = (self.source.clone(), self.other.clone());
         let (logs, cut, me) = (self.logs.clone(), self.cut.clone(), member.to_string());
-        Shards::new(ShardsSpec {
+        let nodes = self.nodes.clone();
+        let ask_final_sync: crate::hosted_sync::AskFinalSync = Arc::new(move |key| {
+            let nodes = nodes.lock().unwrap().clone();
+            Box::pin(async move {
+                for shards in nodes {
+                    if let Some(coordinator) = shards.node_for(&key.mirror_name).await {
+                        return coordinator
+                            .final_sync_hosted(key, tokio::time::Instant::now())
+                            .await
+                            .map_err(|e| e.to_string());
+                    }
+                }
+                Err(format!("no node coordinates {:?}", key.mirror_name))
+            })
+        });
+        let shards = Shards::new(ShardsSpec {
             destination: Arc::new(self.dest.clone()),
             connect_source: Arc::new(move |props| {
                 let source = match props.get("bootstrap.servers") {
@@ -97,15 +123,18 @@ impl Bed {
                 refresh_interval: Duration::from_millis(100),
                 state_topic_partitions: SHARDS,
                 member: member.into(),
-                followed: follows.then(|| self.followed.clone()),
+                followed,
                 accept_spread: follows,
+                ask_final_sync: Some(ask_final_sync),
                 ..NodeSettings::default()
             },
             open_log: Arc::new(move |shard| {
                 let log = logs[shard as usize].clone() as Arc<dyn EventLog>;
                 Box::pin(async move { Ok(log) })
             }),
-        })
+        });
+        self.nodes.lock().unwrap().push(shards.clone());
+        shards
     }
 
     /// Cuts `member` from the sources, or lets it reach them again.
@@ -182,7 +211,12 @@ impl Bed {
 
     /// [`Bed::split`]'s nodes, with no mirror yet.
     async fn two_nodes(&self) -> (Shards, Shards, i32) {
-        let (a, b) = (self.node("a"), self.node("b"));
+        self.two_nodes_with(self.followed.clone()).await
+    }
+
+    /// [`Bed::two_nodes`], `a` following the shards through `followed`.
+    async fn two_nodes_with(&self, followed: Followed) -> (Shards, Shards, i32) {
+        let (a, b) = (self.node_with("a", Some(followed)), self.node("b"));
         let home = coordinator_partition("m", SHARDS);
         let moved = (0..PARTITIONS)
             .map(|p| placement_shard(&key(p), true, SHARDS))
@@ -195,6 +229,7 @@ impl Bed {
     }
 
     async fn close(self) {
+        self.nodes.lock().unwrap().clear();
         self.follower.abort();
         let _ = self.follower.await;
     }
@@ -829,6 +864,103 @@ async fn group_offsets_translate_through_the_map_of_the_shard_a_partition_is_pla
         bed.dest.committed("g")
     );
     a.shutdown().await;
+    bed.close().await;
+}
+
+/// `m` (spread) created on `a`'s coordinator shard with group syncs an
+/// hour apart, `orders` started, `n` records per partition copied, and the
+/// first periodic group pass run (no group yet): from here on only a
+/// stop's final passes sync a group. The coordinator.
+async fn mirror_hourly(bed: &Bed, a: &Shards, n: usize) -> Node {
+    let coordinator = a.node_for("m").await.unwrap();
+    let mut props = spread_props();
+    props.insert(GROUP_SYNC_INTERVAL_KEY.into(), "3600000".into());
+    coordinator.create_mirror("m", props).await.unwrap();
+    coordinator
+        .start_topics("m", &["orders".into()], &[], None)
+        .await
+        .unwrap();
+    bed.append(n);
+    bed.copied(n).await;
+    let first_pass = async || {
+        coordinator
+            .sync_metrics()
+            .await
+            .iter()
+            .any(|m| m.last_group_sync_ms > 0)
+    };
+    until(first_pass).await;
+    assert!(first_pass().await, "the first periodic pass ran");
+    coordinator
+}
+
+/// A consumer of group `g` commits `offset` on every partition, then the
+/// coordinator stops `orders`: as the stop answers, the destination holds
+/// `offset` for every partition `checked` (placed in that shard, or all).
+async fn commit_and_stop(bed: &Bed, coordinator: &Node, offset: i64, checked: Option<i32>) {
+    for p in 0..PARTITIONS {
+        bed.source.commit("g", "orders", p, offset, "meta");
+    }
+    let report = coordinator
+        .stop_topics("m", &["orders".into()], StopOptions::default())
+        .await
+        .unwrap();
+    assert!(report.partitions.iter().all(|p| p.state == "STOPPED"));
+    let committed = bed.dest.committed("g");
+    for p in 0..PARTITIONS {
+        let placed = placement_shard(&key(p), true, SHARDS);
+        if checked.is_some_and(|s| s != placed) {
+            continue;
+        }
+        assert_eq!(
+            committed.get(&("orders".to_string(), p)).map(|c| c.offset),
+            Some(offset),
+            "partition {p}, placed in shard {placed}: {committed:?}"
+        );
+    }
+}
+
+/// As a stop answers, every partition's group offset is on the
+/// destination, those hosted away from the coordinator too (their hosts
+/// asked the coordinator for their final passes): consumers moving there
+/// miss nothing.
+#[actix::test]
+async fn a_hosted_partitions_final_group_pass_is_run_by_its_coordinator_before_it_stops() {
+    let bed = Bed::new();
+    let (a, b, _) = bed.two_nodes().await;
+    let coordinator = mirror_hourly(&bed, &a, 3).await;
+    commit_and_stop(&bed, &coordinator, 2, None).await;
+    a.shutdown().await;
+    b.shutdown().await;
+    bed.close().await;
+}
+
+/// The coordinator's follower reads the logs every half second, its host's
+/// at once: the coordinator's view of the host's shard may lack the host's
+/// last runs when the host asks for its final pass, which reads that shard
+/// to its end first, and translates with the map the host left (with the
+/// view as it was, offsets past the view's last run would translate to
+/// its end: consumers re-reading what they had processed).
+#[actix::test]
+async fn a_hosted_partitions_final_pass_translates_with_the_map_its_host_left() {
+    let bed = Bed::new();
+    let logs: Vec<Arc<dyn EventLog>> = bed
+        .logs
+        .iter()
+        .map(|l| l.clone() as Arc<dyn EventLog>)
+        .collect();
+    let (slow, slow_follower) = crate::spread::follow_logs(logs, Duration::from_millis(500));
+    let (a, b, moved) = bed.two_nodes_with(slow).await;
+    let coordinator = mirror_hourly(&bed, &a, 3).await;
+    // Two more records copied, and the stop follows at once: b's last runs
+    // are written, the coordinator's view of b's shard is up to half a
+    // second old.
+    bed.append(2);
+    bed.copied(5).await;
+    commit_and_stop(&bed, &coordinator, 5, Some(moved)).await;
+    a.shutdown().await;
+    b.shutdown().await;
+    slow_follower.abort();
     bed.close().await;
 }
 

@@ -425,11 +425,12 @@ impl PartitionActor {
                             stopped.progress
                         }
                     };
-                    let pass = match &final_sync {
+                    let mut pass = match &final_sync {
                         Some(sync) => sync.send(FinalSync(key.clone())).await.ok(),
                         None => None,
                     };
                     let abort = pass.as_ref().map(|p| p.abort.clone());
+                    let ended = pass.as_mut().and_then(|p| p.ended.take());
                     let sync = async move {
                         let Some(pass) = pass else { return true };
                         let ended = tokio::time::timeout(FINAL_SYNC_TIMEOUT, pass.done).await;
@@ -443,6 +444,11 @@ impl PartitionActor {
                         // A pass still waiting on the source would commit
                         // its old offsets over the consumers' new ones.
                         abort.abort();
+                        // One run by the coordinator ends by its own
+                        // deadline, before this one's.
+                        if let Some(ended) = ended {
+                            let _ = tokio::time::timeout(FINAL_SYNC_TIMEOUT, ended).await;
+                        }
                         tracing::warn!(partition = %tp, "the final group-offset sync failed or did not finish (source unreadable, a commit refused, or {FINAL_SYNC_TIMEOUT:?}); stopping without it: consumers moving to the destination find the offsets of the last periodic sync");
                     }
                     let value = LastMirrorEpochsValue {

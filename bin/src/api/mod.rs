@@ -24,7 +24,7 @@ mod error;
 #[cfg(test)]
 mod fuzz;
 mod route;
-mod spread;
+pub(crate) mod spread;
 mod ui;
 
 use body::Body;
@@ -142,6 +142,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     .service(resource("/mirrors/{name}/verify").route(web::post().to(verify)))
     .service(resource("/mirrors/{name}/{operation}").route(web::post().to(operate)))
     .service(resource("/partitions").route(web::get().to(describe_all)))
+    .service(resource("/hosted/{name}/final-sync").route(web::post().to(spread::hosted_final_sync)))
     .service(resource("/hosted/{name}/{operation}").route(web::post().to(spread::hosted_operation)))
     .service(resource("/offsets/translate").route(web::get().to(translate)))
     .service(resource("/state-offset").route(web::get().to(state_validation_offset)))

@@ -233,7 +233,7 @@ pub(super) fn forwarded(req: &HttpRequest) -> bool {
 /// Sends `req` (with `body`, JSON) to `peer` and answers with its answer.
 pub(super) async fn forward(peer: &Peer, req: &HttpRequest, body: Option<Vec<u8>>) -> Reply {
     let response = call_peer(
-        req,
+        auth_of(req),
         &peer.url,
         peer.generation,
         req.method().as_str(),
@@ -261,12 +261,19 @@ fn forwarded_generation(req: &HttpRequest) -> Option<i32> {
     req.headers().get(FORWARDED)?.to_str().ok()?.parse().ok()
 }
 
-/// One request to another node of the cluster, marked as forwarded with
-/// this node's group generation, with this node's token and TLS trust
+/// The token and TLS trust this node presents to its peers
 /// (`Data<ClientAuth>`, when the daemon has any: the nodes of a cluster
 /// share `admin_token`).
-async fn call_peer(
-    req: &HttpRequest,
+fn auth_of(req: &HttpRequest) -> ClientAuth {
+    req.app_data::<actix_web::web::Data<ClientAuth>>()
+        .map(|a| ClientAuth::clone(a))
+        .unwrap_or_default()
+}
+
+/// One request to another node of the cluster, marked as forwarded with
+/// this node's group generation, presenting `auth`.
+pub(super) async fn call_peer(
+    auth: ClientAuth,
     url: &str,
     generation: i32,
     method: &str,
@@ -280,10 +287,6 @@ async fn call_peer(
             format!("forwarding to {url}: {e}"),
         ))
     };
-    let auth = req
-        .app_data::<actix_web::web::Data<ClientAuth>>()
-        .map(|a| ClientAuth::clone(a))
-        .unwrap_or_default();
     let base = crate::http::BaseUrl::parse(url)
         .map_err(unreachable)?
         .with_exact_read_timeout(read_timeout)
@@ -325,11 +328,12 @@ pub(super) async fn ask_each<T: serde::de::DeserializeOwned>(
     read_timeout: Duration,
 ) -> (Vec<T>, Vec<ApiError>) {
     let generation = node.status().map_or(-1, |s| s.generation);
+    let auth = auth_of(req);
     let answers = futures_util::future::join_all(peers.iter().map(|url| {
-        let body = body.clone();
+        let (body, auth) = (body.clone(), auth.clone());
         async move {
             let response =
-                call_peer(req, url, generation, method, path, body, read_timeout).await?;
+                call_peer(auth, url, generation, method, path, body, read_timeout).await?;
             if response.status != 200 {
                 let error =
                     serde_json::from_slice::<NodeError>(&response.body).unwrap_or_else(|_| {

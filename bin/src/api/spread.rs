@@ -1,16 +1,135 @@
 //! The admin API's part in spread mirrors (`mirror.partitions.spread`):
 //! what a request gathers from the nodes that host a mirror's partitions —
 //! the partitions no node describes, filled in; a recover and a stop's dry
-//! run, asked of every host (`POST /hosted/{name}/{operation}`).
+//! run, asked of every host (`POST /hosted/{name}/{operation}`) — and what
+//! a host asks of the coordinator: a stopping partition's final
+//! group-offset pass (`POST /hosted/{name}/final-sync`).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use actix_web::web::{Data, Path};
 use actix_web::{HttpRequest, HttpResponse};
+use kmirror_actors::hosted_sync::AskFinalSync;
 use kmirror_actors::node::{Node, NodeError, PartitionDescription, PartitionFailover, StopOptions};
+use kmirror_actors::shards::{ClusterStatus, Shards};
+use kmirror_events::{MirrorPartitionKey, TopicId};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 
 use super::body::Body;
 use super::error::{ApiError, Reply};
-use super::route::{ask_each, forwarded, to_json, NodeHandle, HOSTED_TIMEOUT};
+use super::route::{ask_each, call_peer, forwarded, to_json, NodeHandle, Owner, HOSTED_TIMEOUT};
 use super::{to_value, OperationBody};
+use crate::admin_auth::ClientAuth;
+
+/// A partition of the mirror a `/hosted/{name}/final-sync` names.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct HostedPartition {
+    topic_id: TopicId,
+    partition: i32,
+}
+
+/// Whether a final pass ran to its end.
+#[derive(Serialize, Deserialize)]
+struct FinalSyncAnswer {
+    synced: bool,
+}
+
+/// How long a host's ask for a final pass waits for the coordinator's
+/// answer: as long as the partition waits for the pass.
+const ASK_FINAL_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where a host's ask for a final pass goes: this process's shards, and the
+/// group's view of who owns what. Set once the clustered node has started
+/// and emptied when it stops (the shards' settings hold the asker: a
+/// cycle otherwise); an ask meanwhile fails, and its partition stops
+/// without the pass.
+pub(crate) type FinalSyncRoute = Arc<Mutex<Option<(Shards, watch::Receiver<ClusterStatus>)>>>;
+
+/// How a partition hosted here asks its mirror's coordinator for its final
+/// group-offset pass (`kmirror_actors::hosted_sync`): the shard of this
+/// process that coordinates the mirror, or the node that does, over HTTP.
+pub(crate) fn final_sync_asker(route: FinalSyncRoute, auth: ClientAuth) -> AskFinalSync {
+    Arc::new(move |key: MirrorPartitionKey| {
+        let (route, auth) = (route.clone(), auth.clone());
+        Box::pin(async move {
+            let asked = tokio::time::Instant::now();
+            let routed = route.lock().expect("final sync route").clone();
+            let (shards, status) = routed.ok_or("the node is starting or stopping")?;
+            if let Some(here) = shards.node_for(&key.mirror_name).await {
+                return here
+                    .final_sync_hosted(key, asked)
+                    .await
+                    .map_err(|e| e.to_string());
+            }
+            let status = status.borrow().clone();
+            let shard = shards.shard_of(&key.mirror_name);
+            let owner = status
+                .owner(shard)
+                .filter(|o| !status.is_me(o))
+                .ok_or_else(|| format!("no other node coordinates state partition {shard} now"))?;
+            let path = format!("/hosted/{}/final-sync", key.mirror_name);
+            let body = to_json(&HostedPartition {
+                topic_id: key.topic_id,
+                partition: key.partition,
+            });
+            let (url, generation) = (owner.url.clone(), status.generation);
+            let response = call_peer(
+                auth,
+                &url,
+                generation,
+                "POST",
+                &path,
+                body,
+                ASK_FINAL_SYNC_TIMEOUT,
+            )
+            .await
+            .map_err(|e| e.0.to_string())?;
+            if response.status != 200 {
+                return Err(format!(
+                    "{url}{path} answered {}: {}",
+                    response.status,
+                    String::from_utf8_lossy(&response.body)
+                ));
+            }
+            serde_json::from_slice::<FinalSyncAnswer>(&response.body)
+                .map(|a| a.synced)
+                .map_err(|e| format!("{url}{path} answered something else: {e}"))
+        })
+    })
+}
+
+/// `POST /hosted/{name}/final-sync`, asked by the node that hosts a
+/// partition of a spread mirror this node coordinates, as it stops the
+/// partition: the final group-offset pass over it (only from another
+/// node; `Node::final_sync_hosted`).
+pub(super) async fn hosted_final_sync(
+    node: Data<NodeHandle>,
+    req: HttpRequest,
+    path: Path<String>,
+    body: Body<HostedPartition>,
+) -> Reply {
+    let asked = tokio::time::Instant::now();
+    let mirror = path.into_inner();
+    if !forwarded(&req) {
+        return Err(ApiError::invalid(format!(
+            "/hosted/{mirror}/final-sync is asked by the node hosting a partition of a spread mirror, of its coordinator, as it stops it"
+        )));
+    }
+    let Owner::Here(here) = node.owner(&mirror, &req).await? else {
+        unreachable!("a forwarded request is served here or refused")
+    };
+    let p = body.into_inner();
+    let key = MirrorPartitionKey::new(mirror, p.topic_id, p.partition);
+    let synced = node
+        .run(here, move |n| async move {
+            n.final_sync_hosted(key, asked).await
+        })
+        .await??;
+    Ok(HttpResponse::Ok().json(FinalSyncAnswer { synced }))
+}
 
 /// `described` (every node's answer) and the partitions of spread mirrors
 /// no node described, filled in by `gatherer` (`Node::undescribed`): a

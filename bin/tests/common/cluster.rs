@@ -376,6 +376,24 @@ pub fn start_spread_node(
     )
 }
 
+/// Three spread nodes of a new cluster on `destination`, every shard owned
+/// within `secs`: the nodes and the state topic.
+pub fn three_spread_nodes(
+    destination: &str,
+    dirs: &[tempfile::TempDir],
+    secs: u64,
+) -> (Vec<Daemon>, String) {
+    let (cluster, state_topic) = (unique("kz"), unique("__kmirror_state_z"));
+    let nodes: Vec<Daemon> = dirs
+        .iter()
+        .map(|d| start_spread_node(d.path(), destination, &cluster, &state_topic))
+        .collect();
+    super::wait_secs("three members owning every shard", secs, || {
+        settled(&nodes[0], 3)
+    });
+    (nodes, state_topic)
+}
+
 /// A topic of `count` partitions on `source` and a spread mirror of it,
 /// created and started through `daemon`: (topic, mirror).
 pub fn spread_mirror_of(daemon: &Daemon, dir: &Path, source: &str, count: i32) -> (String, String) {
