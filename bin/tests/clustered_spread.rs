@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use common::cluster::*;
 use common::*;
+use kmirror_events::{coordinator_partition, placement_shard, MirrorPartitionKey, TopicId};
 use kmirror_tests::mirror::{describe_group, group_read};
 use kmirror_tests::{bed, create_topic, unique};
 use serde_json::Value;
@@ -342,6 +343,81 @@ fn a_stop_syncs_the_groups_of_every_partition_wherever_it_runs() {
     for n in nodes {
         assert_eq!(n.terminate().code(), Some(0));
     }
+}
+
+/// A topic altered from `delete` to `compact` keeps the keyless records it
+/// took before, and its destination, created compacted, refuses them. The
+/// topic's one partition is hosted away from the mirror's coordinator, so
+/// the coordinator runs none of it: the partition fails saying why, the
+/// coordinator reads the refusal in the partition's shard and holds the
+/// destination topic, and the retry copies every record at its offset.
+/// Whether a hosted copy caught up is known only where it runs, so the
+/// hold stays until the topic is stopped, and is let go then: the
+/// destination is compacted again.
+#[test]
+fn keyless_records_of_a_partition_hosted_elsewhere_are_copied_under_a_hold() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (nodes, _) = three_spread_nodes(&bed().destination, &dirs, 60);
+    let topic = unique("keyless");
+    create_topic(&bed().source, &topic, 1, &[]);
+    kmirror_tests::mirror::produce(
+        &topic,
+        "seq:0\tNULL\tbefore\nseq:1\tNULL\tbefore-too\n",
+        "none",
+    );
+    kmirror_tests::mirror::alter_configs(
+        "topics",
+        &topic,
+        "--add-config",
+        "cleanup.policy=compact",
+    );
+    kmirror_tests::mirror::produce(&topic, "seq:2\tk\tafter\n", "none");
+    let topic_id = topic_id_of(&bed().source, &topic);
+    let props = dirs[0].path().join("keyless.properties");
+    std::fs::write(
+        &props,
+        format!(
+            "bootstrap.servers={}\nmirror.partitions.spread=true\n",
+            bed().source
+        ),
+    )
+    .unwrap();
+    // A mirror whose coordinator shard is not the partition's.
+    let mirror = std::iter::repeat_with(|| unique("km"))
+        .find(|m| {
+            let key = MirrorPartitionKey::new(m.as_str(), topic_id, 0);
+            placement_shard(&key, true, SHARDS) != coordinator_partition(m, SHARDS)
+        })
+        .unwrap();
+    nodes[0].mirror_topics(&mirror, props.to_str().unwrap(), &topic);
+    wait_for("the partition copied, its keyless records too", || {
+        mirrored(&nodes[1], &mirror, 1, 3)
+    });
+    assert_copy_exact(&topic, 1);
+    let overrides = || kmirror_tests::mirror::topic_overrides(&bed().destination, &topic);
+    assert_eq!(
+        overrides().get("cleanup.policy").map(String::as_str),
+        Some("delete"),
+        "held while the mirror copies: {:?}",
+        overrides()
+    );
+    nodes[2].cli_ok(&["mirror", "stop", "--mirror", &mirror, "--topics", &topic]);
+    wait_for("the hold let go once stopped", || {
+        overrides().get("cleanup.policy").map(String::as_str) == Some("compact")
+    });
+    for n in nodes {
+        assert_eq!(n.terminate().code(), Some(0));
+    }
+}
+
+/// `topic`'s id at `bootstrap`, as `kafka-topics --describe` prints it.
+fn topic_id_of(bootstrap: &str, topic: &str) -> TopicId {
+    let out = kmirror_tests::mirror::describe_topic(bootstrap, topic);
+    out.split_whitespace()
+        .skip_while(|w| *w != "TopicId:")
+        .nth(1)
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("no topic id in: {out}"))
 }
 
 /// SIGSTOP a node that hosts partitions of a spread mirror it does not

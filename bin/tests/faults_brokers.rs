@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::fault_checks::*;
 use common::*;
-use kmirror_tests::{create_topic, kafka_tool_ok, unique, BrokerOp, PrivateBed};
+use kmirror_tests::{create_topic, unique, BrokerOp, PrivateBed};
 
 const PARTITIONS: usize = 3;
 const RATE: u32 = 300;
@@ -239,16 +239,7 @@ fn single_broker_restarts_mid_copy_lose_and_duplicate_nothing() {
 /// The leader of `topic`'s partition `p` on a cluster, by `kafka-topics
 /// --describe`, and the header line (its replication factor).
 fn leader_of(bootstrap: &str, topic: &str, p: i32) -> (i32, String) {
-    let out = kafka_tool_ok(
-        "kafka-topics",
-        &[
-            "--bootstrap-server",
-            bootstrap,
-            "--describe",
-            "--topic",
-            topic,
-        ],
-    );
+    let out = kmirror_tests::mirror::describe_topic(bootstrap, topic);
     let header = out
         .lines()
         .find(|l| l.contains("PartitionCount"))

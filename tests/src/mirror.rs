@@ -37,6 +37,22 @@ pub fn alter_configs(entity_type: &str, name: &str, op: &str, config: &str) {
     );
 }
 
+/// `kafka-topics --describe` of `topic` at `bootstrap`: its header line
+/// (id, partition count, replication factor, configs) and a line per
+/// partition (leader, replicas, ISR).
+pub fn describe_topic(bootstrap: &str, topic: &str) -> String {
+    kafka_tool_ok(
+        "kafka-topics",
+        &[
+            "--bootstrap-server",
+            bootstrap,
+            "--describe",
+            "--topic",
+            topic,
+        ],
+    )
+}
+
 /// A topic's own configs (its overrides) at `bootstrap`, as
 /// `kafka-configs --describe` lists them.
 pub fn topic_overrides(bootstrap: &str, topic: &str) -> BTreeMap<String, String> {

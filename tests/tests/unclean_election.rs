@@ -26,7 +26,9 @@ use kmirror_actors::kafka::{ClientConfig, KafkaClient};
 use kmirror_actors::node::{Node, PartitionDescription};
 use kmirror_events::{MirrorPartitionKey, OffsetMapHole};
 use kmirror_store::EventLog;
-use kmirror_tests::mirror::{connector, consume_sorted, lines, node_with, open_log, produce_with};
+use kmirror_tests::mirror::{
+    connector, consume_sorted, describe_topic, lines, node_with, open_log, produce_with,
+};
 use kmirror_tests::{kafka_tool_ok, unique, BrokerOp, PrivateBed};
 
 /// Records both brokers hold.
@@ -139,19 +141,6 @@ fn produce(bootstrap: &str, topic: &str, input: &str, acks: &str) {
         input,
         &[&format!("acks={acks}"), "linger.ms=20"],
     );
-}
-
-fn describe_topic(bootstrap: &str, topic: &str) -> String {
-    kafka_tool_ok(
-        "kafka-topics",
-        &[
-            "--bootstrap-server",
-            bootstrap,
-            "--describe",
-            "--topic",
-            topic,
-        ],
-    )
 }
 
 /// Polls `kafka-topics --describe` until its partition line contains `what`.

@@ -6,12 +6,15 @@
 //! One departure from the source's configs: while a partition is refused
 //! a record without a key by its compacted destination, the topic is held
 //! (`kmirror_events::KEYLESS_HOLD`) until the copy has caught up. The
-//! refusal is the partition's error on the status board; the hold is its
+//! refusal is the partition's error on the status board (or, for a spread
+//! mirror's partition run elsewhere, its FAILED state as recorded in its
+//! shard: then the hold stays until the topic is stopped, since whether
+//! that copy caught up is known only where it runs); the hold is its
 //! own marker records (`kmirror_events::keyless_hold`), written before the
 //! destination is altered and cleared after it is put back, so a restart
 //! finds it, and a release cut short is let go again by a later pass.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use kmirror_events::{
     keyless_hold, release_stopped, Command, ConfigChange, ConfigPlan, Hold, KeylessCopy,
@@ -21,6 +24,7 @@ use kmirror_events::{
 
 use super::{mirrored_topics, record, PartitionsGrew, Shared, SyncError};
 use crate::cluster::{Doing, RECENT_TOPICS_AGE};
+use crate::kafka::produce::is_keyless_refusal;
 
 pub(super) async fn sync_configs(
     shared: &Shared,
@@ -31,10 +35,13 @@ pub(super) async fn sync_configs(
     let mut errors = Vec::new();
     let mirror = &shared.spec.mirror;
     let copies = (shared.spec.keyless)();
+    let refused_elsewhere = refused_elsewhere(shared);
     for (name, (topic_id, count)) in mirrored_topics(image, mirror, &[PartitionState::Mirroring]) {
         // A topic not whole on the board (partitions that growth added
-        // have not joined yet) is not known to be caught up.
+        // have not joined yet, or a spread mirror's placed elsewhere) is
+        // not known to be caught up.
         let copy = match copies.get(&topic_id) {
+            _ if refused_elsewhere.contains(&topic_id) => KeylessCopy::Refused,
             Some(&(KeylessCopy::CaughtUp, on_board)) if on_board < count as usize => {
                 KeylessCopy::Behind
             }
@@ -83,6 +90,36 @@ pub(super) async fn sync_configs(
         }
     }
     errors
+}
+
+/// For a spread mirror, the topics of which a partition placed in another
+/// shard is FAILED on a keyless refusal, as the follower last read that
+/// shard to its high watermark (a shard read again from its log start may
+/// show a state its newer record has not replaced yet): the board holds
+/// only the partitions run here, and a refusal elsewhere needs the hold as
+/// much (its partition copies once its retry finds the topic held).
+fn refused_elsewhere(shared: &Shared) -> HashSet<TopicId> {
+    let Some(h) = &shared.spec.spread else {
+        return HashSet::new();
+    };
+    let mirror = &shared.spec.mirror;
+    let mut refused = HashSet::new();
+    for (i, shard) in h.followed.now().shards.iter().enumerate() {
+        if i32::try_from(i) == Ok(h.shard) || !shard.caught_up() {
+            continue;
+        }
+        refused.extend(
+            shard
+                .image
+                .partition_states_of(mirror)
+                .filter(|(_, v)| {
+                    v.state == PartitionState::Failed
+                        && v.error_message.as_deref().is_some_and(is_keyless_refusal)
+                })
+                .map(|(k, _)| k.topic_id),
+        );
+    }
+    refused
 }
 
 /// Whether a partition of the mirror's topic may still copy: one not

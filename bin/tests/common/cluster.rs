@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use kmirror_events::coordinator_partition;
 use kmirror_tests::wire::{fetch_all, raw_batches};
-use kmirror_tests::{bed, create_topic, kafka_script, kafka_tool_ok, unique, PrivateBed};
+use kmirror_tests::{bed, create_topic, kafka_script, unique, PrivateBed};
 use serde_json::Value;
 
 use super::{free_port, kmirror, stderr, stdout, ChildGuard, Daemon};
@@ -272,16 +272,7 @@ pub fn node(nodes: &[Option<Daemon>], i: usize) -> &Daemon {
 /// `kafka-topics --describe` of the state topic: (leader, ISR size) per
 /// partition, and the topic's header line.
 pub fn describe_state_topic(destination: &str, state_topic: &str) -> (Vec<(i32, usize)>, String) {
-    let out = kafka_tool_ok(
-        "kafka-topics",
-        &[
-            "--bootstrap-server",
-            destination,
-            "--describe",
-            "--topic",
-            state_topic,
-        ],
-    );
+    let out = kmirror_tests::mirror::describe_topic(destination, state_topic);
     let field = |line: &str, name: &str| -> Option<String> {
         line.split('\t')
             .find_map(|f| f.trim().strip_prefix(name).map(|v| v.trim().to_owned()))

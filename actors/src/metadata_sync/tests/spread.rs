@@ -5,54 +5,134 @@ use kmirror_events::{placement_shard, MirrorPartitionStateValue, PartitionState}
 use kmirror_store::EventLog;
 
 use super::*;
-use crate::spread::follow_logs;
+use crate::spread::{follow_logs, Followed};
 
 const SHARDS: i32 = 4;
+
+/// A spread mirror's sync, coordinating shard `own`, whose partition 1
+/// (`away`) is placed in shard `placed`, each shard read by a follower;
+/// `rig` makes the rig from the spread it is given.
+struct Spread {
+    logs: Vec<Arc<MemLog>>,
+    away: MirrorPartitionKey,
+    placed: i32,
+    followed: Followed,
+    follower: tokio::task::JoinHandle<()>,
+}
+
+impl Spread {
+    async fn rig<F, Fut>(rig: F) -> (Rig, Spread)
+    where
+        F: FnOnce(Box<dyn FnOnce(Arc<MemLog>) -> Option<Hosting>>) -> Fut,
+        Fut: std::future::Future<Output = Rig>,
+    {
+        let away = MirrorPartitionKey::new("m", ID, 1);
+        let placed = placement_shard(&away, true, SHARDS);
+        let own = (placed + 1) % SHARDS;
+        let logs: Vec<Arc<MemLog>> = (0..SHARDS).map(|_| Arc::new(MemLog::new())).collect();
+        let shared = Arc::new(Mutex::new(None));
+        let (others, out) = (logs.clone(), shared.clone());
+        let r = rig(Box::new(move |log| {
+            let read: Vec<Arc<dyn EventLog>> = (0..SHARDS)
+                .map(|s| {
+                    let log = if s == own { &log } else { &others[s as usize] };
+                    log.clone() as Arc<dyn EventLog>
+                })
+                .collect();
+            let (followed, task) = follow_logs(read, Duration::from_millis(10));
+            *out.lock().unwrap() = Some((followed.clone(), task));
+            Some(Hosting {
+                shard: own,
+                followed,
+            })
+        }))
+        .await;
+        let (followed, follower) = shared.lock().unwrap().take().unwrap();
+        let spread = Spread {
+            logs,
+            away,
+            placed,
+            followed,
+            follower,
+        };
+        (r, spread)
+    }
+
+    /// `away`'s host records `value`, and the follower has read it.
+    async fn host_records(&self, value: MirrorPartitionStateValue) {
+        self.logs[self.placed as usize]
+            .append(
+                0,
+                &[Record::MirrorPartitionState(self.away.clone(), Some(value))],
+            )
+            .unwrap();
+        self.followed
+            .read_to_end(self.placed, Duration::from_secs(5))
+            .await
+            .unwrap();
+    }
+
+    /// `away`'s host records `state`.
+    async fn host_state(&self, state: PartitionState) {
+        self.host_records(MirrorPartitionStateValue {
+            state,
+            ..MirrorPartitionStateValue::unknown()
+        })
+        .await
+    }
+}
+
+/// A partition placed in another shard refused a record without a key by
+/// the compacted destination: the coordinator, whose board holds only its
+/// own partitions (behind, none refused), reads the refusal in the
+/// partition's shard and holds the topic, so that the partition's retry
+/// copies.
+#[actix::test]
+async fn a_keyless_refusal_of_a_partition_placed_elsewhere_holds_the_topic() {
+    let (r, spread) = Spread::rig(|spread| rig_with(&[], spread)).await;
+    r.source
+        .set_topic_config(TOPIC, "cleanup.policy", "compact");
+    r.dest
+        .alter_topic_configs(
+            TOPIC,
+            vec![("cleanup.policy".to_string(), Some("compact".to_string()))],
+        )
+        .await
+        .unwrap();
+    r.keyless
+        .lock()
+        .unwrap()
+        .insert(ID, (KeylessCopy::Behind, 1));
+    let policy = || r.dest.topic_config(TOPIC).get("cleanup.policy").cloned();
+    spread.host_state(PartitionState::Mirroring).await;
+    assert!(r.sync().await.errors.is_empty());
+    assert_eq!(policy().as_deref(), Some("compact"), "nothing refused yet");
+
+    spread
+        .host_records(MirrorPartitionStateValue {
+            state: PartitionState::Failed,
+            error_message: Some(crate::kafka::produce::keyless_refusal(
+                "Produce to t-1: INVALID_RECORD (Compacted topic cannot accept message without key)",
+            )),
+            previous_state: PartitionState::Mirroring,
+            ..MirrorPartitionStateValue::unknown()
+        })
+        .await;
+    assert!(r.sync().await.errors.is_empty());
+    let c = r.dest.topic_config(TOPIC);
+    for (k, v) in kmirror_events::KEYLESS_HOLD {
+        assert_eq!(c.get(k).map(String::as_str), Some(v), "{k}");
+    }
+    spread.follower.abort();
+}
 
 /// A failover of a spread mirror during a keyless hold: the hold is let go
 /// only once the partitions placed in other shards are STOPPED too, as
 /// the follower read them.
 #[actix::test]
 async fn a_spread_topic_stopped_during_a_keyless_hold_waits_for_partitions_placed_elsewhere() {
-    let away = MirrorPartitionKey::new("m", ID, 1);
-    let placed = placement_shard(&away, true, SHARDS);
-    let own = (placed + 1) % SHARDS;
-    let logs: Vec<Arc<MemLog>> = (0..SHARDS).map(|_| Arc::new(MemLog::new())).collect();
-    let mut follow = None;
-    let r = held_with(&[], |log| {
-        let read: Vec<Arc<dyn EventLog>> = (0..SHARDS)
-            .map(|s| {
-                let log = if s == own { &log } else { &logs[s as usize] };
-                log.clone() as Arc<dyn EventLog>
-            })
-            .collect();
-        let (followed, task) = follow_logs(read, Duration::from_millis(10));
-        follow = Some((followed.clone(), task));
-        Some(Hosting {
-            shard: own,
-            followed,
-        })
-    })
-    .await;
-    let (followed, follower) = follow.unwrap();
-    let (logs, away, followed) = (&logs, &away, &followed);
-    let host_records = |state| async move {
-        let value = MirrorPartitionStateValue {
-            state,
-            ..MirrorPartitionStateValue::unknown()
-        };
-        logs[placed as usize]
-            .append(
-                0,
-                &[Record::MirrorPartitionState(away.clone(), Some(value))],
-            )
-            .unwrap();
-        followed
-            .read_to_end(placed, Duration::from_secs(5))
-            .await
-            .unwrap();
-    };
-    host_records(PartitionState::Mirroring).await;
+    let (r, spread) = Spread::rig(|spread| held_with(&[], spread)).await;
+    spread.host_state(PartitionState::Mirroring).await;
     r.coordinator
         .send(Execute::new(Command::StopTopics {
             mirror: "m".into(),
@@ -68,8 +148,8 @@ async fn a_spread_topic_stopped_during_a_keyless_hold_waits_for_partitions_place
     assert!(r.sync().await.errors.is_empty());
     assert_eq!(policy().as_deref(), Some("delete"));
 
-    host_records(PartitionState::Stopped).await;
+    spread.host_state(PartitionState::Stopped).await;
     assert!(r.sync().await.errors.is_empty());
     assert_eq!(policy().as_deref(), Some("compact"));
-    follower.abort();
+    spread.follower.abort();
 }
