@@ -350,7 +350,7 @@ fn a_stop_syncs_the_groups_of_every_partition_wherever_it_runs() {
 /// topic's one partition is hosted away from the mirror's coordinator, so
 /// the coordinator runs none of it: the partition fails saying why, the
 /// coordinator reads the refusal in the partition's shard and holds the
-/// destination topic, and the retry copies every record at its offset.
+/// destination topic, and the retry copies every record, in order.
 /// Whether a hosted copy caught up is known only where it runs, so the
 /// hold stays until the topic is stopped, and is let go then: the
 /// destination is compacted again.
