@@ -1,9 +1,9 @@
 //! A spread mirror (`mirror.partitions.spread=true`, its partitions run by
 //! every node) under the faults issue 15 names, against real Kafka: its
 //! coordinator killed while a `mirror stop` waits for the partitions other
-//! nodes host, two nodes racing conflicting operations, and a destination
-//! broker that leads state-topic partitions killed under load. Each test
-//! prints its figures.
+//! nodes host, two nodes racing conflicting operations, a destination
+//! broker that leads state-topic partitions killed under load, and its
+//! coordinator and a host killed together. Each test prints its figures.
 
 mod common;
 
@@ -174,6 +174,67 @@ fn a_destination_broker_killed_under_a_spread_mirror_loses_nothing() {
     println!("the copy is exact; {markers} fence markers");
 
     assert_log_tells(&bed.destination, &state_topic, &mirror, PARTS);
+    for n in nodes.into_iter().flatten() {
+        assert_eq!(n.terminate().code(), Some(0));
+    }
+}
+
+/// The coordinator of a spread mirror and another node that hosts some of
+/// its partitions are killed together (kill -9) under a continuous
+/// producer: the one node left takes every shard — the coordinator's
+/// topic records and both hosts' partitions — fences each partition the
+/// two ran once, and copies on: 0 lost, 0 twice, nothing landed after a
+/// fence, and a stop from it then completes.
+#[test]
+fn the_coordinator_and_a_host_killed_together_lose_nothing() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (mut nodes, _) = three_nodes(&bed().destination, &dirs, 60);
+    const PARTS: i32 = 12;
+    let (topic, mirror) = spread_mirror_of(node(&nodes, 0), dirs[0].path(), &bed().source, PARTS);
+    let producer = Batches::start(&topic);
+    wait_for("the mirror copying", || {
+        mirrored_at_least(node(&nodes, 1), &mirror, 400)
+    });
+    let ran = shares(&nodes, &mirror);
+    let owner = owner_port(node(&nodes, 0), &mirror);
+    let coordinator = (0..3).find(|&i| node(&nodes, i).port == owner).unwrap();
+    let host = (0..3)
+        .filter(|&i| i != coordinator)
+        .max_by_key(|&i| ran[i])
+        .unwrap();
+    let survivor = (0..3).find(|&i| i != coordinator && i != host).unwrap();
+    println!(
+        "partitions per node {ran:?}; killing the coordinator (node {coordinator}) and node {host} together"
+    );
+    assert!(ran[host] > 0, "the other node killed hosts partitions");
+    let before = copied(node(&nodes, survivor), &mirror);
+    kill9(nodes[coordinator].take().unwrap());
+    kill9(nodes[host].take().unwrap());
+    let killed = Instant::now();
+    wait_secs("the survivor owning every shard and copying on", 90, || {
+        settled(node(&nodes, survivor), 1) && copied(node(&nodes, survivor), &mirror) > before + 400
+    });
+    println!(
+        "the survivor copies on {:.1} s after the kill (session timeout {} s)",
+        killed.elapsed().as_secs_f64(),
+        SESSION_MS / 1000
+    );
+    let produced = producer.stop();
+    wait_secs("everything mirrored", 90, || {
+        mirrored(node(&nodes, survivor), &mirror, PARTS as usize, produced)
+    });
+    assert_copy_exact(&topic, PARTS);
+    let markers = assert_no_write_after_a_fence(&topic, PARTS);
+    println!("{produced} records mirrored exactly; {markers} fence markers");
+    assert_eq!(
+        markers,
+        ran[coordinator] + ran[host],
+        "one marker per partition the killed nodes ran"
+    );
+    node(&nodes, survivor).cli_ok(&["mirror", "stop", "--mirror", &mirror, "--topics", &topic]);
+    let parts = partitions(node(&nodes, survivor), &mirror).unwrap_or_default();
+    assert_eq!(parts.len(), PARTS as usize);
+    assert!(parts.iter().all(|p| p["state"] == "STOPPED"), "{parts:?}");
     for n in nodes.into_iter().flatten() {
         assert_eq!(n.terminate().code(), Some(0));
     }
