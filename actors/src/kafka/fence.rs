@@ -59,6 +59,10 @@ pub const ADD_PARTITIONS_VERSION: i16 = 3;
 /// whose end bumps the epoch past the one [`acquire`] returned.
 pub const END_TXN_MAX_VERSION: i16 = 4;
 
+/// A producer expiry below which idle partitions are fenced again so often
+/// that an operator is told ([`KeepAlive::short_expiration_warning`]).
+const SHORT_EXPIRATION: Duration = Duration::from_secs(3600);
+
 /// FindCoordinator's key type for a transactional id.
 const TRANSACTION_KEY_TYPE: i8 = 1;
 
@@ -103,6 +107,22 @@ impl KeepAlive {
     /// little older than we think. Half the expiration at the least.
     pub fn refence_age(&self) -> Duration {
         self.before(self.expiration)
+    }
+
+    /// What an operator should hear when the leader forgets producers
+    /// within an hour: every partition that copies nothing for
+    /// [`Self::refence_age`] is fenced again, and each fence costs one
+    /// destination offset (its marker, recorded as a hole) — an idle topic
+    /// grows by a marker per partition that often. None for longer
+    /// expirations (Kafka's default is a day).
+    pub fn short_expiration_warning(&self) -> Option<String> {
+        (self.expiration < SHORT_EXPIRATION).then(|| {
+            format!(
+                "producer.id.expiration.ms is {} s on this destination broker: each partition that copies nothing for {} s is fenced again, one destination offset (a marker) each time; Kafka's default is 86400000 (a day)",
+                self.expiration.as_secs(),
+                self.refence_age().as_secs()
+            )
+        })
     }
 
     /// How long after its last transactional request (the sink's
@@ -653,5 +673,12 @@ mod tests {
         };
         assert_eq!(short.refence_age(), Duration::from_secs(4));
         assert_eq!(short.min_gap(), Duration::from_secs(1));
+        // Only a short one is worth a warning, naming the setting.
+        assert_eq!(k.short_expiration_warning(), None);
+        let warning = short.short_expiration_warning().unwrap();
+        assert!(
+            warning.contains("producer.id.expiration.ms is 8 s") && warning.contains("4 s"),
+            "{warning}"
+        );
     }
 }

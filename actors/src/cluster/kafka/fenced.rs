@@ -237,6 +237,9 @@ impl KafkaCluster {
                 DEFAULT_TRANSACTIONAL_EXPIRATION,
             ),
         };
+        if let Some(warning) = k.short_expiration_warning() {
+            tracing::warn!(broker = leader, "{warning}");
+        }
         tracing::info!(
             broker = leader,
             expiration_ms = k.expiration.as_millis() as u64,
