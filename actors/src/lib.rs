@@ -26,4 +26,6 @@ pub mod shards;
 pub mod spread;
 pub mod state_log;
 pub mod state_topic;
+#[cfg(test)]
+mod test_util;
 pub mod verify;

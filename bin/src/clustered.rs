@@ -33,6 +33,7 @@ use tokio::sync::watch;
 
 use crate::admin_auth::ClientAuth;
 use crate::api::spread::{final_sync_asker, FinalSyncRoute};
+use crate::api::NodeHandle;
 use crate::settings::{ClusterSettings, DaemonSettings};
 
 /// How long the one transaction a fence opens may stay open.
@@ -237,7 +238,8 @@ impl Clustered {
             generation: -1,
             ..ClusterStatus::default()
         });
-        *route.lock().expect("final sync route") = Some((shards.clone(), status.clone()));
+        *route.lock().expect("final sync route") =
+            Some(NodeHandle::clustered(shards.clone(), status.clone()));
         let (stop, stopping) = watch::channel(false);
         let follower = actix::spawn(follow(
             Follow {

@@ -61,10 +61,7 @@ fn a_spread_mirror_runs_on_every_node_and_survives_the_loss_of_one() {
     let topic = unique("spread");
     create_topic(&bed().source, &topic, PARTITIONS as u32, &[]);
     produce(&topic, 0, 1200);
-    let props = write_properties(dirs[0].path());
-    let mut text = std::fs::read_to_string(&props).unwrap();
-    text.push_str("mirror.partitions.spread=true\n");
-    std::fs::write(&props, text).unwrap();
+    let props = spread_properties(dirs[0].path(), "source.properties", &bed().source, "");
     let mirror = unique("sm");
     node(&nodes, 1).mirror_topics(&mirror, &props, &topic);
     for i in 0..3 {
@@ -209,20 +206,17 @@ fn unhostable_partitions_are_described_with_the_reason(
     let (lacking, topic) = (node(nodes, 2), unique("unhosted"));
     create_topic(&bed().source, &topic, PARTITIONS as u32, &[]);
     produce(&topic, 0, 240);
-    let props = dir.join("unhosted.properties");
-    std::fs::write(
-        &props,
-        format!(
-            "bootstrap.servers={}\nclient.id=${{env:{CLIENT_ID_VAR}}}\nmirror.partitions.spread=true\n",
-            bed().source
-        ),
-    )
-    .unwrap();
+    let props = spread_properties(
+        dir,
+        "unhosted.properties",
+        &bed().source,
+        &format!("client.id=${{env:{CLIENT_ID_VAR}}}\n"),
+    );
     // Coordinated by a node that has the variable.
     let mirror = std::iter::repeat_with(|| unique("um"))
         .find(|m| owner_port(lacking, m) != lacking.port)
         .unwrap();
-    node(nodes, 0).mirror_topics(&mirror, props.to_str().unwrap(), &topic);
+    node(nodes, 0).mirror_topics(&mirror, &props, &topic);
 
     let hosted_by_2 = |parts: &[Value]| -> Vec<Value> {
         parts
@@ -284,17 +278,14 @@ fn a_stop_syncs_the_groups_of_every_partition_wherever_it_runs() {
     create_topic(&bed().source, &topic, count as u32, &[]);
     // Keyed, so that every partition holds records to commit past.
     kmirror_tests::mirror::produce(&topic, &kmirror_tests::mirror::lines(1200, "f"), "none");
-    let props = dirs[0].path().join("hourly.properties");
-    std::fs::write(
-        &props,
-        format!(
-            "bootstrap.servers={}\nmirror.partitions.spread=true\nmirror.groups.sync.interval.ms=3600000\n",
-            bed().source
-        ),
-    )
-    .unwrap();
+    let props = spread_properties(
+        dirs[0].path(),
+        "hourly.properties",
+        &bed().source,
+        "mirror.groups.sync.interval.ms=3600000\n",
+    );
     let mirror = unique("fm");
-    nodes[0].mirror_topics(&mirror, props.to_str().unwrap(), &topic);
+    nodes[0].mirror_topics(&mirror, &props, &topic);
     wait_for("mirrored", || {
         mirrored(&nodes[1], &mirror, count as usize, 1200)
     });
@@ -373,15 +364,7 @@ fn keyless_records_of_a_partition_hosted_elsewhere_are_copied_under_a_hold() {
     );
     kmirror_tests::mirror::produce(&topic, "seq:2\tk\tafter\n", "none");
     let topic_id = topic_id_of(&bed().source, &topic);
-    let props = dirs[0].path().join("keyless.properties");
-    std::fs::write(
-        &props,
-        format!(
-            "bootstrap.servers={}\nmirror.partitions.spread=true\n",
-            bed().source
-        ),
-    )
-    .unwrap();
+    let props = spread_properties(dirs[0].path(), "keyless.properties", &bed().source, "");
     // A mirror whose coordinator shard is not the partition's.
     let mirror = std::iter::repeat_with(|| unique("km"))
         .find(|m| {
@@ -389,7 +372,7 @@ fn keyless_records_of_a_partition_hosted_elsewhere_are_copied_under_a_hold() {
             placement_shard(&key, true, SHARDS) != coordinator_partition(m, SHARDS)
         })
         .unwrap();
-    nodes[0].mirror_topics(&mirror, props.to_str().unwrap(), &topic);
+    nodes[0].mirror_topics(&mirror, &props, &topic);
     wait_for("the partition copied, its keyless records too", || {
         mirrored(&nodes[1], &mirror, 1, 3)
     });

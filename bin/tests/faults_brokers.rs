@@ -239,25 +239,12 @@ fn single_broker_restarts_mid_copy_lose_and_duplicate_nothing() {
 /// The leader of `topic`'s partition `p` on a cluster, by `kafka-topics
 /// --describe`, and the header line (its replication factor).
 fn leader_of(bootstrap: &str, topic: &str, p: i32) -> (i32, String) {
-    let out = kmirror_tests::mirror::describe_topic(bootstrap, topic);
-    let header = out
-        .lines()
-        .find(|l| l.contains("PartitionCount"))
-        .unwrap_or_default()
-        .to_owned();
-    let leader = out
-        .lines()
-        .filter(|l| l.contains(&format!("Partition: {p}\t")))
-        .find_map(|l| {
-            l.split('\t')
-                .find_map(|f| {
-                    f.trim()
-                        .strip_prefix("Leader:")
-                        .map(|v| v.trim().parse().ok())
-                })
-                .flatten()
-        })
-        .unwrap_or_else(|| panic!("no leader of {topic}[{p}] in {out}"));
+    let (header, partitions) = kmirror_tests::mirror::describe_partitions(bootstrap, topic);
+    let leader = partitions
+        .iter()
+        .find(|(partition, _, _)| *partition == p)
+        .and_then(|(_, leader, _)| *leader)
+        .unwrap_or_else(|| panic!("no leader of {topic}[{p}] in {partitions:?}"));
     (leader, header)
 }
 

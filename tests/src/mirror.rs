@@ -53,6 +53,39 @@ pub fn describe_topic(bootstrap: &str, topic: &str) -> String {
     )
 }
 
+/// [`describe_topic`] read: its header line, and each partition's line as
+/// (partition, leader — None while it has none —, ISR size), in order.
+pub fn describe_partitions(
+    bootstrap: &str,
+    topic: &str,
+) -> (String, Vec<(i32, Option<i32>, usize)>) {
+    let out = describe_topic(bootstrap, topic);
+    let field = |line: &str, name: &str| -> Option<String> {
+        line.split('\t')
+            .find_map(|f| f.trim().strip_prefix(name).map(|v| v.trim().to_owned()))
+    };
+    let header = out
+        .lines()
+        .find(|l| l.contains("PartitionCount"))
+        .unwrap_or_default()
+        .to_owned();
+    let partitions = out
+        .lines()
+        .filter(|l| l.contains("Leader:"))
+        .filter_map(|l| {
+            let partition = field(l, "Partition:")?.parse().ok()?;
+            let leader = field(l, "Leader:").and_then(|v| v.parse().ok());
+            let isr = field(l, "Isr:").unwrap_or_default();
+            Some((
+                partition,
+                leader,
+                isr.split(',').filter(|s| !s.is_empty()).count(),
+            ))
+        })
+        .collect();
+    (header, partitions)
+}
+
 /// A topic's own configs (its overrides) at `bootstrap`, as
 /// `kafka-configs --describe` lists them.
 pub fn topic_overrides(bootstrap: &str, topic: &str) -> BTreeMap<String, String> {

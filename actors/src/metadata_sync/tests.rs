@@ -332,15 +332,9 @@ async fn configs_follow_the_source_except_excluded_ones() {
 
 /// A rig whose topic is compacted on both sides (the destination with
 /// `cleanup.policy` and `configs` of its own), held after a refusal.
-async fn held(configs: &[(&str, &str)]) -> Rig {
-    held_with(configs, |_| None).await
-}
-
-async fn held_with(
-    configs: &[(&str, &str)],
-    spread: impl FnOnce(Arc<MemLog>) -> Option<Hosting>,
-) -> Rig {
-    let r = rig_with(&[], spread).await;
+/// `TOPIC` compacted on the source, and on the destination with `configs`
+/// too; the board says `copy` of it.
+async fn compacted(r: &Rig, configs: &[(&str, &str)], copy: (KeylessCopy, usize)) {
     r.source
         .set_topic_config(TOPIC, "cleanup.policy", "compact");
     let own = [("cleanup.policy", "compact")].iter().chain(configs);
@@ -352,10 +346,19 @@ async fn held_with(
         )
         .await
         .unwrap();
-    r.keyless
-        .lock()
-        .unwrap()
-        .insert(ID, (KeylessCopy::Refused, 2));
+    r.keyless.lock().unwrap().insert(ID, copy);
+}
+
+async fn held(configs: &[(&str, &str)]) -> Rig {
+    held_with(configs, |_| None).await
+}
+
+async fn held_with(
+    configs: &[(&str, &str)],
+    spread: impl FnOnce(Arc<MemLog>) -> Option<Hosting>,
+) -> Rig {
+    let r = rig_with(&[], spread).await;
+    compacted(&r, configs, (KeylessCopy::Refused, 2)).await;
     assert!(r.sync().await.errors.is_empty());
     let c = r.dest.topic_config(TOPIC);
     for (k, v) in kmirror_events::KEYLESS_HOLD {

@@ -11,19 +11,10 @@ use crate::cluster::memory::{record, Fixture};
 use crate::coordinator::Execute;
 use crate::kafka::batch::Codec;
 use crate::kafka::fetch::TopicPartition;
+use crate::test_util::eventually;
 
 const TOPIC: &str = "orders";
 const ID: TopicId = TopicId([5; 16]);
-
-async fn eventually(what: &str, mut f: impl AsyncFnMut() -> bool) {
-    for _ in 0..500 {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting for: {what}");
-}
 
 /// One mirror partition of `TOPIC` on the in-memory clusters.
 async fn fixture() -> Fixture {

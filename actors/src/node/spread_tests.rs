@@ -49,12 +49,7 @@ impl Bed {
         let dest = MemoryDestination::new("dst");
         dest.fenced(900);
         let logs: Vec<Arc<MemLog>> = (0..SHARDS).map(|_| Arc::new(MemLog::new())).collect();
-        let (followed, follower) = crate::spread::follow_logs(
-            logs.iter()
-                .map(|l| l.clone() as Arc<dyn EventLog>)
-                .collect(),
-            Duration::from_millis(10),
-        );
+        let (followed, follower) = follow(&logs, Duration::from_millis(10));
         Bed {
             source,
             other,
@@ -233,6 +228,16 @@ impl Bed {
         self.follower.abort();
         let _ = self.follower.await;
     }
+}
+
+/// A follower of `logs` that reads them every `every`, and its task.
+fn follow(logs: &[Arc<MemLog>], every: Duration) -> (Followed, tokio::task::JoinHandle<()>) {
+    crate::spread::follow_logs(
+        logs.iter()
+            .map(|l| l.clone() as Arc<dyn EventLog>)
+            .collect(),
+        every,
+    )
 }
 
 /// `m` created (spread) on its coordinator among `node`'s shards, and
@@ -944,12 +949,7 @@ async fn a_hosted_partitions_final_group_pass_is_run_by_its_coordinator_before_i
 #[actix::test]
 async fn a_hosted_partitions_final_pass_translates_with_the_map_its_host_left() {
     let bed = Bed::new();
-    let logs: Vec<Arc<dyn EventLog>> = bed
-        .logs
-        .iter()
-        .map(|l| l.clone() as Arc<dyn EventLog>)
-        .collect();
-    let (slow, slow_follower) = crate::spread::follow_logs(logs, Duration::from_millis(500));
+    let (slow, slow_follower) = follow(&bed.logs, Duration::from_millis(500));
     let (a, b, moved) = bed.two_nodes_with(slow).await;
     let coordinator = mirror_hourly(&bed, &a, 3).await;
     // Two more records copied, and the stop follows at once: b's last runs

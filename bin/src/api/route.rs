@@ -46,9 +46,9 @@ pub(super) enum Owner {
 /// says.
 pub(super) struct Peer {
     /// Its admin URL.
-    url: String,
+    pub(super) url: String,
     /// The group generation of the view that named it.
-    generation: i32,
+    pub(super) generation: i32,
 }
 
 /// Marks a forwarded request and carries the forwarding node's group
@@ -98,13 +98,24 @@ impl NodeHandle {
     /// Where `mirror`'s requests go. A forwarded request is never forwarded
     /// again.
     pub(super) async fn owner(&self, mirror: &str, req: &HttpRequest) -> Result<Owner, ApiError> {
+        let forwarded = forwarded(req).then(|| forwarded_generation(req));
+        self.owner_as(mirror, forwarded).await
+    }
+
+    /// [`Self::owner`] for a call this node makes itself (`forwarded`
+    /// None) or one forwarded to it with the sender's generation, if any.
+    pub(super) async fn owner_as(
+        &self,
+        mirror: &str,
+        forwarded: Option<Option<i32>>,
+    ) -> Result<Owner, ApiError> {
         let (shards, status) = match &self.target {
             Target::Single(node) => return Ok(Owner::Here(node.clone())),
             Target::Clustered { shards, status } => (shards, status),
         };
         let shard = shards.shard_of(mirror);
         let status = status.borrow().clone();
-        if let Some(theirs) = forwarded_generation(req).filter(|&g| g > status.generation) {
+        if let Some(theirs) = forwarded.flatten().filter(|&g| g > status.generation) {
             return Err(ApiError(NodeError::new(
                 "NOT_COORDINATOR",
                 format!(
@@ -137,7 +148,7 @@ impl NodeHandle {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
-        if forwarded(req) {
+        if forwarded.is_some() {
             return Err(ApiError(NodeError::new(
                 "NOT_COORDINATOR",
                 format!("this node does not coordinate mirror {mirror:?} (state partition {shard}); {} does", owner.url),
@@ -334,23 +345,7 @@ pub(super) async fn ask_each<T: serde::de::DeserializeOwned>(
         async move {
             let response =
                 call_peer(auth, url, generation, method, path, body, read_timeout).await?;
-            if response.status != 200 {
-                let error =
-                    serde_json::from_slice::<NodeError>(&response.body).unwrap_or_else(|_| {
-                        NodeError::new(
-                            "COORDINATOR_NOT_AVAILABLE",
-                            String::from_utf8_lossy(&response.body).into_owned(),
-                        )
-                    });
-                let message = format!("{url}{path} answered {}: {}", error.code, error.message);
-                return Err(ApiError(NodeError::new(&error.code, message)));
-            }
-            serde_json::from_slice::<Vec<T>>(&response.body).map_err(|e| {
-                ApiError(NodeError::new(
-                    "COORDINATOR_NOT_AVAILABLE",
-                    format!("{url}{path} answered something else: {e}"),
-                ))
-            })
+            answer_of::<Vec<T>>(url, path, response)
         }
     }))
     .await;
@@ -362,6 +357,31 @@ pub(super) async fn ask_each<T: serde::de::DeserializeOwned>(
         }
     }
     (all, errors)
+}
+
+/// A peer's answer to `path`, decoded; an error answer keeps its code and
+/// names the peer.
+pub(super) fn answer_of<T: serde::de::DeserializeOwned>(
+    url: &str,
+    path: &str,
+    response: crate::http::Response,
+) -> Result<T, ApiError> {
+    if response.status != 200 {
+        let error = serde_json::from_slice::<NodeError>(&response.body).unwrap_or_else(|_| {
+            NodeError::new(
+                "COORDINATOR_NOT_AVAILABLE",
+                String::from_utf8_lossy(&response.body).into_owned(),
+            )
+        });
+        let message = format!("{url}{path} answered {}: {}", error.code, error.message);
+        return Err(ApiError(NodeError::new(&error.code, message)));
+    }
+    serde_json::from_slice::<T>(&response.body).map_err(|e| {
+        ApiError(NodeError::new(
+            "COORDINATOR_NOT_AVAILABLE",
+            format!("{url}{path} answered something else: {e}"),
+        ))
+    })
 }
 
 pub(super) fn to_json<T: Serialize>(body: &T) -> Option<Vec<u8>> {

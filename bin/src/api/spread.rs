@@ -12,14 +12,14 @@ use actix_web::web::{Data, Path};
 use actix_web::{HttpRequest, HttpResponse};
 use kmirror_actors::hosted_sync::AskFinalSync;
 use kmirror_actors::node::{Node, NodeError, PartitionDescription, PartitionFailover, StopOptions};
-use kmirror_actors::shards::{ClusterStatus, Shards};
 use kmirror_events::{MirrorPartitionKey, TopicId};
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
 
 use super::body::Body;
 use super::error::{ApiError, Reply};
-use super::route::{ask_each, call_peer, forwarded, to_json, NodeHandle, Owner, HOSTED_TIMEOUT};
+use super::route::{
+    answer_of, ask_each, call_peer, forwarded, to_json, NodeHandle, Owner, HOSTED_TIMEOUT,
+};
 use super::{to_value, OperationBody};
 use crate::admin_auth::ClientAuth;
 
@@ -41,62 +41,56 @@ struct FinalSyncAnswer {
 /// answer: as long as the partition waits for the pass.
 const ASK_FINAL_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Where a host's ask for a final pass goes: this process's shards, and the
-/// group's view of who owns what. Set once the clustered node has started
-/// and emptied when it stops (the shards' settings hold the asker: a
-/// cycle otherwise); an ask meanwhile fails, and its partition stops
-/// without the pass.
-pub(crate) type FinalSyncRoute = Arc<Mutex<Option<(Shards, watch::Receiver<ClusterStatus>)>>>;
+/// Where a host's ask for a final pass goes: the node as the admin API
+/// reaches it (this process's shards and the group's view of who owns
+/// what). Set once the clustered node has started and emptied when it
+/// stops (the shards' settings hold the asker: a cycle otherwise); an ask
+/// meanwhile fails, and its partition stops without the pass.
+pub(crate) type FinalSyncRoute = Arc<Mutex<Option<NodeHandle>>>;
 
 /// How a partition hosted here asks its mirror's coordinator for its final
 /// group-offset pass (`kmirror_actors::hosted_sync`): the shard of this
-/// process that coordinates the mirror, or the node that does, over HTTP.
+/// process that coordinates the mirror, or the node that does, over HTTP,
+/// found as an admin request's owner is ([`NodeHandle::owner_as`]).
 pub(crate) fn final_sync_asker(route: FinalSyncRoute, auth: ClientAuth) -> AskFinalSync {
     Arc::new(move |key: MirrorPartitionKey| {
         let (route, auth) = (route.clone(), auth.clone());
         Box::pin(async move {
             let asked = tokio::time::Instant::now();
-            let routed = route.lock().expect("final sync route").clone();
-            let (shards, status) = routed.ok_or("the node is starting or stopping")?;
-            if let Some(here) = shards.node_for(&key.mirror_name).await {
-                return here
-                    .final_sync_hosted(key, asked)
-                    .await
-                    .map_err(|e| e.to_string());
-            }
-            let status = status.borrow().clone();
-            let shard = shards.shard_of(&key.mirror_name);
-            let owner = status
-                .owner(shard)
-                .filter(|o| !status.is_me(o))
-                .ok_or_else(|| format!("no other node coordinates state partition {shard} now"))?;
+            let node = route.lock().expect("final sync route").clone();
+            let node = node.ok_or("the node is starting or stopping")?;
+            let peer = match node.owner_as(&key.mirror_name, None).await {
+                Ok(Owner::Here(here)) => {
+                    return here
+                        .final_sync_hosted(key, asked)
+                        .await
+                        .map_err(|e| e.to_string())
+                }
+                Ok(Owner::There(peer)) => peer,
+                Err(e) => return Err(e.0.to_string()),
+            };
             let path = format!("/hosted/{}/final-sync", key.mirror_name);
             let body = to_json(&HostedPartition {
                 topic_id: key.topic_id,
                 partition: key.partition,
             });
-            let (url, generation) = (owner.url.clone(), status.generation);
-            let response = call_peer(
-                auth,
-                &url,
-                generation,
-                "POST",
-                &path,
-                body,
-                ASK_FINAL_SYNC_TIMEOUT,
-            )
-            .await
-            .map_err(|e| e.0.to_string())?;
-            if response.status != 200 {
-                return Err(format!(
-                    "{url}{path} answered {}: {}",
-                    response.status,
-                    String::from_utf8_lossy(&response.body)
-                ));
-            }
-            serde_json::from_slice::<FinalSyncAnswer>(&response.body)
+            let asked_peer = async {
+                let response = call_peer(
+                    auth,
+                    &peer.url,
+                    peer.generation,
+                    "POST",
+                    &path,
+                    body,
+                    ASK_FINAL_SYNC_TIMEOUT,
+                )
+                .await?;
+                answer_of::<FinalSyncAnswer>(&peer.url, &path, response)
+            };
+            asked_peer
+                .await
                 .map(|a| a.synced)
-                .map_err(|e| format!("{url}{path} answered something else: {e}"))
+                .map_err(|e| e.0.to_string())
         })
     })
 }

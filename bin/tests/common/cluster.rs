@@ -272,24 +272,10 @@ pub fn node(nodes: &[Option<Daemon>], i: usize) -> &Daemon {
 /// `kafka-topics --describe` of the state topic: (leader, ISR size) per
 /// partition, and the topic's header line.
 pub fn describe_state_topic(destination: &str, state_topic: &str) -> (Vec<(i32, usize)>, String) {
-    let out = kmirror_tests::mirror::describe_topic(destination, state_topic);
-    let field = |line: &str, name: &str| -> Option<String> {
-        line.split('\t')
-            .find_map(|f| f.trim().strip_prefix(name).map(|v| v.trim().to_owned()))
-    };
-    let header = out
-        .lines()
-        .find(|l| l.contains("PartitionCount"))
-        .unwrap_or_default()
-        .to_owned();
-    let parts = out
-        .lines()
-        .filter(|l| l.contains("Leader:"))
-        .map(|l| {
-            let leader = field(l, "Leader:").unwrap().parse().unwrap_or(-1);
-            let isr = field(l, "Isr:").unwrap_or_default();
-            (leader, isr.split(',').filter(|s| !s.is_empty()).count())
-        })
+    let (header, partitions) = kmirror_tests::mirror::describe_partitions(destination, state_topic);
+    let parts = partitions
+        .into_iter()
+        .map(|(_, leader, isr)| (leader.unwrap_or(-1), isr))
         .collect();
     (parts, header)
 }
@@ -385,19 +371,26 @@ pub fn three_spread_nodes(
     (nodes, state_topic)
 }
 
+/// A spread mirror's properties file `name` in `dir`, on `source`, with
+/// `more` lines (each ending in a newline): its path.
+pub fn spread_properties(dir: &Path, name: &str, source: &str, more: &str) -> String {
+    let props = dir.join(name);
+    std::fs::write(
+        &props,
+        format!("bootstrap.servers={source}\nmirror.partitions.spread=true\n{more}"),
+    )
+    .unwrap();
+    props.to_str().unwrap().to_owned()
+}
+
 /// A topic of `count` partitions on `source` and a spread mirror of it,
 /// created and started through `daemon`: (topic, mirror).
 pub fn spread_mirror_of(daemon: &Daemon, dir: &Path, source: &str, count: i32) -> (String, String) {
     let topic = unique("spread");
     create_topic(source, &topic, count as u32, &[]);
-    let props = dir.join("spread.properties");
-    std::fs::write(
-        &props,
-        format!("bootstrap.servers={source}\nmirror.partitions.spread=true\n"),
-    )
-    .unwrap();
+    let props = spread_properties(dir, "spread.properties", source, "");
     let mirror = unique("sm");
-    daemon.mirror_topics(&mirror, props.to_str().unwrap(), &topic);
+    daemon.mirror_topics(&mirror, &props, &topic);
     (topic, mirror)
 }
 

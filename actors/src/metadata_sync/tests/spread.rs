@@ -90,19 +90,7 @@ impl Spread {
 #[actix::test]
 async fn a_keyless_refusal_of_a_partition_placed_elsewhere_holds_the_topic() {
     let (r, spread) = Spread::rig(|spread| rig_with(&[], spread)).await;
-    r.source
-        .set_topic_config(TOPIC, "cleanup.policy", "compact");
-    r.dest
-        .alter_topic_configs(
-            TOPIC,
-            vec![("cleanup.policy".to_string(), Some("compact".to_string()))],
-        )
-        .await
-        .unwrap();
-    r.keyless
-        .lock()
-        .unwrap()
-        .insert(ID, (KeylessCopy::Behind, 1));
+    compacted(&r, &[], (KeylessCopy::Behind, 1)).await;
     let policy = || r.dest.topic_config(TOPIC).get("cleanup.policy").cloned();
     spread.host_state(PartitionState::Mirroring).await;
     assert!(r.sync().await.errors.is_empty());

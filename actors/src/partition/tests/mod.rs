@@ -28,6 +28,7 @@ use crate::coordinator::{CoordinatorActor, ReadImage};
 use crate::kafka::batch::Codec;
 use crate::kafka::fetch::{FetchError, TopicPartition};
 use crate::kafka::KafkaError;
+use crate::test_util::eventually;
 
 const TOPIC: &str = "orders";
 const ID: TopicId = TopicId([7; 16]);
@@ -178,17 +179,6 @@ async fn failed_for_good(actor: &Started) -> String {
     })
     .await;
     state(actor).await.error.unwrap_or_default()
-}
-
-/// Polls `f` until true, for at most 5 s.
-async fn eventually(what: &str, mut f: impl AsyncFnMut() -> bool) {
-    for _ in 0..500 {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting for: {what}");
 }
 
 /// The status as describe reads it: from the board, never the mailbox.
