@@ -17,9 +17,12 @@
 //! reads the partitions' states from theirs, each through [`Followed`] —
 //! every shard as this node's `StateFollower` last read it.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use kmirror_events::{coordinator_partition, MirrorPartitionKey, Offset, PartitionState};
+use kmirror_events::{
+    coordinator_partition, partition_loads, MirrorPartitionKey, Offset, PartitionState,
+};
 use tokio::sync::watch;
 
 use crate::cluster::BoxFuture;
@@ -28,6 +31,15 @@ use crate::state_log::{FollowedShard, FollowedState};
 /// How long a host waits for its coordinator's shard to be read to its
 /// end before it copies (it tries again after).
 const STILL_MIRRORING_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What a partition to copy weighs in the group's assignment against a
+/// shard's own upkeep (a shard with none weighs 1): nodes share the
+/// partitions first, then the shards.
+const PARTITION_WEIGHT: u64 = 16;
+
+/// How often the shards' weights are counted again at most: counting goes
+/// over every topic of every shard.
+const WEIGH_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Whether a partition's topic is still to be mirrored, as the
 /// coordinator's shard says once read to its end
@@ -126,6 +138,45 @@ impl Followed {
                 }))
             })
         })
+    }
+
+    /// Each shard's weight in the group's assignment, once every shard has
+    /// answered (before that, a shard not read would weigh as empty): 1
+    /// plus [`PARTITION_WEIGHT`] for each partition to copy that runs
+    /// there ([`partition_loads`]).
+    pub fn weights(&self) -> Option<Vec<u64>> {
+        let state = self.now();
+        if !state.shards.iter().all(|s| s.answered) {
+            return None;
+        }
+        let loads = partition_loads(state.shards.iter().map(|s| &s.image));
+        Some(loads.iter().map(|n| 1 + PARTITION_WEIGHT * n).collect())
+    }
+
+    /// Publishes [`Self::weights`] on `tx`, shard `s` as `unit(s)`, each
+    /// time they change (counted at most every [`WEIGH_EVERY`]), until the
+    /// follower or the receiver is gone.
+    pub async fn publish_weights(
+        self,
+        unit: fn(i32) -> String,
+        tx: watch::Sender<BTreeMap<String, u64>>,
+    ) {
+        let mut rx = self.watch();
+        loop {
+            if let Some(weights) = self.weights() {
+                let weights: BTreeMap<String, u64> =
+                    (0..).zip(weights).map(|(s, w)| (unit(s), w)).collect();
+                tx.send_if_modified(|now| {
+                    let changed = *now != weights;
+                    *now = weights;
+                    changed
+                });
+            }
+            tokio::time::sleep(WEIGH_EVERY).await;
+            if tx.is_closed() || rx.changed().await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Every shard as last read.

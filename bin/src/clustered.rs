@@ -11,7 +11,7 @@
 //! partition *before* loading it, so nothing the previous owner still
 //! sends lands after the new owner read the log — the broker refuses it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -103,6 +103,8 @@ pub struct Clustered {
     stop: watch::Sender<bool>,
     /// With `cluster.spread_partitions`: every shard as read here.
     state_follower: Option<StateFollower>,
+    /// With the follower: what tells the membership each shard's weight.
+    weigher: Option<tokio::task::JoinHandle<()>>,
     /// Where hosted partitions ask for their final pass: emptied at
     /// shutdown, since the shards' own settings hold it.
     route: FinalSyncRoute,
@@ -149,7 +151,9 @@ impl Clustered {
                 .map(unit)
                 .collect(),
         );
-        let membership = MembershipHandle::start(
+        // With the follower (below), shards weigh what runs in them.
+        let (weights_tx, weights) = watch::channel(BTreeMap::new());
+        let membership = MembershipHandle::start_weighted(
             connect().await?,
             &format!("kmirror-{}", cluster.id),
             MemberMetadata {
@@ -162,6 +166,7 @@ impl Clustered {
                 rebalance_timeout: cluster.rebalance_timeout,
             },
             units,
+            (cluster.spread_partitions && cluster.balance_partitions).then_some(weights),
         );
         // Every write is under the membership's lease, and every destination
         // partition under a transactional id of its own: a node acquiring a
@@ -178,12 +183,17 @@ impl Clustered {
         // Started after the last step that can fail, so it is always
         // closed by `shutdown`.
         let route = FinalSyncRoute::default();
+        let mut weigher = None;
         let state_follower = if cluster.spread_partitions {
             let ends = connect().await?;
             let follower = StateFollower::start(&log_options)
                 .await
                 .map_err(|e| format!("NETWORK_EXCEPTION: following the state topic: {e}"))?;
-            node_settings.followed = Some(follower.followed(ends, &log_options.topic));
+            let followed = follower.followed(ends, &log_options.topic);
+            weigher = Some(tokio::spawn(
+                followed.clone().publish_weights(unit, weights_tx),
+            ));
+            node_settings.followed = Some(followed);
             node_settings.accept_spread = true;
             node_settings.ask_final_sync = Some(final_sync_asker(route.clone(), peers));
             Some(follower)
@@ -259,6 +269,7 @@ impl Clustered {
             follower,
             stop,
             state_follower,
+            weigher,
             route,
         })
     }
@@ -272,6 +283,10 @@ impl Clustered {
         let _ = self.follower.await;
         self.shards.shutdown().await;
         self.route.lock().expect("final sync route").take();
+        if let Some(w) = self.weigher {
+            w.abort();
+            let _ = w.await;
+        }
         // Closed once no shard reads it any more.
         if let Some(f) = self.state_follower {
             f.close().await;

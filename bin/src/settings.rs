@@ -69,6 +69,7 @@ const CLUSTER_KEYS: &[&str] = &[
     "heartbeat_interval_ms",
     "rebalance_timeout_ms",
     "spread_partitions",
+    "balance_partitions",
 ];
 
 /// How log lines are written: text for people, JSON for log shippers.
@@ -137,6 +138,12 @@ pub struct ClusterSettings {
     /// of the state topic, which the spread mirrors need and cost a fetch
     /// session per state-topic leader.
     pub spread_partitions: bool,
+    /// With `spread_partitions`: whether the group's leader weighs each
+    /// shard by the partitions that run in it, and rebalances once they
+    /// sit unevenly on the nodes (a spread mirror's partitions hash into
+    /// shards unevenly). Off: shards move only when members come and go,
+    /// as Kafka's `auto.leader.rebalance.enable=false` keeps leaders.
+    pub balance_partitions: bool,
 }
 
 /// What the `daemon` command line says; it wins over the file and the
@@ -523,17 +530,16 @@ fn cluster_settings(
             format!("{heartbeat} must be below cluster.session_timeout_ms ({session})"),
         ));
     }
-    let spread_partitions = match table.get("spread_partitions") {
-        None => false,
-        Some(v) => v.clone().into_bool().map_err(|_| {
-            err(
-                "cluster.spread_partitions",
-                "expected true or false".to_string(),
-            )
-        })?,
+    let flag = |key: &str, default: bool| match table.get(key) {
+        None => Ok(default),
+        Some(v) => v
+            .clone()
+            .into_bool()
+            .map_err(|_| err(format!("cluster.{key}"), "expected true or false")),
     };
     Ok(Some(ClusterSettings {
-        spread_partitions,
+        spread_partitions: flag("spread_partitions", false)?,
+        balance_partitions: flag("balance_partitions", true)?,
         id,
         advertised_url,
         capacity: number("capacity", 1, 1..=1_000)? as u32,
@@ -797,9 +803,14 @@ request_timeout_ms = 15000
         assert_eq!(bad("id = \"x\"\nport = 1\n"), "cluster.port");
         assert_eq!(bad("id = \"x\"\ncapacity = 0\n"), "cluster.capacity");
         assert!(!c.spread_partitions, "off unless asked for");
+        assert!(c.balance_partitions, "on unless turned off");
         assert_eq!(
             bad("id = \"x\"\nspread_partitions = \"sometimes\"\n"),
             "cluster.spread_partitions"
+        );
+        assert_eq!(
+            bad("id = \"x\"\nbalance_partitions = \"often\"\n"),
+            "cluster.balance_partitions"
         );
         let spread = load_file(
             &format!("admin_listen = \"127.0.0.1:9700\"\n{dest}[cluster]\nid = \"x\"\n"),

@@ -565,3 +565,101 @@ fn scaling_and_a_rolling_restart_move_a_spread_mirror_without_a_marker() {
         assert_eq!(n.terminate().code(), Some(0));
     }
 }
+
+/// Keys hash into shards unevenly, and a group that shares shards by their
+/// count can leave most of a spread mirror's partitions on one node: node
+/// 0 alone first owns every shard, and when two more join it keeps the
+/// first 17 of 50 by name, where the mirror below is chosen to put most of
+/// its partitions. Once the shards' weights hold still, the leader moves
+/// shards, each by a clean handover, until the nodes share the
+/// partitions, under a continuous producer: the copy exact, no fence
+/// marker.
+#[test]
+fn the_leader_moves_shards_until_the_nodes_share_a_spread_mirrors_partitions() {
+    const STATE_PARTITIONS: i32 = 50;
+    let (cluster, state_topic) = (unique("kb"), unique("__kmirror_state_b"));
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let start = |i: usize| {
+        let names = (
+            bed().destination.as_str(),
+            cluster.as_str(),
+            state_topic.as_str(),
+        );
+        let spread = "spread_partitions = true\n";
+        start_node_sharded(dirs[i].path(), names, STATE_PARTITIONS, spread, &[])
+    };
+    let first = start(0);
+    wait_for("node 0 owning every shard", || {
+        settled_in(&first, 1, STATE_PARTITIONS)
+    });
+    let nodes = [first, start(1), start(2)];
+    wait_for("three members owning every shard", || {
+        settled_in(&nodes[0], 3, STATE_PARTITIONS)
+    });
+
+    let topic = unique("spread");
+    create_topic(&bed().source, &topic, PARTITIONS as u32, &[]);
+    let topic_id = topic_id_of(&bed().source, &topic);
+    let status = json(&nodes[0], "/cluster").unwrap();
+    let owners: Vec<(String, Vec<i64>)> = status["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let shards = m["shards"].as_array().unwrap();
+            (
+                m["url"].as_str().unwrap().to_owned(),
+                shards.iter().filter_map(Value::as_i64).collect(),
+            )
+        })
+        .collect();
+    let placed = |mirror: &str| -> Vec<usize> {
+        let shards: Vec<i64> = (0..PARTITIONS)
+            .map(|p| {
+                let key = MirrorPartitionKey::new(mirror, topic_id, p);
+                i64::from(placement_shard(&key, true, STATE_PARTITIONS))
+            })
+            .collect();
+        let mut per: Vec<usize> = owners
+            .iter()
+            .map(|(_, own)| shards.iter().filter(|s| own.contains(s)).count())
+            .collect();
+        per.sort_unstable();
+        per
+    };
+    let (mirror, before) = std::iter::repeat_with(|| unique("bm"))
+        .take(2000)
+        .map(|m| {
+            let per = placed(&m);
+            (m, per)
+        })
+        .find(|(_, per)| per[2] - per[0] >= 6)
+        .expect("a mirror name that the shard count leaves uneven");
+    println!("partitions per node as the shards lie: {before:?}");
+
+    let props = spread_properties(dirs[0].path(), "spread.properties", &bed().source, "");
+    nodes[0].mirror_topics(&mirror, &props, &topic);
+    let producer = Batches::start(&topic);
+    let created = std::time::Instant::now();
+    let mut shares = Vec::new();
+    wait_secs("the nodes sharing the partitions", 180, || {
+        shares = nodes.iter().map(|n| runs_here(n, &mirror)).collect();
+        shares.sort_unstable();
+        shares.iter().sum::<usize>() == PARTITIONS as usize && shares[2] - shares[0] <= 2
+    });
+    println!(
+        "partitions per node {:.1} s after the mirror was created: {shares:?}",
+        created.elapsed().as_secs_f64()
+    );
+    let produced = producer.stop();
+    wait_for("everything mirrored", || {
+        mirrored(&nodes[1], &mirror, PARTITIONS as usize, produced)
+    });
+    assert_copy_exact(&topic, PARTITIONS);
+    let markers = assert_no_write_after_a_fence(&topic, PARTITIONS);
+    println!("{produced} records mirrored exactly; {markers} fence markers");
+    assert_eq!(markers, 0, "every shard moved by a clean handover");
+    for n in nodes {
+        assert_eq!(n.terminate().code(), Some(0));
+    }
+}

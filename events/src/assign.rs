@@ -125,28 +125,7 @@ pub fn assign(
 ) -> Plan {
     let mut members: Vec<&MemberReport> = members.iter().collect();
     members.sort_by(|a, b| a.member_id.cmp(&b.member_id));
-
-    // Who validly owns each unit: the latest grant, then the previous plan,
-    // then the smallest member id.
-    let mut owner: BTreeMap<&str, &MemberReport> = BTreeMap::new();
-    for m in &members {
-        for u in m.owned.iter().filter(|u| units.contains(*u)) {
-            let better = match owner.get(u.as_str()) {
-                None => true,
-                Some(o) => {
-                    let was_previous = |r: &MemberReport| {
-                        previous
-                            .get(&r.member_id)
-                            .is_some_and(|p| p.contains(u.as_str()))
-                    };
-                    (m.owned_generation, was_previous(m)) > (o.owned_generation, was_previous(o))
-                }
-            };
-            if better {
-                owner.insert(u.as_str(), m);
-            }
-        }
-    }
+    let owner = owners(&members, units, previous);
     let mut valid: BTreeMap<&str, Vec<&str>> = members
         .iter()
         .map(|m| (m.member_id.as_str(), Vec::new()))
@@ -185,6 +164,42 @@ pub fn assign(
             assignment.get_mut(&m).expect("a member").insert(u.clone());
         }
     }
+    plan(&members, assignment)
+}
+
+/// Who validly owns each unit among those `members` report: the latest
+/// grant, then `previous` (the leader's last plan), then the smallest
+/// member id. `members` sorted by id.
+fn owners<'a>(
+    members: &[&'a MemberReport],
+    units: &BTreeSet<String>,
+    previous: &BTreeMap<String, BTreeSet<String>>,
+) -> BTreeMap<&'a str, &'a MemberReport> {
+    let mut owner: BTreeMap<&str, &MemberReport> = BTreeMap::new();
+    for m in members {
+        for u in m.owned.iter().filter(|u| units.contains(*u)) {
+            let better = match owner.get(u.as_str()) {
+                None => true,
+                Some(o) => {
+                    let was_previous = |r: &MemberReport| {
+                        previous
+                            .get(&r.member_id)
+                            .is_some_and(|p| p.contains(u.as_str()))
+                    };
+                    (m.owned_generation, was_previous(m)) > (o.owned_generation, was_previous(o))
+                }
+            };
+            if better {
+                owner.insert(u.as_str(), m);
+            }
+        }
+    }
+    owner
+}
+
+/// The plan that gives `assignment`: each member revokes what it reported
+/// and no longer gets.
+fn plan(members: &[&MemberReport], assignment: BTreeMap<String, BTreeSet<String>>) -> Plan {
     let revoked = members
         .iter()
         .map(|m| {
@@ -197,4 +212,113 @@ pub fn assign(
         assignment,
         revoked,
     }
+}
+
+/// [`assign`] for units of unequal weight (a shard's weight: the
+/// partitions that run in it), balancing the members' total weight by
+/// capacity instead of their unit count — what puts as many partitions of
+/// a spread mirror on each node when they hash into shards unevenly. Equal
+/// weights are [`assign`]'s exact quotas.
+///
+/// Incremental cooperative as [`assign`]: a unit leaves a live member only
+/// by revocation, and is placed in the next round. Sticky: a member keeps
+/// its units, lightest first, while each leaves it nearer its share of
+/// the total weight than without it, so a member within its share plus
+/// half its heaviest unit loses nothing. What is left (revoked and
+/// unreported units) goes heaviest first to the member it leaves nearest
+/// its share for its capacity (half the unit counted, as when keeping),
+/// its present owner on a tie — counted there at once, even when it only
+/// arrives next round, so the round plans its end state. Whole units
+/// move, never swap: a member over its share by less than half a unit
+/// stays so.
+pub fn assign_weighted(
+    members: &[MemberReport],
+    weights: &BTreeMap<String, u64>,
+    previous: &BTreeMap<String, BTreeSet<String>>,
+) -> Plan {
+    let units: BTreeSet<String> = weights.keys().cloned().collect();
+    let weight = |u: &str| weights.get(u).copied().unwrap_or(1).max(1);
+    let mut all = weights.values().map(|&w| w.max(1));
+    let first = all.next();
+    if all.all(|w| Some(w) == first) {
+        return assign(members, &units, previous);
+    }
+    let mut members: Vec<&MemberReport> = members.iter().collect();
+    members.sort_by(|a, b| a.member_id.cmp(&b.member_id));
+    let owner = owners(&members, &units, previous);
+    let total_weight: u128 = units.iter().map(|u| u128::from(weight(u))).sum();
+    let total_capacity: u128 = members.iter().map(|m| u128::from(m.capacity)).sum();
+    // Whether holding `w` more leaves `held` nearer its share (W * c / C)
+    // than without: held + w - share <= share - held.
+    let nearer = |held: u64, w: u64, m: &MemberReport| {
+        u128::from(2 * held + w) * total_capacity <= 2 * total_weight * u128::from(m.capacity)
+    };
+
+    let mut assignment: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut load: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut left: Vec<&str> = units
+        .iter()
+        .map(String::as_str)
+        .filter(|u| !owner.contains_key(u))
+        .collect();
+    for m in &members {
+        let mut mine: Vec<&str> = owner
+            .iter()
+            .filter(|(_, o)| o.member_id == m.member_id)
+            .map(|(u, _)| *u)
+            .collect();
+        mine.sort_by_key(|u| (weight(u), *u));
+        let (mut held, mut kept) = (0u64, BTreeSet::new());
+        for u in mine {
+            if m.capacity > 0 && nearer(held, weight(u), m) {
+                held += weight(u);
+                kept.insert(u.to_string());
+            } else {
+                left.push(u);
+            }
+        }
+        load.insert(&m.member_id, held);
+        assignment.insert(m.member_id.clone(), kept);
+    }
+    left.sort_by(|a, b| weight(b).cmp(&weight(a)).then(a.cmp(b)));
+    for u in left {
+        let w = weight(u);
+        let present = owner.get(u).map(|o| o.member_id.as_str());
+        // Half of it counted, as a member keeps a unit: nearest its share.
+        let ends = |m: &MemberReport| u128::from(2 * load[m.member_id.as_str()] + w);
+        let best = members.iter().filter(|m| m.capacity > 0).min_by(|a, b| {
+            (ends(a) * u128::from(b.capacity))
+                .cmp(&(ends(b) * u128::from(a.capacity)))
+                .then((present != Some(&a.member_id)).cmp(&(present != Some(&b.member_id))))
+                .then(a.member_id.cmp(&b.member_id))
+        });
+        let Some(best) = best else { continue };
+        *load.get_mut(best.member_id.as_str()).expect("a member") += w;
+        if present.is_none_or(|p| p == best.member_id) {
+            assignment
+                .get_mut(&best.member_id)
+                .expect("a member")
+                .insert(u.to_string());
+        }
+    }
+    plan(&members, assignment)
+}
+
+/// Whether [`assign_weighted`] would move units away from members that
+/// hold what `assignment` gave them: the leader's cue to rebalance when the
+/// weights shifted under a settled group (a mirror created, a topic
+/// stopped), since no member joins or leaves to start one.
+pub fn reweighs(
+    members: &[MemberReport],
+    assignment: &BTreeMap<String, BTreeSet<String>>,
+    weights: &BTreeMap<String, u64>,
+) -> bool {
+    let held: Vec<MemberReport> = members
+        .iter()
+        .map(|m| MemberReport {
+            owned: assignment.get(&m.member_id).cloned().unwrap_or_default(),
+            ..m.clone()
+        })
+        .collect();
+    assign_weighted(&held, weights, assignment).revokes()
 }

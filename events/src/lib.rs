@@ -39,8 +39,8 @@ pub use record::*;
 pub use retry::{RetryDecision, RetryPolicy};
 pub use risk::{retention_margin, RetentionInputs, RetentionMargin, RiskSettings};
 pub use routing::{
-    coordinator_partition, java_string_hash_code, kafka_abs, partition_state_partition,
-    placement_shard, spreads, SPREAD_KEY,
+    coordinator_partition, java_string_hash_code, kafka_abs, partition_loads,
+    partition_state_partition, placement_shard, spreads, SPREAD_KEY,
 };
 pub use state::{is_valid_transition, next_state, retry_target, PartitionState};
 pub use sync::{

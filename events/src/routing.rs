@@ -1,6 +1,9 @@
 //! Coordinator routing, bit-for-bit as Kafka computes it.
 
-use crate::{MirrorConfig, MirrorPartitionKey, PatternError, RecordKey, TopicId};
+use crate::{
+    MirrorConfig, MirrorPartitionKey, MirrorStateImage, PartitionState, PatternError, RecordKey,
+    TopicId,
+};
 
 /// Java's `String.hashCode()`: `s[0]*31^(n-1) + … + s[n-1]` over UTF-16 code
 /// units with wrapping `int` arithmetic. Must match Java exactly, because a
@@ -131,6 +134,38 @@ impl RecordKey {
             | RecordKey::ShardRelease(_) => None,
         }
     }
+}
+
+/// How many partitions are to copy in each shard, by where they run: a
+/// mirror's in its coordinator's shard, a spread mirror's each in its own
+/// ([`partition_state_partition`]). `shards[s]` is shard `s`'s image; a
+/// topic counts while desired MIRRORING. What the clustered daemon's
+/// assignor weighs a shard by, so nodes share partitions, not shards.
+pub fn partition_loads<'a>(shards: impl IntoIterator<Item = &'a MirrorStateImage>) -> Vec<u64> {
+    let shards: Vec<&MirrorStateImage> = shards.into_iter().collect();
+    let partitions = i32::try_from(shards.len()).expect("a state topic's partition count");
+    let mut loads = vec![0u64; shards.len()];
+    for (here, image) in shards.iter().enumerate() {
+        for (name, config) in image.mirrors() {
+            let spread = spreads(config).unwrap_or(false);
+            for topic in image.topics_of(name) {
+                let change = &topic.change;
+                if change.desired_state != PartitionState::Mirroring {
+                    continue;
+                }
+                for p in 0..change.partition_count.max(0) {
+                    let shard = if spread {
+                        let key = MirrorPartitionKey::new(name.clone(), change.topic_id, p);
+                        partition_state_partition(&key, partitions) as usize
+                    } else {
+                        here
+                    };
+                    loads[shard] += 1;
+                }
+            }
+        }
+    }
+    loads
 }
 
 #[cfg(test)]

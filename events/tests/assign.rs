@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kmirror_events::assign::{assign, shares, MemberReport, Plan};
+use kmirror_events::assign::{assign, assign_weighted, reweighs, shares, MemberReport, Plan};
 use proptest::prelude::*;
 
 type Assignment = BTreeMap<String, BTreeSet<String>>;
@@ -264,4 +264,163 @@ proptest! {
         let third = assign(&comply(&ms, &second, 3), &all, &second.assignment);
         prop_assert_eq!(third, second);
     }
+}
+
+/// Each member's total weight in `plan`.
+fn loads(plan: &Plan, weights: &BTreeMap<String, u64>) -> Vec<u64> {
+    plan.assignment
+        .values()
+        .map(|a| a.iter().map(|u| weights[u]).sum())
+        .collect()
+}
+
+/// 50 shards of weight 1, and 24 partitions (weight 16 each) hashed into
+/// ten of them unevenly: what a spread mirror leaves behind.
+fn uneven() -> BTreeMap<String, u64> {
+    let mut weights: BTreeMap<String, u64> = units(50).into_iter().map(|u| (u, 1)).collect();
+    for (i, n) in [6, 1, 0, 4, 2, 0, 5, 3, 2, 1].into_iter().enumerate() {
+        *weights.get_mut(&format!("u-{i:03}")).unwrap() += 16 * n;
+    }
+    weights
+}
+
+#[test]
+fn given_shards_holding_partitions_unevenly_when_three_members_share_them_then_each_ends_within_one_shard_of_its_share(
+) {
+    let weights = uneven();
+    let none = BTreeSet::new();
+    let ms = ["a", "b", "c"].map(|m| member(m, 1, &none, -1));
+    let plan = assign_weighted(&ms, &weights, &Assignment::new());
+    assert!(!plan.revokes());
+    // 434 in all: 144.7 each; none is off by more than its lightest unit.
+    let loads = loads(&plan, &weights);
+    assert_eq!(loads.iter().sum::<u64>(), 434);
+    assert!(loads.iter().all(|&l| (144..=146).contains(&l)), "{loads:?}");
+}
+
+#[test]
+fn given_a_count_balanced_group_when_its_shards_fill_unevenly_then_weight_moves_and_settles() {
+    let all = units(50);
+    let none = BTreeSet::new();
+    let ms = ["a", "b", "c"].map(|m| member(m, 1, &none, -1));
+    let by_count = assign(&ms, &all, &Assignment::new());
+    let weights = uneven();
+    let before = loads(&by_count, &weights);
+    let ms = comply(&ms, &by_count, 1);
+    let first = assign_weighted(&ms, &weights, &by_count.assignment);
+    assert!(first.revokes(), "{before:?} is not balanced");
+    let second = assign_weighted(&comply(&ms, &first, 2), &weights, &first.assignment);
+    assert!(!second.revokes());
+    let after = loads(&second, &weights);
+    assert!(
+        after.iter().max().unwrap() - after.iter().min().unwrap()
+            < before.iter().max().unwrap() - before.iter().min().unwrap(),
+        "{before:?} → {after:?}"
+    );
+    let third = assign_weighted(&comply(&ms, &second, 3), &weights, &second.assignment);
+    assert_eq!(third, second, "settled");
+}
+
+#[test]
+fn given_equal_weights_then_the_weighted_assignor_is_the_counting_one() {
+    let none = BTreeSet::new();
+    let ms = ["a", "b", "c"].map(|m| member(m, 1, &none, -1));
+    let weights = units(50).into_iter().map(|u| (u, 7)).collect();
+    assert_eq!(
+        assign_weighted(&ms, &weights, &Assignment::new()),
+        assign(&ms, &units(50), &Assignment::new())
+    );
+}
+
+/// Random weights, mostly light with some heavy units, for `group()`'s units.
+fn weights_of(n: usize) -> impl Strategy<Value = BTreeMap<String, u64>> {
+    prop::collection::vec(prop_oneof![3 => Just(1u64), 1 => 1u64..100], n)
+        .prop_map(|ws| units(ws.len()).into_iter().zip(ws).collect())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Weighted: one owner at a time; a member already within its share
+    /// plus half its heaviest unit loses nothing; members that obey settle
+    /// within three rounds, and then stay; with equal capacities each ends
+    /// under its share plus its heaviest unit (what greedy placement,
+    /// heaviest first, guarantees).
+    #[test]
+    fn weighted_one_owner_sticky_and_settling(
+        ((ms, n), weights) in group().prop_flat_map(|(ms, n)| (Just((ms, n)), weights_of(n))),
+        extra in prop::collection::vec((0usize..5, 0usize..60), 0..10),
+        equal in any::<bool>(),
+    ) {
+        let mut ms = ms;
+        let len = ms.len();
+        for m in &mut ms {
+            if equal || m.capacity == 0 {
+                m.capacity = 1;
+            }
+        }
+        let total: u64 = weights.values().sum();
+        let capacity: u64 = ms.iter().map(|m| u64::from(m.capacity)).sum();
+        let share = |m: &MemberReport| total as f64 * f64::from(m.capacity) / capacity as f64;
+        let load = |units: &BTreeSet<String>| units.iter().map(|u| weights[u]).sum::<u64>();
+        let heaviest = |units: &BTreeSet<String>| units.iter().map(|u| weights[u]).max().unwrap_or(0);
+        // Equal weights are the counting assignor's, sticky by its quotas.
+        let uniform = weights.values().all(|w| Some(w) == weights.values().next());
+        for m in ms.iter().filter(|_| !uniform) {
+            if load(&m.owned) as f64 - heaviest(&m.owned) as f64 / 2.0 <= share(m) + 1e-9 {
+                let plan = assign_weighted(&ms, &weights, &Assignment::new());
+                prop_assert!(m.owned.is_subset(&plan.assignment[&m.member_id]), "sticky");
+            }
+        }
+        let mut conflicting = ms.clone();
+        for (m, u) in extra {
+            conflicting[m % len].owned.insert(format!("u-{u:03}"));
+        }
+        let plan = assign_weighted(&conflicting, &weights, &Assignment::new());
+        let mut seen = BTreeSet::new();
+        for (m, a) in &plan.assignment {
+            for u in a {
+                prop_assert!(weights.contains_key(u));
+                prop_assert!(seen.insert(u.clone()), "{u} twice");
+                let others = conflicting.iter().any(|r| &r.member_id != m && r.owned.contains(u));
+                let mine = conflicting.iter().any(|r| &r.member_id == m && r.owned.contains(u));
+                prop_assert!(mine || !others, "{u} to {m} while another reports it");
+            }
+        }
+
+        let mut plan = assign_weighted(&ms, &weights, &Assignment::new());
+        let mut round = 1;
+        while plan.revokes() {
+            prop_assert!(round < 3, "still revoking in round {}", round + 1);
+            round += 1;
+            plan = assign_weighted(&comply(&ms, &plan, round), &weights, &plan.assignment);
+        }
+        let again = assign_weighted(&comply(&ms, &plan, round + 1), &weights, &plan.assignment);
+        prop_assert_eq!(&again, &plan);
+        let placed: usize = plan.assignment.values().map(BTreeSet::len).sum();
+        prop_assert_eq!(placed, n);
+        if equal {
+            for m in &ms {
+                let a = &plan.assignment[&m.member_id];
+                prop_assert!(a.is_empty() || ((load(a) - heaviest(a)) as f64) < share(m),
+                    "{} holds {} (heaviest {}) of a share of {}", m.member_id, load(a), heaviest(a), share(m));
+            }
+        }
+    }
+}
+
+#[test]
+fn given_a_settled_group_when_its_units_fill_unevenly_then_the_leader_is_told_to_reweigh_and_after_that_not(
+) {
+    let all = units(50);
+    let none = BTreeSet::new();
+    let ms = ["a", "b", "c"].map(|m| member(m, 1, &none, -1));
+    let settled = assign(&ms, &all, &Assignment::new());
+    let alike = all.iter().map(|u| (u.clone(), 1)).collect();
+    assert!(!reweighs(&ms, &settled.assignment, &alike));
+    let weights = uneven();
+    assert!(reweighs(&ms, &settled.assignment, &weights));
+    let first = assign_weighted(&comply(&ms, &settled, 1), &weights, &settled.assignment);
+    let second = assign_weighted(&comply(&ms, &first, 2), &weights, &first.assignment);
+    assert!(!reweighs(&ms, &second.assignment, &weights));
 }

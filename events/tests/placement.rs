@@ -171,3 +171,76 @@ fn a_spread_partition_is_placed_by_its_key_and_a_whole_mirror_by_its_name() {
         assert_eq!(placement_shard(k, false, 8), coordinator_partition("m1", 8));
     }
 }
+
+/// Shard `at`'s image holding mirror `name` (`spread` or not) and its
+/// topics `(id, partitions, desired)`.
+fn coordinated(
+    images: &mut [MirrorStateImage],
+    name: &str,
+    spread: bool,
+    topics: &[(u8, i32, PartitionState)],
+) -> usize {
+    let at = coordinator_partition(name, images.len() as i32) as usize;
+    let image = &mut images[at];
+    let mut config = config();
+    if spread {
+        config
+            .source_properties
+            .insert(SPREAD_KEY.into(), "true".into());
+    }
+    let mut records = vec![Record::MirrorConfig(
+        MirrorConfigKey {
+            mirror_name: name.into(),
+        },
+        Some(config),
+    )];
+    for &(n, partition_count, desired_state) in topics {
+        records.push(Record::MirrorTopicStateChange(
+            MirrorTopicStateKey {
+                topic_id: topic_id(n),
+            },
+            Some(MirrorTopicStateChange {
+                topic_id: topic_id(n),
+                mirror_name: name.into(),
+                desired_state,
+                topic_name: format!("t{n}"),
+                partition_count,
+            }),
+        ));
+    }
+    for r in &records {
+        image.apply(image.end_offset(), r);
+    }
+    at
+}
+
+#[test]
+fn given_a_plain_and_a_spread_mirror_then_each_partition_to_copy_weighs_on_the_shard_it_runs_in() {
+    let mut images = vec![MirrorStateImage::default(); 7];
+    let plain = coordinated(
+        &mut images,
+        "plain",
+        false,
+        &[
+            (1, 3, PartitionState::Mirroring),
+            (2, 5, PartitionState::Stopped),
+        ],
+    );
+    coordinated(
+        &mut images,
+        "wide",
+        true,
+        &[
+            (3, 11, PartitionState::Mirroring),
+            (4, 4, PartitionState::Paused),
+        ],
+    );
+    let mut expected = vec![0u64; 7];
+    expected[plain] += 3;
+    for p in 0..11 {
+        let key = MirrorPartitionKey::new("wide", topic_id(3), p);
+        expected[partition_state_partition(&key, 7) as usize] += 1;
+    }
+    assert_eq!(partition_loads(&images), expected);
+    assert_eq!(expected.iter().sum::<u64>(), 14);
+}

@@ -43,7 +43,16 @@ struct Node {
 
 impl Node {
     async fn start(name: &str, group: &str, units: &watch::Sender<BTreeSet<String>>) -> Node {
-        let handle = MembershipHandle::start(
+        Node::start_weighted(name, group, units, None).await
+    }
+
+    async fn start_weighted(
+        name: &str,
+        group: &str,
+        units: &watch::Sender<BTreeSet<String>>,
+        weights: Option<&watch::Sender<BTreeMap<String, u64>>>,
+    ) -> Node {
+        let handle = MembershipHandle::start_weighted(
             client(&bed().destination).await,
             group,
             MemberMetadata {
@@ -52,6 +61,7 @@ impl Node {
             },
             settings(),
             units.subscribe(),
+            weights.map(watch::Sender::subscribe),
         );
         let seen = Arc::new(Mutex::new(Vec::new()));
         let mut rx = handle.membership();
@@ -348,6 +358,77 @@ async fn a_joining_member_takes_only_what_must_move_and_new_units_move_nothing()
     );
     assert_eq!(counts(&grown), vec![20, 20, 20]);
     assert_eq!(moved, 0);
+    for n in [a, b, c] {
+        n.handle.close().await;
+    }
+}
+
+/// Each member's total weight, heaviest first.
+fn loads(views: &[Membership], weights: &BTreeMap<String, u64>) -> Vec<u64> {
+    let mut l: Vec<u64> = views
+        .iter()
+        .map(|m| m.assignment.iter().map(|u| weights[u]).sum())
+        .collect();
+    l.sort_unstable_by(|a, b| b.cmp(a));
+    l
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_partitions_land_unevenly_in_a_settled_groups_units_the_leader_rebalances_them_by_weight(
+) {
+    let group = unique("member-weights");
+    let (units_tx, _) = watch::channel(units(50));
+    let alike: BTreeMap<String, u64> = units(50).into_iter().map(|u| (u, 1)).collect();
+    let (weights_tx, _) = watch::channel(alike);
+    let (a, b, c) = tokio::join!(
+        Node::start_weighted("a", &group, &units_tx, Some(&weights_tx)),
+        Node::start_weighted("b", &group, &units_tx, Some(&weights_tx)),
+        Node::start_weighted("c", &group, &units_tx, Some(&weights_tx)),
+    );
+    let nodes = [&a, &b, &c];
+    let even = settle(&nodes, 50).await;
+    assert_eq!(counts(&even), vec![17, 17, 16]);
+    // 24 partitions (weight 16 each) in the ten units one member holds
+    // the most of: what a spread mirror's consecutive shards can do.
+    let heavy = &even
+        .iter()
+        .max_by_key(|m| m.assignment.len())
+        .unwrap()
+        .assignment;
+    let mut weights: BTreeMap<String, u64> = units(50).into_iter().map(|u| (u, 1)).collect();
+    for (u, n) in heavy.iter().zip([6, 1, 0, 4, 2, 0, 5, 3, 2, 1]) {
+        *weights.get_mut(u).unwrap() += 16 * n;
+    }
+    let before = loads(&even, &weights);
+    let t0 = Instant::now();
+    weights_tx.send_replace(weights.clone());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let balanced = loop {
+        let views = settle(&nodes, 50).await;
+        let now = loads(&views, &weights);
+        if now[0] - now[2] < before[0] - before[2] && views[0].generation_id > even[0].generation_id
+        {
+            break views;
+        }
+        assert!(Instant::now() < deadline, "still {now:?} after 90 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let after = loads(&balanced, &weights);
+    println!(
+        "weights {before:?} → {after:?} in {:?}, generation {} → {}",
+        t0.elapsed(),
+        even[0].generation_id,
+        balanced[0].generation_id
+    );
+    // 434 in all: each within a heaviest unit (97) of 144.7.
+    assert!(after[0] - after[2] <= 97, "{after:?}");
+    // Settled: weights unchanged, the leader does not move anything again.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let later = settle(&nodes, 50).await;
+    assert_eq!(
+        later[0].generation_id, balanced[0].generation_id,
+        "no further rebalance"
+    );
     for n in [a, b, c] {
         n.handle.close().await;
     }

@@ -31,7 +31,7 @@ use kafka_protocol::messages::{
     SyncGroupRequest,
 };
 use kafka_protocol::protocol::StrBytes;
-use kmirror_events::assign::{assign, MemberReport};
+use kmirror_events::assign::{assign_weighted, reweighs, MemberReport};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -49,6 +49,10 @@ pub const PROTOCOL_NAME: &str = "kmirror-v1";
 /// Version of the metadata and assignment encodings. A later version only
 /// appends fields, so any version ≥ 1 is read by its version-1 prefix.
 const ENCODING_VERSION: i16 = 1;
+/// How long the units' weights must stay unchanged before the leader
+/// weighs them against its last plan: a mirror's topics start one after
+/// another, and each rebalance hands shards over.
+const WEIGHTS_SETTLE: Duration = Duration::from_secs(10);
 
 /// What a member tells the others about itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -175,6 +179,20 @@ impl MembershipHandle {
         settings: MemberSettings,
         units: watch::Receiver<BTreeSet<String>>,
     ) -> Self {
+        Self::start_weighted(client, group_id, metadata, settings, units, None)
+    }
+
+    /// [`Self::start`] with the units' weights (a unit missing from them
+    /// weighs 1): a leader balances members by weight, and rebalances
+    /// once the weights, settled, leave its last plan uneven.
+    pub fn start_weighted(
+        client: KafkaClient,
+        group_id: &str,
+        metadata: MemberMetadata,
+        settings: MemberSettings,
+        units: watch::Receiver<BTreeSet<String>>,
+        weights: Option<watch::Receiver<BTreeMap<String, u64>>>,
+    ) -> Self {
         let (tx, membership) = watch::channel(Membership::out("", None, 0));
         let (control, control_rx) = watch::channel(Control::Run);
         let (held, held_rx) = watch::channel(None);
@@ -188,6 +206,8 @@ impl MembershipHandle {
             metadata,
             settings,
             units,
+            weights,
+            reports: Vec::new(),
             tx,
             coordinator: None,
             member_id: String::new(),
@@ -268,6 +288,9 @@ struct Member {
     metadata: MemberMetadata,
     settings: MemberSettings,
     units: watch::Receiver<BTreeSet<String>>,
+    weights: Option<watch::Receiver<BTreeMap<String, u64>>>,
+    /// What the members reported at the leader's last plan.
+    reports: Vec<MemberReport>,
     tx: watch::Sender<Membership>,
     coordinator: Option<i32>,
     member_id: String,
@@ -522,7 +545,7 @@ impl Member {
         }
         members.sort_by(|a, b| a.member_id.cmp(&b.member_id));
         let units = self.units.borrow_and_update().clone();
-        let plan = assign(&reports, &units, &self.previous);
+        let plan = assign_weighted(&reports, &self.weighted(&units), &self.previous);
         tracing::info!(
             group = %self.group,
             generation = joined.generation_id,
@@ -539,6 +562,7 @@ impl Member {
                 .unwrap_or_default();
         }
         self.previous = plan.assignment.clone();
+        self.reports = reports;
         plan.assignment
             .iter()
             .map(|(m, units)| {
@@ -549,11 +573,25 @@ impl Member {
             .collect()
     }
 
+    /// Every unit with its weight (1 when none is known).
+    fn weighted(&mut self, units: &BTreeSet<String>) -> BTreeMap<String, u64> {
+        let weights = self.weights.as_mut().map(|w| w.borrow_and_update().clone());
+        units
+            .iter()
+            .map(|u| {
+                let w = weights.as_ref().and_then(|w| w.get(u).copied());
+                (u.clone(), w.unwrap_or(1))
+            })
+            .collect()
+    }
+
     /// The stable state: heartbeat until a rebalance, an expulsion, a
-    /// change of units (leader) or close.
+    /// change of units or of their weights (leader) or close.
     async fn stay(&mut self, control: &mut watch::Receiver<Control>) -> Next {
         let leader = self.tx.borrow().leader == self.member_id;
         let mut units_open = true;
+        let mut weights_open = self.weights.is_some();
+        let mut reweigh_at: Option<Instant> = None;
         let mut last_answer = Instant::now();
         loop {
             // A pause or close may have been seen (and marked) while joining.
@@ -574,6 +612,21 @@ impl Member {
                     }
                     // The provider is gone: the units stay as they are.
                     units_open = false;
+                }
+                r = changed(&mut self.weights), if leader && weights_open => {
+                    match r {
+                        Ok(()) => reweigh_at = Some(Instant::now() + WEIGHTS_SETTLE),
+                        Err(_) => weights_open = false,
+                    }
+                }
+                _ = tokio::time::sleep_until(reweigh_at.unwrap_or_else(Instant::now)), if reweigh_at.is_some() => {
+                    reweigh_at = None;
+                    let units = self.units.borrow().clone();
+                    let weights = self.weighted(&units);
+                    if reweighs(&self.reports, &self.previous, &weights) {
+                        tracing::info!(group = %self.group, "units' weights uneven across members; rebalancing");
+                        return Next::Rejoin;
+                    }
                 }
             }
             let sent = std::time::Instant::now();
@@ -660,6 +713,16 @@ impl Member {
 }
 
 /// Waits while paused; `false` when told to close.
+/// A change of the weights, if there are any (else never).
+async fn changed(
+    weights: &mut Option<watch::Receiver<BTreeMap<String, u64>>>,
+) -> std::result::Result<(), watch::error::RecvError> {
+    match weights {
+        Some(w) => w.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn wait_unpaused(control: &mut watch::Receiver<Control>) -> bool {
     loop {
         let now = *control.borrow_and_update();

@@ -43,9 +43,20 @@ pub fn start_node_env(
     more: &str,
     env: &[(&str, &str)],
 ) -> Daemon {
+    start_node_sharded(dir, (destination, cluster, state_topic), SHARDS, more, env)
+}
+
+/// [`start_node_env`] with a state topic of `shards` partitions.
+pub fn start_node_sharded(
+    dir: &Path,
+    (destination, cluster, state_topic): (&str, &str, &str),
+    shards: i32,
+    more: &str,
+    env: &[(&str, &str)],
+) -> Daemon {
     let port = free_port();
     let text = format!(
-        "admin_listen = \"127.0.0.1:{port}\"\nmetadata_refresh_interval_ms = 1000\nstate_topic = \"{state_topic}\"\nstate_topic_num_partitions = {SHARDS}\n[destination]\nbootstrap_servers = \"{destination}\"\n[cluster]\nid = \"{cluster}\"\nsession_timeout_ms = {SESSION_MS}\nheartbeat_interval_ms = 1000\n{more}"
+        "admin_listen = \"127.0.0.1:{port}\"\nmetadata_refresh_interval_ms = 1000\nstate_topic = \"{state_topic}\"\nstate_topic_num_partitions = {shards}\n[destination]\nbootstrap_servers = \"{destination}\"\n[cluster]\nid = \"{cluster}\"\nsession_timeout_ms = {SESSION_MS}\nheartbeat_interval_ms = 1000\n{more}"
     );
     Daemon::start_config_env(dir, port, &text, env)
 }
@@ -73,6 +84,11 @@ pub fn json(daemon: &Daemon, path: &str) -> Option<Value> {
 /// loaded: a shard answers COORDINATOR_LOAD_IN_PROGRESS until its log is
 /// fenced and read, and the fan-out of `/mirrors` reaches every shard.
 pub fn settled(daemon: &Daemon, members: usize) -> bool {
+    settled_in(daemon, members, SHARDS)
+}
+
+/// [`settled`] for a state topic of `shards` partitions.
+pub fn settled_in(daemon: &Daemon, members: usize, shards: i32) -> bool {
     let Some(status) = json(daemon, "/cluster") else {
         return false;
     };
@@ -83,7 +99,7 @@ pub fn settled(daemon: &Daemon, members: usize) -> bool {
         .filter_map(|s| s.as_i64())
         .collect();
     listed.len() == members
-        && owned == (0..SHARDS as i64).collect()
+        && owned == (0..i64::from(shards)).collect()
         && matches!(daemon.try_http("GET", "/mirrors", None), Ok((200, _)))
 }
 
