@@ -140,13 +140,14 @@ impl Followed {
         })
     }
 
-    /// Each shard's weight in the group's assignment, once every shard has
-    /// answered (before that, a shard not read would weigh as empty): 1
-    /// plus [`PARTITION_WEIGHT`] for each partition to copy that runs
-    /// there ([`partition_loads`]).
+    /// Each shard's weight in the group's assignment, when every shard is
+    /// read to its last answer's high watermark (a shard read in part, or
+    /// again from its log start, would weigh less than it holds, and the
+    /// group would move shards twice): 1 plus [`PARTITION_WEIGHT`] for
+    /// each partition to copy that runs there ([`partition_loads`]).
     pub fn weights(&self) -> Option<Vec<u64>> {
         let state = self.now();
-        if !state.shards.iter().all(|s| s.answered) {
+        if !state.shards.iter().all(|s| s.caught_up()) {
             return None;
         }
         let loads = partition_loads(state.shards.iter().map(|s| &s.image));
@@ -154,8 +155,9 @@ impl Followed {
     }
 
     /// Publishes [`Self::weights`] on `tx`, shard `s` as `unit(s)`, each
-    /// time they change (counted at most every [`WEIGH_EVERY`]), until the
-    /// follower or the receiver is gone.
+    /// time they change (counted at most every [`WEIGH_EVERY`], and kept
+    /// as they were while a shard is behind), until the follower or the
+    /// receiver is gone.
     pub async fn publish_weights(
         self,
         unit: fn(i32) -> String,

@@ -190,9 +190,10 @@ impl Clustered {
                 .await
                 .map_err(|e| format!("NETWORK_EXCEPTION: following the state topic: {e}"))?;
             let followed = follower.followed(ends, &log_options.topic);
-            weigher = Some(tokio::spawn(
-                followed.clone().publish_weights(unit, weights_tx),
-            ));
+            if cluster.balance_partitions {
+                let publish = followed.clone().publish_weights(unit, weights_tx);
+                weigher = Some(tokio::spawn(publish));
+            }
             node_settings.followed = Some(followed);
             node_settings.accept_spread = true;
             node_settings.ask_final_sync = Some(final_sync_asker(route.clone(), peers));

@@ -13,6 +13,8 @@
 //! is within its quota) and minimal: only a member's units beyond its quota
 //! move, and the rounding surplus goes to the members it saves a move for.
 //! Deterministic: every input is sorted, so any leader decides the same.
+//! Units may weigh differently (a shard, the partitions that run in it):
+//! [`assign_weighted`] balances their weight the same way, by whole units.
 //!
 //! Membership is not a fence (a paused member keeps acting until it learns
 //! it is out): callers fence the units themselves.

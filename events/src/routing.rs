@@ -146,22 +146,23 @@ pub fn partition_loads<'a>(shards: impl IntoIterator<Item = &'a MirrorStateImage
     let partitions = i32::try_from(shards.len()).expect("a state topic's partition count");
     let mut loads = vec![0u64; shards.len()];
     for (here, image) in shards.iter().enumerate() {
-        for (name, config) in image.mirrors() {
-            let spread = spreads(config).unwrap_or(false);
-            for topic in image.topics_of(name) {
-                let change = &topic.change;
-                if change.desired_state != PartitionState::Mirroring {
-                    continue;
-                }
-                for p in 0..change.partition_count.max(0) {
-                    let shard = if spread {
-                        let key = MirrorPartitionKey::new(name.clone(), change.topic_id, p);
-                        partition_state_partition(&key, partitions) as usize
-                    } else {
-                        here
-                    };
-                    loads[shard] += 1;
-                }
+        for (_, topic) in image.topics() {
+            let change = &topic.change;
+            // The mirror's config is in its coordinator's shard: here.
+            let Some(config) = image.mirror(&change.mirror_name) else {
+                continue;
+            };
+            if change.desired_state != PartitionState::Mirroring {
+                continue;
+            }
+            let count = change.partition_count.max(0);
+            if !spreads(config).unwrap_or(false) {
+                loads[here] += count as u64;
+                continue;
+            }
+            for p in 0..count {
+                let key = MirrorPartitionKey::new(change.mirror_name.clone(), change.topic_id, p);
+                loads[placement_shard(&key, true, partitions) as usize] += 1;
             }
         }
     }

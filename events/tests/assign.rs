@@ -354,10 +354,8 @@ proptest! {
     ) {
         let mut ms = ms;
         let len = ms.len();
-        for m in &mut ms {
-            if equal || m.capacity == 0 {
-                m.capacity = 1;
-            }
+        for m in ms.iter_mut().filter(|_| equal) {
+            m.capacity = 1;
         }
         let total: u64 = weights.values().sum();
         let capacity: u64 = ms.iter().map(|m| u64::from(m.capacity)).sum();
@@ -366,7 +364,7 @@ proptest! {
         let heaviest = |units: &BTreeSet<String>| units.iter().map(|u| weights[u]).max().unwrap_or(0);
         // Equal weights are the counting assignor's, sticky by its quotas.
         let uniform = weights.values().all(|w| Some(w) == weights.values().next());
-        for m in ms.iter().filter(|_| !uniform) {
+        for m in ms.iter().filter(|m| !uniform && m.capacity > 0) {
             if load(&m.owned) as f64 - heaviest(&m.owned) as f64 / 2.0 <= share(m) + 1e-9 {
                 let plan = assign_weighted(&ms, &weights, &Assignment::new());
                 prop_assert!(m.owned.is_subset(&plan.assignment[&m.member_id]), "sticky");
@@ -398,7 +396,10 @@ proptest! {
         let again = assign_weighted(&comply(&ms, &plan, round + 1), &weights, &plan.assignment);
         prop_assert_eq!(&again, &plan);
         let placed: usize = plan.assignment.values().map(BTreeSet::len).sum();
-        prop_assert_eq!(placed, n);
+        prop_assert_eq!(placed, if capacity == 0 { 0 } else { n });
+        for m in ms.iter().filter(|m| m.capacity == 0) {
+            prop_assert!(plan.assignment[&m.member_id].is_empty(), "a drained member holds nothing");
+        }
         if equal {
             for m in &ms {
                 let a = &plan.assignment[&m.member_id];

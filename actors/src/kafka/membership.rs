@@ -53,6 +53,9 @@ const ENCODING_VERSION: i16 = 1;
 /// weighs them against its last plan: a mirror's topics start one after
 /// another, and each rebalance hands shards over.
 const WEIGHTS_SETTLE: Duration = Duration::from_secs(10);
+/// The longest weights that keep changing put a rebalance off: topics
+/// discovered one after another, a shard read again.
+const WEIGHTS_SETTLE_MAX: Duration = Duration::from_secs(60);
 
 /// What a member tells the others about itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -591,7 +594,8 @@ impl Member {
         let leader = self.tx.borrow().leader == self.member_id;
         let mut units_open = true;
         let mut weights_open = self.weights.is_some();
-        let mut reweigh_at: Option<Instant> = None;
+        // When the weights first changed since last weighed, and when to weigh.
+        let mut reweigh_at: Option<(Instant, Instant)> = None;
         let mut last_answer = Instant::now();
         loop {
             // A pause or close may have been seen (and marked) while joining.
@@ -615,11 +619,15 @@ impl Member {
                 }
                 r = changed(&mut self.weights), if leader && weights_open => {
                     match r {
-                        Ok(()) => reweigh_at = Some(Instant::now() + WEIGHTS_SETTLE),
+                        Ok(()) => {
+                            let first = reweigh_at.map_or_else(Instant::now, |(first, _)| first);
+                            let at = (Instant::now() + WEIGHTS_SETTLE).min(first + WEIGHTS_SETTLE_MAX);
+                            reweigh_at = Some((first, at));
+                        }
                         Err(_) => weights_open = false,
                     }
                 }
-                _ = tokio::time::sleep_until(reweigh_at.unwrap_or_else(Instant::now)), if reweigh_at.is_some() => {
+                _ = tokio::time::sleep_until(reweigh_at.map_or_else(Instant::now, |(_, at)| at)), if reweigh_at.is_some() => {
                     reweigh_at = None;
                     let units = self.units.borrow().clone();
                     let weights = self.weighted(&units);
@@ -712,7 +720,6 @@ impl Member {
     }
 }
 
-/// Waits while paused; `false` when told to close.
 /// A change of the weights, if there are any (else never).
 async fn changed(
     weights: &mut Option<watch::Receiver<BTreeMap<String, u64>>>,
@@ -723,6 +730,7 @@ async fn changed(
     }
 }
 
+/// Waits while paused; `false` when told to close.
 async fn wait_unpaused(control: &mut watch::Receiver<Control>) -> bool {
     loop {
         let now = *control.borrow_and_update();
