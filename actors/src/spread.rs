@@ -21,7 +21,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kmirror_events::{
-    coordinator_partition, partition_loads, MirrorPartitionKey, Offset, PartitionState,
+    coordinator_partition, partition_loads, KeylessCopy, MirrorPartitionKey, Offset,
+    PartitionState, TopicId,
 };
 use tokio::sync::watch;
 
@@ -199,7 +200,28 @@ pub struct Hosting {
     /// The shard whose log the coordinator writes.
     pub shard: i32,
     pub followed: Followed,
+    /// Where a spread mirror's metadata sync asks every host how its
+    /// partitions' copies stand, to let a keyless hold go while the topic
+    /// is mirrored (None: the hold stays until the topic is stopped).
+    pub hosted_copies: Option<AskHostedCopies>,
 }
+
+/// How one topic's partitions that a node hosts stand for the keyless
+/// hold: what its host board says (`StatusBoard::keyless_copies`), for
+/// a spread mirror's coordinator, whose board holds only its own.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HostedCopy {
+    pub topic_id: TopicId,
+    pub copy: KeylessCopy,
+    /// How many of the topic's partitions the host runs.
+    pub partitions: usize,
+}
+
+/// Asks every node (this process's other shards and every other member)
+/// how the partitions it hosts of a mirror stand: `Err` naming a node
+/// that gave no answer.
+pub type AskHostedCopies =
+    Arc<dyn Fn(String) -> BoxFuture<'static, Result<Vec<HostedCopy>, String>> + Send + Sync>;
 
 /// A follower over in-memory logs, for tests: every `every` it folds each
 /// log anew and publishes the shards that changed.

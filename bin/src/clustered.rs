@@ -32,7 +32,7 @@ use kmirror_store::EventLog;
 use tokio::sync::watch;
 
 use crate::admin_auth::ClientAuth;
-use crate::api::spread::{final_sync_asker, FinalSyncRoute};
+use crate::api::spread::{final_sync_asker, hosted_copies_asker, NodeRoute};
 use crate::api::NodeHandle;
 use crate::settings::{ClusterSettings, DaemonSettings};
 
@@ -105,9 +105,10 @@ pub struct Clustered {
     state_follower: Option<StateFollower>,
     /// With the follower: what tells the membership each shard's weight.
     weigher: Option<tokio::task::JoinHandle<()>>,
-    /// Where hosted partitions ask for their final pass: emptied at
+    /// Where hosted partitions ask for their final pass, and coordinators
+    /// for the hosts' copies: emptied at
     /// shutdown, since the shards' own settings hold it.
-    route: FinalSyncRoute,
+    route: NodeRoute,
 }
 
 impl Clustered {
@@ -182,7 +183,7 @@ impl Clustered {
         // read-only, whoever owns it (see `kmirror_actors::spread`).
         // Started after the last step that can fail, so it is always
         // closed by `shutdown`.
-        let route = FinalSyncRoute::default();
+        let route = NodeRoute::default();
         let mut weigher = None;
         let state_follower = if cluster.spread_partitions {
             let ends = connect().await?;
@@ -196,6 +197,8 @@ impl Clustered {
             }
             node_settings.followed = Some(followed);
             node_settings.accept_spread = true;
+            node_settings.ask_hosted_copies =
+                Some(hosted_copies_asker(route.clone(), peers.clone()));
             node_settings.ask_final_sync = Some(final_sync_asker(route.clone(), peers));
             Some(follower)
         } else {
@@ -249,7 +252,7 @@ impl Clustered {
             generation: -1,
             ..ClusterStatus::default()
         });
-        *route.lock().expect("final sync route") =
+        *route.lock().expect("node route") =
             Some(NodeHandle::clustered(shards.clone(), status.clone()));
         let (stop, stopping) = watch::channel(false);
         let follower = actix::spawn(follow(
@@ -283,7 +286,7 @@ impl Clustered {
         let _ = self.stop.send(true);
         let _ = self.follower.await;
         self.shards.shutdown().await;
-        self.route.lock().expect("final sync route").take();
+        self.route.lock().expect("node route").take();
         if let Some(w) = self.weigher {
             w.abort();
             let _ = w.await;

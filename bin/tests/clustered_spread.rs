@@ -341,10 +341,10 @@ fn a_stop_syncs_the_groups_of_every_partition_wherever_it_runs() {
 /// topic's one partition is hosted away from the mirror's coordinator, so
 /// the coordinator runs none of it: the partition fails saying why, the
 /// coordinator reads the refusal in the partition's shard and holds the
-/// destination topic, and the retry copies every record, in order.
-/// Whether a hosted copy caught up is known only where it runs, so the
-/// hold stays until the topic is stopped, and is let go then: the
-/// destination is compacted again.
+/// destination topic, and the retry copies every record, in order. Whether
+/// the hosted copy caught up is known only where it runs: the coordinator
+/// asks every node, and lets the hold go while the topic is mirrored once
+/// the host says its copy caught up — the destination compacted again.
 #[test]
 fn keyless_records_of_a_partition_hosted_elsewhere_are_copied_under_a_hold() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
@@ -378,16 +378,33 @@ fn keyless_records_of_a_partition_hosted_elsewhere_are_copied_under_a_hold() {
     });
     assert_copy_exact(&topic, 1);
     let overrides = || kmirror_tests::mirror::topic_overrides(&bed().destination, &topic);
-    assert_eq!(
-        overrides().get("cleanup.policy").map(String::as_str),
-        Some("delete"),
-        "held while the mirror copies: {:?}",
-        overrides()
-    );
-    nodes[2].cli_ok(&["mirror", "stop", "--mirror", &mirror, "--topics", &topic]);
-    wait_for("the hold let go once stopped", || {
+    wait_for("the hold let go, the topic still mirrored", || {
         overrides().get("cleanup.policy").map(String::as_str) == Some("compact")
     });
+    let logs: String = dirs
+        .iter()
+        .map(|d| std::fs::read_to_string(d.path().join("daemon.log")).unwrap_or_default())
+        .collect();
+    for said in [
+        "the destination is held at cleanup.policy=delete",
+        "the copy caught up: the keyless hold is let go",
+    ] {
+        assert!(logs.contains(said), "no node logged {said:?}");
+    }
+    let parts = partitions(&nodes[1], &mirror);
+    assert_eq!(parts.len(), 1, "{parts:?}");
+    assert_eq!(parts[0]["state"], "MIRRORING", "{parts:?}");
+    // Keyed records go on being copied into the compacted topic.
+    kmirror_tests::mirror::produce(&topic, "seq:3\tk2\tlater\n", "none");
+    wait_for("the keyed record copied", || {
+        mirrored(&nodes[1], &mirror, 1, 4)
+    });
+    assert_copy_exact(&topic, 1);
+    nodes[2].cli_ok(&["mirror", "stop", "--mirror", &mirror, "--topics", &topic]);
+    assert_eq!(
+        overrides().get("cleanup.policy").map(String::as_str),
+        Some("compact")
+    );
     for n in nodes {
         assert_eq!(n.terminate().code(), Some(0));
     }

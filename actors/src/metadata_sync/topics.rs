@@ -8,8 +8,8 @@
 //! (`kmirror_events::KEYLESS_HOLD`) until the copy has caught up. The
 //! refusal is the partition's error on the status board (or, for a spread
 //! mirror's partition run elsewhere, its FAILED state as recorded in its
-//! shard: then the hold stays until the topic is stopped, since whether
-//! that copy caught up is known only where it runs); the hold is its
+//! shard), and the copy caught up is every partition's, the board's and
+//! — for a spread mirror — every host's, asked of each node; the hold is its
 //! own marker records (`kmirror_events::keyless_hold`), written before the
 //! destination is altered and cleared after it is put back, so a restart
 //! finds it, and a release cut short is let go again by a later pass.
@@ -34,9 +34,13 @@ pub(super) async fn sync_configs(
 ) -> Vec<SyncError> {
     let mut errors = Vec::new();
     let mirror = &shared.spec.mirror;
-    let copies = (shared.spec.keyless)();
+    let mirroring = mirrored_topics(image, mirror, &[PartitionState::Mirroring]);
+    let held = mirroring
+        .values()
+        .any(|(id, _)| keyless_hold(recorded(image, mirror, *id)).is_some());
+    let copies = copies(shared, held).await;
     let refused_elsewhere = refused_elsewhere(shared);
-    for (name, (topic_id, count)) in mirrored_topics(image, mirror, &[PartitionState::Mirroring]) {
+    for (name, (topic_id, count)) in mirroring {
         // A topic not whole on the board (partitions that growth added
         // have not joined yet, or a spread mirror's placed elsewhere) is
         // not known to be caught up.
@@ -90,6 +94,37 @@ pub(super) async fn sync_configs(
         }
     }
     errors
+}
+
+/// Where each topic's copy stands, from the board and, for a spread mirror
+/// with a topic `held`, every host's (`Hosting::hosted_copies`): a topic
+/// whose partitions are not all on some board is behind, so a hold is let
+/// go only once every partition, wherever it runs, has caught up. A node
+/// that gave no answer leaves its partitions off, and the hold stays.
+async fn copies(shared: &Shared, held: bool) -> HashMap<TopicId, (KeylessCopy, usize)> {
+    let mut copies = (shared.spec.keyless)();
+    let ask = shared
+        .spec
+        .spread
+        .as_ref()
+        .and_then(|h| h.hosted_copies.as_ref());
+    let Some(ask) = ask.filter(|_| held) else {
+        return copies;
+    };
+    match ask(shared.spec.mirror.clone()).await {
+        Ok(hosted) => {
+            for h in hosted {
+                let (copy, n) = copies
+                    .entry(h.topic_id)
+                    .or_insert((KeylessCopy::CaughtUp, 0));
+                *copy = copy.and(h.copy);
+                *n += h.partitions;
+            }
+        }
+        Err(e) => tracing::info!(mirror = %shared.spec.mirror, error = %e,
+            "not every node told how the partitions it hosts stand: the keyless hold stays"),
+    }
+    copies
 }
 
 /// For a spread mirror, the topics of which a partition placed in another

@@ -33,7 +33,7 @@ use crate::partition::{
     Shutdown, StatusBoard,
 };
 use crate::publisher::WaitPublished;
-use crate::spread::{Followed, Hosting};
+use crate::spread::{AskHostedCopies, Followed, Hosting};
 
 /// Re-read the image and bring the partitions in line with it.
 #[derive(Message)]
@@ -79,6 +79,9 @@ pub enum Placement {
         partitions: i32,
         followed: Option<Followed>,
         host: Option<Box<MirrorConfig>>,
+        /// The coordinator's: how its sync asks the hosts how their
+        /// partitions stand (`Hosting::hosted_copies`).
+        hosted_copies: Option<AskHostedCopies>,
     },
 }
 
@@ -113,10 +116,12 @@ impl Placement {
             Placement::Spread {
                 shard,
                 followed: Some(followed),
+                hosted_copies,
                 ..
             } => Some(Hosting {
                 shard: *shard,
                 followed: followed.clone(),
+                hosted_copies: hosted_copies.clone(),
             }),
             _ => None,
         }

@@ -91,6 +91,9 @@ impl Node {
                 partitions,
                 followed: self.inner.settings.followed.clone(),
                 host: hosted.then(|| Box::new(config.clone())),
+                hosted_copies: (!hosted)
+                    .then(|| self.inner.settings.ask_hosted_copies.clone())
+                    .flatten(),
             },
             _ => Placement::Whole,
         }
@@ -431,6 +434,30 @@ impl Node {
                 Ok(false)
             }
         }
+    }
+
+    /// How the partitions of `mirror` (spread, coordinated by another
+    /// shard) this node hosts stand for the keyless hold, topic by topic,
+    /// as its host board says: what the coordinator asks of every node
+    /// before it lets a hold go while the topic is mirrored. Nothing
+    /// hosted here: none.
+    pub async fn hosted_copies(&self, mirror: &str) -> Vec<crate::spread::HostedCopy> {
+        let mirrors = self.inner.mirrors.lock().await;
+        let Some(running) = mirrors.hosted.get(mirror) else {
+            return Vec::new();
+        };
+        let mut copies: Vec<_> = running
+            .board
+            .keyless_copies()
+            .into_iter()
+            .map(|(topic_id, (copy, partitions))| crate::spread::HostedCopy {
+                topic_id,
+                copy,
+                partitions,
+            })
+            .collect();
+        copies.sort_by_key(|c| c.topic_id);
+        copies
     }
 
     /// `--recover` of the partitions of `mirror` (spread, coordinated by

@@ -43,7 +43,7 @@ use crate::kafka::{Jitter, KafkaError};
 use crate::mirror::{MirrorActor, MirrorSpec, StopMirror};
 use crate::partition::StatusBoard;
 use crate::publisher::{PublisherSpec, StatePublisher};
-use crate::spread::{Followed, Hosting};
+use crate::spread::{AskHostedCopies, Followed, Hosting};
 
 /// Builds a source cluster from a mirror's Kafka-style properties
 /// (`bootstrap.servers`, `security.protocol`, …). A function, so tests can
@@ -92,6 +92,10 @@ pub struct NodeSettings {
     /// None: hosted partitions stop without one, and consumers moving to
     /// the destination find the offsets of the last periodic sync).
     pub ask_final_sync: Option<AskFinalSync>,
+    /// How the coordinator of a spread mirror asks every node how the
+    /// partitions it hosts stand, before it lets a keyless hold go while
+    /// the topic is mirrored (None: it keeps the hold until a stop).
+    pub ask_hosted_copies: Option<AskHostedCopies>,
     /// Where a FAILED partition's retry jitter comes from
     /// ([`crate::partition::PartitionSpec::jitter`]).
     pub jitter: Jitter,
@@ -108,6 +112,7 @@ impl Default for NodeSettings {
             followed: None,
             accept_spread: false,
             ask_final_sync: None,
+            ask_hosted_copies: None,
             jitter: Arc::new(rand::random),
         }
     }
@@ -342,6 +347,7 @@ impl Node {
             loaded = loaded.hosting(Hosting {
                 shard,
                 followed: followed.clone(),
+                hosted_copies: None,
             });
         }
         let log_failure = loaded.log_failure();

@@ -156,11 +156,7 @@ impl StatusBoard {
             };
             let (topic, n) = out.entry(topic_id).or_insert((KeylessCopy::CaughtUp, 0));
             *n += 1;
-            *topic = match (*topic, copy) {
-                (KeylessCopy::Refused, _) | (_, KeylessCopy::Refused) => KeylessCopy::Refused,
-                (KeylessCopy::Behind, _) | (_, KeylessCopy::Behind) => KeylessCopy::Behind,
-                _ => KeylessCopy::CaughtUp,
-            };
+            *topic = topic.and(copy);
         }
         out
     }

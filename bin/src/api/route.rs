@@ -69,7 +69,7 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// How long a read fanned out to every node waits for each (see
 /// [`fan_out_each`]).
-const FAN_OUT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const FAN_OUT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a spread mirror's coordinator waits for each host's recover
 /// or dry run: a host reads the coordinator's shard to its end (up to
@@ -275,7 +275,7 @@ fn forwarded_generation(req: &HttpRequest) -> Option<i32> {
 /// The token and TLS trust this node presents to its peers
 /// (`Data<ClientAuth>`, when the daemon has any: the nodes of a cluster
 /// share `admin_token`).
-fn auth_of(req: &HttpRequest) -> ClientAuth {
+pub(super) fn auth_of(req: &HttpRequest) -> ClientAuth {
     req.app_data::<actix_web::web::Data<ClientAuth>>()
         .map(|a| ClientAuth::clone(a))
         .unwrap_or_default()
@@ -324,7 +324,15 @@ pub(super) async fn fan_out_each<T: serde::de::DeserializeOwned>(
     peers: Vec<String>,
     path: &str,
 ) -> (Vec<T>, Vec<ApiError>) {
-    ask_each(node, req, peers, ("GET", path), None, FAN_OUT_TIMEOUT).await
+    ask_each(
+        node,
+        auth_of(req),
+        peers,
+        ("GET", path),
+        None,
+        FAN_OUT_TIMEOUT,
+    )
+    .await
 }
 
 /// [`fan_out_each`] with any method, `body` (JSON) and the time each node
@@ -332,14 +340,13 @@ pub(super) async fn fan_out_each<T: serde::de::DeserializeOwned>(
 /// error answer names the node that gave it.
 pub(super) async fn ask_each<T: serde::de::DeserializeOwned>(
     node: &NodeHandle,
-    req: &HttpRequest,
+    auth: ClientAuth,
     peers: Vec<String>,
     (method, path): (&str, &str),
     body: Option<Vec<u8>>,
     read_timeout: Duration,
 ) -> (Vec<T>, Vec<ApiError>) {
     let generation = node.status().map_or(-1, |s| s.generation);
-    let auth = auth_of(req);
     let answers = futures_util::future::join_all(peers.iter().map(|url| {
         let (body, auth) = (body.clone(), auth.clone());
         async move {

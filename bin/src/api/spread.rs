@@ -1,9 +1,11 @@
 //! The admin API's part in spread mirrors (`mirror.partitions.spread`):
 //! what a request gathers from the nodes that host a mirror's partitions —
 //! the partitions no node describes, filled in; a recover and a stop's dry
-//! run, asked of every host (`POST /hosted/{name}/{operation}`) — and what
-//! a host asks of the coordinator: a stopping partition's final
-//! group-offset pass (`POST /hosted/{name}/final-sync`).
+//! run, asked of every host (`POST /hosted/{name}/{operation}`), and how
+//! the partitions each host runs stand for a keyless hold, asked by the
+//! coordinator's metadata sync — and what a host asks of the coordinator:
+//! a stopping partition's final group-offset pass (`POST
+//! /hosted/{name}/final-sync`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,13 +14,15 @@ use actix_web::web::{Data, Path};
 use actix_web::{HttpRequest, HttpResponse};
 use kmirror_actors::hosted_sync::AskFinalSync;
 use kmirror_actors::node::{Node, NodeError, PartitionDescription, PartitionFailover, StopOptions};
+use kmirror_actors::spread::{AskHostedCopies, HostedCopy};
 use kmirror_events::{MirrorPartitionKey, TopicId};
 use serde::{Deserialize, Serialize};
 
 use super::body::Body;
 use super::error::{ApiError, Reply};
 use super::route::{
-    answer_of, ask_each, call_peer, forwarded, to_json, NodeHandle, Owner, HOSTED_TIMEOUT,
+    answer_of, ask_each, auth_of, call_peer, forwarded, to_json, NodeHandle, Owner,
+    FAN_OUT_TIMEOUT, HOSTED_TIMEOUT,
 };
 use super::{to_value, OperationBody};
 use crate::admin_auth::ClientAuth;
@@ -41,18 +45,19 @@ struct FinalSyncAnswer {
 /// answer: as long as the partition waits for the pass.
 const ASK_FINAL_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Where a host's ask for a final pass goes: the node as the admin API
-/// reaches it (this process's shards and the group's view of who owns
-/// what). Set once the clustered node has started and emptied when it
-/// stops (the shards' settings hold the asker: a cycle otherwise); an ask
-/// meanwhile fails, and its partition stops without the pass.
-pub(crate) type FinalSyncRoute = Arc<Mutex<Option<NodeHandle>>>;
+/// Where a host's ask for a final pass, or a coordinator's for the hosts'
+/// copies, goes: the node as the admin API reaches it (this process's
+/// shards and the group's view of who owns what). Set once the clustered
+/// node has started and emptied when it stops (the shards' settings hold
+/// the askers: a cycle otherwise); an ask meanwhile fails: the partition
+/// stops without the pass, the keyless hold stays.
+pub(crate) type NodeRoute = Arc<Mutex<Option<NodeHandle>>>;
 
 /// How a partition hosted here asks its mirror's coordinator for its final
 /// group-offset pass (`kmirror_actors::hosted_sync`): the shard of this
 /// process that coordinates the mirror, or the node that does, over HTTP,
 /// found as an admin request's owner is ([`NodeHandle::owner_as`]).
-pub(crate) fn final_sync_asker(route: FinalSyncRoute, auth: ClientAuth) -> AskFinalSync {
+pub(crate) fn final_sync_asker(route: NodeRoute, auth: ClientAuth) -> AskFinalSync {
     Arc::new(move |key: MirrorPartitionKey| {
         let (route, auth) = (route.clone(), auth.clone());
         Box::pin(async move {
@@ -91,6 +96,27 @@ pub(crate) fn final_sync_asker(route: FinalSyncRoute, auth: ClientAuth) -> AskFi
                 .await
                 .map(|a| a.synced)
                 .map_err(|e| e.0.to_string())
+        })
+    })
+}
+
+/// How a spread mirror's coordinator asks every node how the partitions
+/// it hosts stand for a keyless hold (`kmirror_actors::spread`): this
+/// process's shards and every other member (`POST /hosted/{name}/copies`),
+/// each given [`FAN_OUT_TIMEOUT`], as the metadata sync waits for them.
+pub(crate) fn hosted_copies_asker(route: NodeRoute, auth: ClientAuth) -> AskHostedCopies {
+    Arc::new(move |mirror: String| {
+        let (route, auth) = (route.clone(), auth.clone());
+        Box::pin(async move {
+            let node = route.lock().expect("node route").clone();
+            let node = node.ok_or("the node is starting or stopping")?;
+            let operation = (mirror.as_str(), "copies");
+            let (copies, silent): (Vec<HostedCopy>, _) =
+                ask_hosts(&node, auth, operation, Vec::new(), FAN_OUT_TIMEOUT).await;
+            match silent.first() {
+                Some(e) => Err(e.0.to_string()),
+                None => Ok(copies),
+            }
         })
     })
 }
@@ -169,8 +195,14 @@ pub(super) async fn recover_hosted_too(
     {
         return Ok(answer);
     }
-    let (theirs, silent): (Vec<String>, _) =
-        ask_hosts(node, req, (mirror, "recover"), topics).await;
+    let (theirs, silent): (Vec<String>, _) = ask_hosts(
+        node,
+        auth_of(req),
+        (mirror, "recover"),
+        topics,
+        HOSTED_TIMEOUT,
+    )
+    .await;
     if let Some(topics) = answer["topics"].as_array_mut() {
         topics.extend(theirs.into_iter().map(serde_json::Value::from));
         if !topics.is_empty() {
@@ -203,13 +235,14 @@ fn not_all(mirror: &str, done: &str, silent: &[ApiError]) -> ApiError {
 }
 
 /// The operations a spread mirror's coordinator asks of every host.
-const HOSTED_OPERATIONS: &[&str] = &["recover", "preview-stop"];
+const HOSTED_OPERATIONS: &[&str] = &["recover", "preview-stop", "copies"];
 
-/// `POST /hosted/{name}/{recover|preview-stop}`, asked by a spread
+/// `POST /hosted/{name}/{recover|preview-stop|copies}`, asked by a spread
 /// mirror's coordinator of every other node (only a request from another
 /// node: an operator's goes to the coordinator, which asks every host):
-/// the FAILED partitions this node hosts of it recovered, or the failover
-/// reports a stop would record of those it hosts.
+/// the FAILED partitions this node hosts of it recovered, the failover
+/// reports a stop would record of those it hosts, or how they stand for
+/// a keyless hold (`Node::hosted_copies`).
 pub(super) async fn hosted_operation(
     node: Data<NodeHandle>,
     req: HttpRequest,
@@ -225,9 +258,13 @@ pub(super) async fn hosted_operation(
         ));
     }
     if !forwarded(&req) {
+        let instead = match operation.as_str() {
+            "recover" => format!("; send POST /mirrors/{mirror}/recover instead"),
+            "preview-stop" => format!("; send POST /mirrors/{mirror}/stop with dry_run instead"),
+            _ => String::new(),
+        };
         return Err(ApiError::invalid(format!(
-            "/hosted/{mirror}/{operation} is asked by a mirror's coordinator of the other nodes; send POST /mirrors/{mirror}/{} instead",
-            if operation == "recover" { "recover" } else { "stop with dry_run" }
+            "/hosted/{mirror}/{operation} is asked by a mirror's coordinator of the other nodes{instead}"
         )));
     }
     let (answers, failed) = hosted_here(&node, &mirror, &operation, body.into_inner().topics).await;
@@ -253,7 +290,8 @@ async fn hosted_here(
             .run(here, |n| async move {
                 match op.as_str() {
                     "recover" => n.recover_hosted(&m, &t).await.map(to_value),
-                    _ => n.preview_hosted(&m, &t).await.map(to_value),
+                    "preview-stop" => n.preview_hosted(&m, &t).await.map(to_value),
+                    _ => Ok(to_value(n.hosted_copies(&m).await)),
                 }
             })
             .await;
@@ -267,13 +305,14 @@ async fn hosted_here(
 }
 
 /// A hosted operation on every node, this process's and every other
-/// member's (each given [`HOSTED_TIMEOUT`]), decoded; and the error of
-/// each node that gave no answer.
+/// member's (each given `timeout`), decoded; and the error of each node
+/// that gave no answer.
 async fn ask_hosts<T: serde::de::DeserializeOwned>(
     node: &NodeHandle,
-    req: &HttpRequest,
+    auth: ClientAuth,
     (mirror, operation): (&str, &str),
     topics: Vec<String>,
+    timeout: Duration,
 ) -> (Vec<T>, Vec<ApiError>) {
     let (here, mut failed) = hosted_here(node, mirror, operation, topics.clone()).await;
     let mut all = Vec::new();
@@ -292,7 +331,7 @@ async fn ask_hosts<T: serde::de::DeserializeOwned>(
     });
     let path = format!("/hosted/{mirror}/{operation}");
     let peers = node.other_members();
-    let (theirs, silent) = ask_each(node, req, peers, ("POST", &path), body, HOSTED_TIMEOUT).await;
+    let (theirs, silent) = ask_each(node, auth, peers, ("POST", &path), body, timeout).await;
     all.extend(theirs);
     failed.extend(silent);
     (all, failed)
@@ -318,8 +357,14 @@ pub(super) async fn preview_stop(
     if !spreads {
         return Ok(HttpResponse::Ok().json(report));
     }
-    let (theirs, silent): (Vec<PartitionFailover>, _) =
-        ask_hosts(node, req, (mirror, "preview-stop"), requested).await;
+    let (theirs, silent): (Vec<PartitionFailover>, _) = ask_hosts(
+        node,
+        auth_of(req),
+        (mirror, "preview-stop"),
+        requested,
+        HOSTED_TIMEOUT,
+    )
+    .await;
     if !silent.is_empty() {
         return Err(not_all(mirror, "nothing was changed", &silent));
     }

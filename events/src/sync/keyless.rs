@@ -52,7 +52,8 @@ pub fn marker_name(key: &str) -> String {
 }
 
 /// Where a topic's copy stands, for [`SyncSettings::topic_config_plan`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum KeylessCopy {
     /// A partition was refused a record without a key by the destination.
     Refused,
@@ -61,6 +62,19 @@ pub enum KeylessCopy {
     Behind,
     /// Every partition has copied all the source holds.
     CaughtUp,
+}
+
+impl KeylessCopy {
+    /// Where a topic stands whose partitions stand at `self` and `other`:
+    /// a refusal anywhere refuses, a copy behind anywhere is behind.
+    pub fn and(self, other: KeylessCopy) -> KeylessCopy {
+        use KeylessCopy::*;
+        match (self, other) {
+            (Refused, _) | (_, Refused) => Refused,
+            (Behind, _) | (_, Behind) => Behind,
+            (CaughtUp, CaughtUp) => CaughtUp,
+        }
+    }
 }
 
 /// A topic's hold as its markers say: each held key's destination override

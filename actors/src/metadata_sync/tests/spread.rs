@@ -5,7 +5,7 @@ use kmirror_events::{placement_shard, MirrorPartitionStateValue, PartitionState}
 use kmirror_store::EventLog;
 
 use super::*;
-use crate::spread::{follow_logs, Followed};
+use crate::spread::{follow_logs, Followed, HostedCopy};
 
 const SHARDS: i32 = 4;
 
@@ -18,6 +18,8 @@ struct Spread {
     placed: i32,
     followed: Followed,
     follower: tokio::task::JoinHandle<()>,
+    /// What the hosts answer when the sync asks how their copies stand.
+    hosts: Arc<Mutex<Result<Vec<HostedCopy>, String>>>,
 }
 
 impl Spread {
@@ -31,7 +33,8 @@ impl Spread {
         let own = (placed + 1) % SHARDS;
         let logs: Vec<Arc<MemLog>> = (0..SHARDS).map(|_| Arc::new(MemLog::new())).collect();
         let shared = Arc::new(Mutex::new(None));
-        let (others, out) = (logs.clone(), shared.clone());
+        let hosts = Arc::new(Mutex::new(Err("no node answered".to_string())));
+        let (others, out, answer) = (logs.clone(), shared.clone(), hosts.clone());
         let r = rig(Box::new(move |log| {
             let read: Vec<Arc<dyn EventLog>> = (0..SHARDS)
                 .map(|s| {
@@ -41,9 +44,14 @@ impl Spread {
                 .collect();
             let (followed, task) = follow_logs(read, Duration::from_millis(10));
             *out.lock().unwrap() = Some((followed.clone(), task));
+            let answer = answer.clone();
             Some(Hosting {
                 shard: own,
                 followed,
+                hosted_copies: Some(Arc::new(move |_| {
+                    let answer = answer.lock().unwrap().clone();
+                    Box::pin(async move { answer })
+                })),
             })
         }))
         .await;
@@ -54,6 +62,7 @@ impl Spread {
             placed,
             followed,
             follower,
+            hosts,
         };
         (r, spread)
     }
@@ -137,6 +146,49 @@ async fn a_spread_topic_stopped_during_a_keyless_hold_waits_for_partitions_place
     assert_eq!(policy().as_deref(), Some("delete"));
 
     spread.host_state(PartitionState::Stopped).await;
+    assert!(r.sync().await.errors.is_empty());
+    assert_eq!(policy().as_deref(), Some("compact"));
+    spread.follower.abort();
+}
+
+/// A keyless hold on a topic whose partitions run in two shards is let go
+/// while the topic is mirrored only once every partition caught up: the
+/// board holds the coordinator's own one (caught up), and the hosts are
+/// asked for the other. A host behind, no host running it, or a node that
+/// gives no answer keeps the hold.
+#[actix::test]
+async fn a_keyless_hold_on_a_spread_topic_is_let_go_once_every_host_caught_up() {
+    let (r, spread) = Spread::rig(|spread| held_with(&[], spread)).await;
+    spread.host_state(PartitionState::Mirroring).await;
+    r.keyless
+        .lock()
+        .unwrap()
+        .insert(ID, (KeylessCopy::CaughtUp, 1));
+    let policy = || r.dest.topic_config(TOPIC).get("cleanup.policy").cloned();
+    let answer = |a: Result<Vec<(KeylessCopy, usize)>, &str>| {
+        *spread.hosts.lock().unwrap() = a
+            .map(|copies| {
+                copies
+                    .into_iter()
+                    .map(|(copy, partitions)| HostedCopy {
+                        topic_id: ID,
+                        copy,
+                        partitions,
+                    })
+                    .collect()
+            })
+            .map_err(str::to_string);
+    };
+    for held in [
+        Err("a node gave no answer"),
+        Ok(vec![(KeylessCopy::Behind, 1)]),
+        Ok(vec![]),
+    ] {
+        answer(held.clone());
+        assert!(r.sync().await.errors.is_empty());
+        assert_eq!(policy().as_deref(), Some("delete"), "{held:?}");
+    }
+    answer(Ok(vec![(KeylessCopy::CaughtUp, 1)]));
     assert!(r.sync().await.errors.is_empty());
     assert_eq!(policy().as_deref(), Some("compact"));
     spread.follower.abort();
