@@ -11,11 +11,14 @@
 //! partitions placed in it and is the only writer of their records, so the
 //! fence that shuts a shard's previous owner out of its log covers them too.
 //!
-//! The two sides talk only through the state topic, as the KIP's
-//! coordinator and partition leaders do: a partition's host reads its
-//! topic's desired state from the coordinator's shard, and the coordinator
-//! reads the partitions' states from theirs, each through [`Followed`] —
-//! every shard as this node's `StateFollower` last read it.
+//! The two sides talk through the state topic, as the KIP's coordinator
+//! and partition leaders do: a partition's host reads its topic's desired
+//! state from the coordinator's shard, and the coordinator reads the
+//! partitions' states from theirs, each through [`Followed`] — every shard
+//! as this node's `StateFollower` last read it. What the log does not
+//! hold is asked over the admin API: a stopping partition's final group
+//! pass (host to coordinator), a recover and a stop's dry run, and how the
+//! hosts' copies stand for a keyless hold (coordinator to every node).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -206,15 +209,16 @@ pub struct Hosting {
     pub hosted_copies: Option<AskHostedCopies>,
 }
 
-/// How one topic's partitions that a node hosts stand for the keyless
-/// hold: what its host board says (`StatusBoard::keyless_copies`), for
-/// a spread mirror's coordinator, whose board holds only its own.
+/// How one partition a node hosts stands for the keyless hold: what its
+/// host board says (`StatusBoard::keyless_partitions`), for a spread
+/// mirror's coordinator, whose board holds only its own. By partition, so
+/// that one reported twice (two members listed at one address after a
+/// restart, a shard handed over meanwhile) is not counted for another.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HostedCopy {
     pub topic_id: TopicId,
+    pub partition: i32,
     pub copy: KeylessCopy,
-    /// How many of the topic's partitions the host runs.
-    pub partitions: usize,
 }
 
 /// Asks every node (this process's other shards and every other member)

@@ -17,9 +17,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use kmirror_events::{
-    keyless_hold, release_stopped, Command, ConfigChange, ConfigPlan, Hold, KeylessCopy,
-    MirrorStateImage, PartitionState, SyncSettings, TopicConfigSync, TopicConfigSyncKey,
-    TopicConfigs, TopicId,
+    keyless_hold, partition_state_partition, release_stopped, Command, ConfigChange, ConfigPlan,
+    Hold, KeylessCopy, MirrorPartitionKey, MirrorStateImage, PartitionState, SyncSettings,
+    TopicConfigSync, TopicConfigSyncKey, TopicConfigs, TopicId,
 };
 
 use super::{mirrored_topics, record, PartitionsGrew, Shared, SyncError};
@@ -35,10 +35,12 @@ pub(super) async fn sync_configs(
     let mut errors = Vec::new();
     let mirror = &shared.spec.mirror;
     let mirroring = mirrored_topics(image, mirror, &[PartitionState::Mirroring]);
-    let held = mirroring
+    let held: Vec<TopicId> = mirroring
         .values()
-        .any(|(id, _)| keyless_hold(recorded(image, mirror, *id)).is_some());
-    let copies = copies(shared, held).await;
+        .map(|(id, _)| *id)
+        .filter(|id| keyless_hold(recorded(image, mirror, *id)).is_some())
+        .collect();
+    let copies = copies(shared, &held).await;
     let refused_elsewhere = refused_elsewhere(shared);
     for (name, (topic_id, count)) in mirroring {
         // A topic not whole on the board (partitions that growth added
@@ -97,32 +99,56 @@ pub(super) async fn sync_configs(
 }
 
 /// Where each topic's copy stands, from the board and, for a spread mirror
-/// with a topic `held`, every host's (`Hosting::hosted_copies`): a topic
-/// whose partitions are not all on some board is behind, so a hold is let
-/// go only once every partition, wherever it runs, has caught up. A node
-/// that gave no answer leaves its partitions off, and the hold stays.
-async fn copies(shared: &Shared, held: bool) -> HashMap<TopicId, (KeylessCopy, usize)> {
+/// with a topic `held` that its board does not already say is behind,
+/// every host's (`Hosting::hosted_copies`), partition by partition: a
+/// partition reported twice counts once (the worse), and one placed in
+/// this shard is the board's. A topic whose partitions are not all
+/// reported is behind, so a hold is let go only once every partition,
+/// wherever it runs, has caught up. A node that gave no answer leaves its
+/// partitions out, and the hold stays.
+async fn copies(shared: &Shared, held: &[TopicId]) -> HashMap<TopicId, (KeylessCopy, usize)> {
     let mut copies = (shared.spec.keyless)();
-    let ask = shared
+    let Some((h, ask)) = shared
         .spec
         .spread
         .as_ref()
-        .and_then(|h| h.hosted_copies.as_ref());
-    let Some(ask) = ask.filter(|_| held) else {
+        .and_then(|h| Some((h, h.hosted_copies.as_ref()?)))
+    else {
         return copies;
     };
-    match ask(shared.spec.mirror.clone()).await {
-        Ok(hosted) => {
-            for h in hosted {
-                let (copy, n) = copies
-                    .entry(h.topic_id)
-                    .or_insert((KeylessCopy::CaughtUp, 0));
-                *copy = copy.and(h.copy);
-                *n += h.partitions;
-            }
+    let worth = held.iter().any(|id| {
+        !matches!(
+            copies.get(id),
+            Some((KeylessCopy::Behind | KeylessCopy::Refused, _))
+        )
+    });
+    if !worth {
+        return copies;
+    }
+    let hosted = match ask(shared.spec.mirror.clone()).await {
+        Ok(hosted) => hosted,
+        Err(e) => {
+            tracing::info!(mirror = %shared.spec.mirror, error = %e,
+                "not every node told how the partitions it hosts stand: the keyless hold stays");
+            return copies;
         }
-        Err(e) => tracing::info!(mirror = %shared.spec.mirror, error = %e,
-            "not every node told how the partitions it hosts stand: the keyless hold stays"),
+    };
+    let partitions = h.followed.partitions();
+    let mut by_partition: BTreeMap<(TopicId, i32), KeylessCopy> = BTreeMap::new();
+    for c in hosted {
+        let key = MirrorPartitionKey::new(shared.spec.mirror.clone(), c.topic_id, c.partition);
+        if partition_state_partition(&key, partitions) == h.shard {
+            continue;
+        }
+        let copy = by_partition
+            .entry((c.topic_id, c.partition))
+            .or_insert(c.copy);
+        *copy = copy.and(c.copy);
+    }
+    for ((topic_id, _), copy) in by_partition {
+        let (topic, n) = copies.entry(topic_id).or_insert((KeylessCopy::CaughtUp, 0));
+        *topic = topic.and(copy);
+        *n += 1;
     }
     copies
 }

@@ -448,15 +448,15 @@ impl Node {
         };
         let mut copies: Vec<_> = running
             .board
-            .keyless_copies()
+            .keyless_partitions()
             .into_iter()
-            .map(|(topic_id, (copy, partitions))| crate::spread::HostedCopy {
-                topic_id,
+            .map(|(key, copy)| crate::spread::HostedCopy {
+                topic_id: key.topic_id,
+                partition: key.partition,
                 copy,
-                partitions,
             })
             .collect();
-        copies.sort_by_key(|c| c.topic_id);
+        copies.sort_by_key(|c| (c.topic_id, c.partition));
         copies
     }
 

@@ -116,21 +116,36 @@ impl StatusBoard {
     /// Where each topic's copy stands for the keyless hold the metadata
     /// sync keeps (`kmirror_events::KEYLESS_HOLD`), with how many of its
     /// partitions are on the board (fewer than the topic has is not caught
-    /// up): refused when a partition failed on a record without a key,
-    /// caught up when every partition is MIRRORING with nothing left to
-    /// copy as of its last fetch or alignment in this process. A partition
-    /// whose figures are not this process's yet is behind: a restart lets a
-    /// hold go only after each partition has seen the source again.
+    /// up): each topic's partitions' [`Self::keyless_partitions`] together
+    /// ([`KeylessCopy::and`]).
     pub fn keyless_copies(&self) -> HashMap<TopicId, (KeylessCopy, usize)> {
-        let entries: Vec<(TopicId, Arc<Entry>)> = self
+        let mut out = HashMap::new();
+        for (key, copy) in self.keyless_partitions() {
+            let (topic, n) = out
+                .entry(key.topic_id)
+                .or_insert((KeylessCopy::CaughtUp, 0));
+            *n += 1;
+            *topic = topic.and(copy);
+        }
+        out
+    }
+
+    /// Where each partition's copy stands for the keyless hold: refused
+    /// when it failed on a record without a key, caught up when it is
+    /// MIRRORING with nothing left to copy as of its last fetch or
+    /// alignment in this process. A partition whose figures are not this
+    /// process's yet is behind: a restart lets a hold go only after each
+    /// partition has seen the source again.
+    pub fn keyless_partitions(&self) -> Vec<(MirrorPartitionKey, KeylessCopy)> {
+        let entries: Vec<(MirrorPartitionKey, Arc<Entry>)> = self
             .entries
             .read()
             .unwrap()
             .iter()
-            .map(|(k, e)| (k.topic_id, e.clone()))
+            .map(|(k, e)| (k.clone(), e.clone()))
             .collect();
-        let mut out = HashMap::new();
-        for (topic_id, e) in entries {
+        let mut out = Vec::with_capacity(entries.len());
+        for (key, e) in entries {
             let (state, refused) = {
                 let own = e.actor.lock().unwrap();
                 let refused = own.state.state == PartitionState::Failed
@@ -154,9 +169,7 @@ impl StatusBoard {
                     KeylessCopy::Behind
                 }
             };
-            let (topic, n) = out.entry(topic_id).or_insert((KeylessCopy::CaughtUp, 0));
-            *n += 1;
-            *topic = topic.and(copy);
+            out.push((key, copy));
         }
         out
     }

@@ -291,7 +291,8 @@ async fn hosted_here(
                 match op.as_str() {
                     "recover" => n.recover_hosted(&m, &t).await.map(to_value),
                     "preview-stop" => n.preview_hosted(&m, &t).await.map(to_value),
-                    _ => Ok(to_value(n.hosted_copies(&m).await)),
+                    "copies" => Ok(to_value(n.hosted_copies(&m).await)),
+                    other => unreachable!("{other} is not in HOSTED_OPERATIONS"),
                 }
             })
             .await;

@@ -9,8 +9,8 @@ use crate::spread::{follow_logs, Followed, HostedCopy};
 
 const SHARDS: i32 = 4;
 
-/// A spread mirror's sync, coordinating shard `own`, whose partition 1
-/// (`away`) is placed in shard `placed`, each shard read by a follower;
+/// A spread mirror's sync, coordinating shard `own` where its partition 0
+/// is placed, whose partition 1 (`away`) is placed in shard `placed`, each shard read by a follower;
 /// `rig` makes the rig from the spread it is given.
 struct Spread {
     logs: Vec<Arc<MemLog>>,
@@ -30,7 +30,9 @@ impl Spread {
     {
         let away = MirrorPartitionKey::new("m", ID, 1);
         let placed = placement_shard(&away, true, SHARDS);
-        let own = (placed + 1) % SHARDS;
+        // The shard of partition 0, which the coordinator's board holds.
+        let own = placement_shard(&MirrorPartitionKey::new("m", ID, 0), true, SHARDS);
+        assert_ne!(own, placed, "the two partitions in two shards");
         let logs: Vec<Arc<MemLog>> = (0..SHARDS).map(|_| Arc::new(MemLog::new())).collect();
         let shared = Arc::new(Mutex::new(None));
         let hosts = Arc::new(Mutex::new(Err("no node answered".to_string())));
@@ -154,8 +156,9 @@ async fn a_spread_topic_stopped_during_a_keyless_hold_waits_for_partitions_place
 /// A keyless hold on a topic whose partitions run in two shards is let go
 /// while the topic is mirrored only once every partition caught up: the
 /// board holds the coordinator's own one (caught up), and the hosts are
-/// asked for the other. A host behind, no host running it, or a node that
-/// gives no answer keeps the hold.
+/// asked for the other. A host behind, no host running it, a node that
+/// gives no answer, or the board's own partition reported by a host (a
+/// stale one) while the other is not, keeps the hold.
 #[actix::test]
 async fn a_keyless_hold_on_a_spread_topic_is_let_go_once_every_host_caught_up() {
     let (r, spread) = Spread::rig(|spread| held_with(&[], spread)).await;
@@ -165,15 +168,16 @@ async fn a_keyless_hold_on_a_spread_topic_is_let_go_once_every_host_caught_up() 
         .unwrap()
         .insert(ID, (KeylessCopy::CaughtUp, 1));
     let policy = || r.dest.topic_config(TOPIC).get("cleanup.policy").cloned();
-    let answer = |a: Result<Vec<(KeylessCopy, usize)>, &str>| {
+    let (away, own) = (spread.away.partition, 1 - spread.away.partition);
+    let answer = |a: Result<Vec<(i32, KeylessCopy)>, &str>| {
         *spread.hosts.lock().unwrap() = a
             .map(|copies| {
                 copies
                     .into_iter()
-                    .map(|(copy, partitions)| HostedCopy {
+                    .map(|(partition, copy)| HostedCopy {
                         topic_id: ID,
+                        partition,
                         copy,
-                        partitions,
                     })
                     .collect()
             })
@@ -181,14 +185,19 @@ async fn a_keyless_hold_on_a_spread_topic_is_let_go_once_every_host_caught_up() 
     };
     for held in [
         Err("a node gave no answer"),
-        Ok(vec![(KeylessCopy::Behind, 1)]),
+        Ok(vec![(away, KeylessCopy::Behind)]),
+        Ok(vec![
+            (away, KeylessCopy::Behind),
+            (away, KeylessCopy::CaughtUp),
+        ]),
         Ok(vec![]),
+        Ok(vec![(own, KeylessCopy::CaughtUp)]),
     ] {
         answer(held.clone());
         assert!(r.sync().await.errors.is_empty());
         assert_eq!(policy().as_deref(), Some("delete"), "{held:?}");
     }
-    answer(Ok(vec![(KeylessCopy::CaughtUp, 1)]));
+    answer(Ok(vec![(away, KeylessCopy::CaughtUp)]));
     assert!(r.sync().await.errors.is_empty());
     assert_eq!(policy().as_deref(), Some("compact"));
     spread.follower.abort();
