@@ -221,7 +221,7 @@ pub struct HostedCopy {
     pub copy: KeylessCopy,
 }
 
-/// Asks every node (this process's other shards and every other member)
+/// Asks every node (this process's shards and every other member)
 /// how the partitions it hosts of a mirror stand: `Err` naming a node
 /// that gave no answer.
 pub type AskHostedCopies =
