@@ -208,6 +208,36 @@ fn group() -> impl Strategy<Value = (Vec<MemberReport>, usize)> {
     })
 }
 
+/// `ms` with conflicting reports too: units `extra` names claimed by a
+/// second member.
+fn conflicting(mut ms: Vec<MemberReport>, extra: &[(usize, usize)]) -> Vec<MemberReport> {
+    let len = ms.len();
+    for (m, u) in extra {
+        ms[m % len].owned.insert(format!("u-{u:03}"));
+    }
+    ms
+}
+
+/// Every unit `plan` gives is `known`, given once, and not to a member
+/// while another still reports it.
+fn one_owner_each(
+    ms: &[MemberReport],
+    plan: &Plan,
+    known: impl Fn(&str) -> bool,
+) -> Result<(), TestCaseError> {
+    let mut seen = BTreeSet::new();
+    for (m, a) in &plan.assignment {
+        for u in a {
+            prop_assert!(known(u));
+            prop_assert!(seen.insert(u.clone()), "{u} twice");
+            let mine = ms.iter().any(|r| &r.member_id == m && r.owned.contains(u));
+            let others = ms.iter().any(|r| &r.member_id != m && r.owned.contains(u));
+            prop_assert!(mine || !others, "{u} to {m} while another reports it");
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -217,24 +247,10 @@ proptest! {
         (ms, n) in group(),
         extra in prop::collection::vec((0usize..5, 0usize..60), 0..10),
     ) {
-        // Conflicting reports too: some units claimed by a second member.
-        let mut ms = ms;
-        let len = ms.len();
-        for (m, u) in extra {
-            ms[m % len].owned.insert(format!("u-{u:03}"));
-        }
+        let ms = conflicting(ms, &extra);
         let all = units(n);
         let plan = assign(&ms, &all, &Assignment::new());
-        let mut seen = BTreeSet::new();
-        for (m, a) in &plan.assignment {
-            for u in a {
-                prop_assert!(all.contains(u));
-                prop_assert!(seen.insert(u.clone()), "{u} twice");
-                let mine = ms.iter().any(|r| &r.member_id == m && r.owned.contains(u));
-                let others = ms.iter().any(|r| &r.member_id != m && r.owned.contains(u));
-                prop_assert!(mine || !others, "{u} to {m} while another reports it");
-            }
-        }
+        one_owner_each(&ms, &plan, |u| all.contains(u))?;
     }
 
     /// Members that obey are balanced after two rounds, and a third changes
@@ -353,7 +369,6 @@ proptest! {
         equal in any::<bool>(),
     ) {
         let mut ms = ms;
-        let len = ms.len();
         for m in ms.iter_mut().filter(|_| equal) {
             m.capacity = 1;
         }
@@ -364,27 +379,15 @@ proptest! {
         let heaviest = |units: &BTreeSet<String>| units.iter().map(|u| weights[u]).max().unwrap_or(0);
         // Equal weights are the counting assignor's, sticky by its quotas.
         let uniform = weights.values().all(|w| Some(w) == weights.values().next());
+        let first = assign_weighted(&ms, &weights, &Assignment::new());
         for m in ms.iter().filter(|m| !uniform && m.capacity > 0) {
             if load(&m.owned) as f64 - heaviest(&m.owned) as f64 / 2.0 <= share(m) + 1e-9 {
-                let plan = assign_weighted(&ms, &weights, &Assignment::new());
-                prop_assert!(m.owned.is_subset(&plan.assignment[&m.member_id]), "sticky");
+                prop_assert!(m.owned.is_subset(&first.assignment[&m.member_id]), "sticky");
             }
         }
-        let mut conflicting = ms.clone();
-        for (m, u) in extra {
-            conflicting[m % len].owned.insert(format!("u-{u:03}"));
-        }
-        let plan = assign_weighted(&conflicting, &weights, &Assignment::new());
-        let mut seen = BTreeSet::new();
-        for (m, a) in &plan.assignment {
-            for u in a {
-                prop_assert!(weights.contains_key(u));
-                prop_assert!(seen.insert(u.clone()), "{u} twice");
-                let others = conflicting.iter().any(|r| &r.member_id != m && r.owned.contains(u));
-                let mine = conflicting.iter().any(|r| &r.member_id == m && r.owned.contains(u));
-                prop_assert!(mine || !others, "{u} to {m} while another reports it");
-            }
-        }
+        let claimed = conflicting(ms.clone(), &extra);
+        let plan = assign_weighted(&claimed, &weights, &Assignment::new());
+        one_owner_each(&claimed, &plan, |u| weights.contains_key(u))?;
 
         let mut plan = assign_weighted(&ms, &weights, &Assignment::new());
         let mut round = 1;

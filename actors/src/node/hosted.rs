@@ -437,8 +437,8 @@ impl Node {
     }
 
     /// How the partitions of `mirror` (spread, coordinated by another
-    /// shard) this node hosts stand for the keyless hold, topic by topic,
-    /// as its host board says: what the coordinator asks of every node
+    /// shard) this node hosts stand for the keyless hold, partition by
+    /// partition, as its host board says: what the coordinator asks of every node
     /// before it lets a hold go while the topic is mirrored. Nothing
     /// hosted here: none.
     pub async fn hosted_copies(&self, mirror: &str) -> Vec<crate::spread::HostedCopy> {
