@@ -341,6 +341,22 @@ impl MirrorActor {
     }
 }
 
+impl MirrorActor {
+    /// The background check of the partitions run here, a host's too
+    /// (their maps are in its shard). Spawned in this context: it ends
+    /// when the mirror stops.
+    fn verify_in_background(&self, ctx: &mut Context<Self>) {
+        let hosted = self.spec.placement.host().map(|(f, _)| f.clone());
+        ctx.spawn(actix::fut::wrap_future(crate::verify::background(
+            self.spec.name.clone(),
+            self.spec.source.clone(),
+            self.spec.destination.clone(),
+            self.spec.coordinator.clone(),
+            hosted,
+        )));
+    }
+}
+
 impl Actor for MirrorActor {
     type Context = Context<Self>;
 
@@ -363,6 +379,7 @@ impl Actor for MirrorActor {
             }));
             self.refresh(ctx);
             ctx.run_interval(self.spec.refresh_interval, |act, ctx| act.refresh(ctx));
+            self.verify_in_background(ctx);
             return;
         }
         self.sync = Some(
@@ -393,13 +410,7 @@ impl Actor for MirrorActor {
         ctx.spawn(first);
         self.refresh(ctx);
         ctx.run_interval(self.spec.refresh_interval, |act, ctx| act.refresh(ctx));
-        // Spawned in this context: it ends when the mirror stops.
-        ctx.spawn(actix::fut::wrap_future(crate::verify::background(
-            self.spec.name.clone(),
-            self.spec.source.clone(),
-            self.spec.destination.clone(),
-            self.spec.coordinator.clone(),
-        )));
+        self.verify_in_background(ctx);
     }
 }
 

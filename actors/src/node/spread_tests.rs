@@ -243,11 +243,13 @@ fn follow(logs: &[Arc<MemLog>], every: Duration) -> (Followed, tokio::task::Join
 /// `m` created (spread) on its coordinator among `node`'s shards, and
 /// `orders` started: the coordinator.
 async fn mirror_orders(node: &Shards) -> Node {
+    mirror_orders_with(node, spread_props()).await
+}
+
+/// [`mirror_orders`] with `props`.
+async fn mirror_orders_with(node: &Shards, props: BTreeMap<String, String>) -> Node {
     let coordinator = node.node_for("m").await.unwrap();
-    coordinator
-        .create_mirror("m", spread_props())
-        .await
-        .unwrap();
+    coordinator.create_mirror("m", props).await.unwrap();
     coordinator
         .start_topics("m", &["orders".into()], &[], None)
         .await
@@ -534,7 +536,6 @@ async fn recover_reaches_the_failed_partitions_wherever_they_are_hosted() {
     let bed = Bed::new();
     bed.append(1);
     let (a, b, moved) = bed.two_nodes().await;
-    let coordinator = a.node_for("m").await.unwrap();
     let mut props = spread_props();
     for k in [
         kmirror_events::retry::INITIAL_BACKOFF_MS_KEY,
@@ -542,11 +543,7 @@ async fn recover_reaches_the_failed_partitions_wherever_they_are_hosted() {
     ] {
         props.insert(k.to_string(), "600000".into());
     }
-    coordinator.create_mirror("m", props).await.unwrap();
-    coordinator
-        .start_topics("m", &["orders".into()], &[], None)
-        .await
-        .unwrap();
+    let coordinator = mirror_orders_with(&a, props).await;
     bed.copied(1).await;
     let home = coordinator_partition("m", SHARDS);
     let (there, here) = (placed_in(moved)[0], placed_in(home)[0]);
@@ -1024,6 +1021,52 @@ async fn a_spread_mirror_is_verified_and_translated_through_the_maps_where_its_p
             ("exact", Some(2)),
             "{t:?}"
         );
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+    bed.close().await;
+}
+
+/// The background check runs where each partition is placed: a host
+/// verifies the partitions it hosts (their maps are in its shard) and
+/// records each result there, as the coordinator does for its own.
+#[actix::test]
+async fn a_spread_mirrors_background_check_runs_where_each_partition_is_placed() {
+    // Given a spread mirror checked every 50 ms, some partitions hosted
+    // by b away from the coordinator on a
+    let bed = Bed::new();
+    bed.append(3);
+    let (a, b, moved) = bed.two_nodes().await;
+    let mut props = spread_props();
+    props.insert("mirror.verify.interval.ms".into(), "50".into());
+    mirror_orders_with(&a, props).await;
+    bed.copied(3).await;
+    // When the checks ran over the whole copy
+    let verified = async || {
+        let mut all = Vec::new();
+        for node in [&a, &b] {
+            for (_, n) in node.nodes().await {
+                for d in n.describe(None).await.unwrap() {
+                    all.push((d.partition, d.verify.map(|v| (v.compared, v.differences))));
+                }
+            }
+        }
+        all.sort();
+        all
+    };
+    until(async || verified().await.iter().all(|(_, v)| *v == Some((3, 0)))).await;
+    // Then every partition has its result, the hosted ones included, each
+    // recorded in the shard it is placed in
+    let all = verified().await;
+    assert_eq!(
+        all,
+        (0..PARTITIONS)
+            .map(|p| (p, Some((3, 0))))
+            .collect::<Vec<_>>()
+    );
+    for p in placed_in(moved) {
+        let image = bed.logs[moved as usize].load_image().unwrap();
+        assert!(image.verify_result(&key(p)).is_some(), "partition {p}");
     }
     a.shutdown().await;
     b.shutdown().await;

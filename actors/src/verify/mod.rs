@@ -25,6 +25,7 @@ pub use kmirror_events::VerifyDifference;
 use crate::cluster::{DestinationCluster, SourceCluster};
 use crate::coordinator::{now_ms, CoordinatorActor, Execute, ReadImage};
 use crate::kafka::fetch::TopicPartition;
+use crate::spread::Followed;
 
 /// Batch bytes read from the source per step of a full comparison.
 pub const CHUNK_BYTES: usize = 4 << 20;
@@ -192,11 +193,18 @@ const BACKGROUND_POLL: Duration = Duration::from_secs(1);
 /// partition's result recorded as a `VerifyResult` after its reads. The
 /// seed is the check's wall-clock start, so `kmirror verify --sample 100
 /// --seed S` repeats a check exactly.
+///
+/// Each shard checks the partitions whose maps it holds: a spread
+/// mirror's host (`hosted`: the shards it follows) reads the mirror and
+/// its topics where they are coordinated, once that shard was read to its
+/// end, and checks and records only the partitions placed with it — no
+/// node reads another's maps, and every partition is checked somewhere.
 pub async fn background(
     mirror: String,
     source: std::sync::Arc<dyn SourceCluster>,
     destination: std::sync::Arc<dyn DestinationCluster>,
     coordinator: Addr<CoordinatorActor>,
+    hosted: Option<Followed>,
 ) {
     let mut last: Option<Instant> = None;
     loop {
@@ -204,7 +212,15 @@ pub async fn background(
         let Ok(image) = coordinator.send(ReadImage).await else {
             return;
         };
-        let Some(config) = image.mirror(&mirror) else {
+        let coordinated = match &hosted {
+            Some(followed) => match followed.coordinator_of(&mirror) {
+                Some(shard) if shard.caught_up() => Some(shard),
+                _ => continue,
+            },
+            None => None,
+        };
+        let topics = coordinated.as_deref().map_or(&*image, |s| &s.image);
+        let Some(config) = topics.mirror(&mirror) else {
             return;
         };
         let Ok(Some(every)) = kmirror_events::verify_interval(config) else {
@@ -223,7 +239,10 @@ pub async fn background(
         // Checks never overlap: the next starts an interval after this one
         // started, or when it ends if it took longer.
         let deadline = Instant::now() + DEFAULT_TIMEOUT;
-        let mut topics: Vec<_> = image.topics_of(&mirror).map(|e| e.change.clone()).collect();
+        let mut topics: Vec<_> = topics
+            .topics_of(&mirror)
+            .map(|e| e.change.clone())
+            .collect();
         topics.sort_by(|a, b| a.topic_name.cmp(&b.topic_name));
         for t in topics {
             for p in 0..t.partition_count {
