@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 
 use common::cluster::*;
 use common::*;
-use kmirror_events::{coordinator_partition, placement_shard, MirrorPartitionKey, TopicId};
-use kmirror_tests::mirror::{describe_group, group_read};
+use kmirror_events::{coordinator_partition, placement_shard, MirrorPartitionKey};
+use kmirror_tests::mirror::{describe_group, group_read, topic_id_of};
 use kmirror_tests::{bed, create_topic, unique};
 use serde_json::Value;
 
@@ -408,16 +408,6 @@ fn keyless_records_of_a_partition_hosted_elsewhere_are_copied_under_a_hold() {
     for n in nodes {
         assert_eq!(n.terminate().code(), Some(0));
     }
-}
-
-/// `topic`'s id at `bootstrap`, as `kafka-topics --describe` prints it.
-fn topic_id_of(bootstrap: &str, topic: &str) -> TopicId {
-    let out = kmirror_tests::mirror::describe_topic(bootstrap, topic);
-    out.split_whitespace()
-        .skip_while(|w| *w != "TopicId:")
-        .nth(1)
-        .and_then(|id| id.parse().ok())
-        .unwrap_or_else(|| panic!("no topic id in: {out}"))
 }
 
 /// SIGSTOP a node that hosts partitions of a spread mirror it does not

@@ -13,6 +13,7 @@ use kmirror_actors::kafka::produce::IdempotentProducer;
 use kmirror_actors::kafka::{ClientConfig, KafkaClient};
 use kmirror_actors::node::{Node, NodeSettings, SourceConnector};
 use kmirror_actors::state_log::{KafkaLog, StateLogOptions};
+use kmirror_events::TopicId;
 use kmirror_store::SledLog;
 
 use crate::proxy::FaultProxy;
@@ -433,19 +434,19 @@ pub fn describe_group(bootstrap: &str, group: &str, topic: &str) -> BTreeMap<i32
         .collect()
 }
 
-/// Shard 0's state log opened the way a clustered daemon opens it
-/// (`bin/src/clustered.rs`): acquire the shard's transactional id `tid`,
-/// one abort marker on the partition, then load — so a previous owner's
-/// log producer is fenced first.
-pub async fn open_fenced_log(options: StateLogOptions, tid: String) -> KafkaLog {
+/// State partition `shard`'s log opened the way a clustered daemon opens
+/// it (`bin/src/clustered.rs`): acquire the shard's transactional id
+/// `tid`, one abort marker on the partition, then load — so a previous
+/// owner's log producer is fenced first.
+pub async fn open_fenced_log(options: StateLogOptions, shard: i32, tid: String) -> KafkaLog {
     let topic = options.topic.clone();
     tokio::task::spawn_blocking(move || {
         KafkaLog::open_with(
             &options,
-            0,
+            shard,
             Box::new(move |client: KafkaClient| {
                 Box::pin(async move {
-                    let tp = [TopicPartition::new(&topic, 0)];
+                    let tp = [TopicPartition::new(&topic, shard)];
                     let fence = acquire(&client, &tid, Duration::from_secs(60), &tp).await?;
                     fence_partitions(&client, &fence, &tp).await?;
                     Ok(IdempotentProducer::under_fence(client, &fence))
@@ -456,4 +457,14 @@ pub async fn open_fenced_log(options: StateLogOptions, tid: String) -> KafkaLog 
     .await
     .unwrap()
     .expect("open the shard's log")
+}
+
+/// `topic`'s id at `bootstrap`, as `kafka-topics --describe` prints it.
+pub fn topic_id_of(bootstrap: &str, topic: &str) -> TopicId {
+    let out = describe_topic(bootstrap, topic);
+    out.split_whitespace()
+        .skip_while(|w| *w != "TopicId:")
+        .nth(1)
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("no topic id in: {out}"))
 }

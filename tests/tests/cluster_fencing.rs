@@ -486,7 +486,7 @@ async fn a_paused_partitions_fence_outlives_the_leaders_producer_expiry() {
         replication_factor: 1,
         ..StateLogOptions::new(&bs)
     };
-    let log = open_fenced_log(options, format!("{prefix}-state-0")).await;
+    let log = open_fenced_log(options, 0, format!("{prefix}-state-0")).await;
     let b_destination = Arc::new(node(&bs, &prefix).await);
     let b = Node::start(
         Arc::new(log),

@@ -1,17 +1,21 @@
 //! The clustered daemon under pauses at the worst moments (issue 15),
-//! against real Kafka: two `Node`s in shard mode over one partition of a
-//! per-test state topic, each with its own `KafkaLog` opened under the
-//! shard's transactional id (fence + load, as `bin/src/clustered.rs`
-//! does) and its own fenced `KafkaCluster` destination. Node A's
-//! destination traffic goes through a `FaultProxy` that holds its Produce
-//! requests — a pause of A's process as the broker sees it: the requests
-//! left A and arrive late. B takes the shard meanwhile; the held requests
-//! are released at the moment each test names, and the broker's answers to
+//! against real Kafka: nodes in shard mode over a per-test state topic,
+//! each shard's `KafkaLog` opened under the shard's transactional id
+//! (fence + load, as `bin/src/clustered.rs` does) and each node with its
+//! own fenced `KafkaCluster` destination. The partition runs in one shard,
+//! owned first by node A and then by node B — a whole mirror's shard, or
+//! the shard a spread mirror's partition is placed in while a third node
+//! coordinates the mirror from the other shard. Node A's destination
+//! traffic goes through a `FaultProxy` that holds its Produce requests — a
+//! pause of A's process as the broker sees it: the requests left A and
+//! arrive late. B takes the shard meanwhile; the held requests are
+//! released at the moment each test names, and the broker's answers to
 //! them are decoded from the wire. Every test ends with the destination
 //! holding exactly the source's records in order (Kafka's console
 //! consumer on both sides), the fence markers as holes, and every source
 //! offset translating to the destination offset of the same record.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -27,17 +31,31 @@ use kmirror_actors::kafka::fetch::{FetchOptions, TopicPartition};
 use kmirror_actors::kafka::produce::IdempotentProducer;
 use kmirror_actors::kafka::{ClientConfig, KafkaClient};
 use kmirror_actors::node::{Node, NodeSettings, PartitionDescription};
-use kmirror_actors::state_log::{KafkaLog, StateLogOptions};
-use kmirror_events::Record as StateRecord;
+use kmirror_actors::shards::{Shards, ShardsSpec};
+use kmirror_actors::spread::Followed;
+use kmirror_actors::state_log::{ensure_state_topic, KafkaLog, StateFollower, StateLogOptions};
+use kmirror_events::{
+    coordinator_partition, partition_state_partition, MirrorPartitionKey, Record as StateRecord,
+    SPREAD_KEY,
+};
 use kmirror_store::EventLog;
-use kmirror_tests::mirror::{connector, consume_sorted, open_fenced_log};
+use kmirror_tests::mirror::{connector, consume_sorted, open_fenced_log, topic_id_of};
 use kmirror_tests::proxy::{FaultProxy, HeldAnswer, PRODUCE};
 use kmirror_tests::{bed, create_topic, unique};
 
-const MIRROR: &str = "pauses";
+/// Where the test's partition runs.
+#[derive(Clone, Copy, PartialEq)]
+enum Layout {
+    /// A whole mirror in the one shard of its state topic.
+    Whole,
+    /// A spread mirror whose partition is placed in one shard of two, the
+    /// mirror coordinated from the other.
+    Spread,
+}
 
-/// One shard's owner: its node, its log and its destination.
+/// One node: its shards and the node of the shard it runs the partition in.
 struct Owner {
+    shards: Shards,
     node: Node,
     destination: Arc<KafkaCluster>,
 }
@@ -47,65 +65,151 @@ struct Shard {
     state_topic: String,
     data_prefix: String,
     topic: String,
+    /// The mirror's name: a spread mirror's is chosen so that its partition
+    /// is placed away from its coordinator.
+    mirror: String,
+    partitions: i32,
+    /// The shard A and then B own: where the partition runs.
+    host: i32,
+    /// Every shard followed read-only (spread only).
+    follower: Option<(StateFollower, Followed)>,
+    /// The node coordinating the spread mirror from the other shard,
+    /// through no proxy.
+    coordinator: Option<Owner>,
 }
 
 impl Shard {
-    fn new(name: &str) -> Self {
-        Shard {
+    /// Creates the one-partition source topic and, for a spread mirror,
+    /// the two-partition state topic, its follower and the coordinator.
+    async fn new(name: &str, layout: Layout) -> Self {
+        let mut shard = Shard {
             state_topic: unique(&format!("{name}-state")),
             data_prefix: unique(&format!("kmirror-{name}-data")),
             topic: unique(name),
+            mirror: "pauses".into(),
+            partitions: 1,
+            host: 0,
+            follower: None,
+            coordinator: None,
+        };
+        create_topic(&bed().source, &shard.topic, 1, &[]);
+        if layout == Layout::Whole {
+            return shard;
         }
+        shard.partitions = 2;
+        // Over two shards, a partition goes where its mirror does for every
+        // mirror name or for none, by the parity of its topic id's hash:
+        // topics are made until one is placed away.
+        loop {
+            let id = topic_id_of(&bed().source, &shard.topic);
+            let away = (0..100).map(|i| format!("pauses-{i}")).find_map(|m| {
+                let placed = partition_state_partition(&MirrorPartitionKey::new(&m, id, 0), 2);
+                (placed != coordinator_partition(&m, 2)).then_some((m, placed))
+            });
+            if let Some(away) = away {
+                (shard.mirror, shard.host) = away;
+                break;
+            }
+            shard.topic = unique(name);
+            create_topic(&bed().source, &shard.topic, 1, &[]);
+        }
+        let client = KafkaClient::connect(ClientConfig::plaintext(&bed().destination))
+            .await
+            .unwrap();
+        ensure_state_topic(&client, &shard.log_options())
+            .await
+            .unwrap();
+        let follower = StateFollower::start(&shard.log_options()).await.unwrap();
+        let followed = follower.followed(client, &shard.state_topic);
+        shard.follower = Some((follower, followed));
+        let home = coordinator_partition(&shard.mirror, 2);
+        let config = ClientConfig::plaintext(&bed().destination);
+        shard.coordinator = Some(shard.owner_of(home, "C", config).await);
+        println!(
+            "spread mirror {}: coordinated in shard {home}, its partition placed in shard {}",
+            shard.mirror, shard.host
+        );
+        shard
     }
 
     fn log_options(&self) -> StateLogOptions {
         StateLogOptions {
             topic: self.state_topic.clone(),
-            partitions: 1,
+            partitions: self.partitions,
             replication_factor: 1,
             ..StateLogOptions::new(&bed().destination)
         }
     }
 
-    /// Opens the shard's log the way a clustered daemon does: acquire the
-    /// shard's transactional id, an abort marker on the partition, then
-    /// load — so the previous owner's log producer is fenced first.
-    async fn open_log(&self) -> Arc<dyn EventLog> {
-        let tid = format!("{}-state-0", self.data_prefix);
-        Arc::new(open_fenced_log(self.log_options(), tid).await)
-    }
-
     /// Starts an owner of the shard whose destination client `config` is.
     async fn owner(&self, member: &str, config: ClientConfig) -> Owner {
-        let log = self.open_log().await;
+        self.owner_of(self.host, member, config).await
+    }
+
+    /// A node owning `shard` alone. Each shard's log is opened the way a
+    /// clustered daemon opens it: acquire the shard's transactional id, an
+    /// abort marker on the partition, then load — so the previous owner's
+    /// log producer is fenced first.
+    async fn owner_of(&self, shard: i32, member: &str, config: ClientConfig) -> Owner {
         let client = KafkaClient::connect(config).await.unwrap();
         let destination =
             Arc::new(KafkaCluster::new(client, FetchOptions::default()).fenced(&self.data_prefix));
-        let node = Node::start(
-            log,
-            destination.clone(),
-            connector(),
-            NodeSettings {
+        let (options, prefix) = (self.log_options(), self.data_prefix.clone());
+        let followed = self.follower.as_ref().map(|f| f.1.clone());
+        let shards = Shards::new(ShardsSpec {
+            destination: destination.clone(),
+            connect_source: connector(),
+            settings: NodeSettings {
                 refresh_interval: Duration::from_millis(500),
                 state_topic: self.state_topic.clone(),
-                state_topic_partitions: 1,
-                shard: Some(0),
+                state_topic_partitions: self.partitions,
                 member: member.to_string(),
+                accept_spread: followed.is_some(),
+                followed,
                 ..NodeSettings::default()
             },
-        )
-        .await
-        .expect("node start");
-        Owner { node, destination }
+            open_log: Arc::new(move |shard| {
+                let (options, tid) = (options.clone(), format!("{prefix}-state-{shard}"));
+                Box::pin(async move {
+                    Ok(Arc::new(open_fenced_log(options, shard, tid).await) as Arc<dyn EventLog>)
+                })
+            }),
+        });
+        let failed = shards.reconcile(&BTreeSet::from([shard])).await;
+        assert!(
+            failed.is_empty(),
+            "{member} starts shard {shard}: {failed:?}"
+        );
+        let node = shards.nodes().await.pop().unwrap().1;
+        Owner {
+            shards,
+            node,
+            destination,
+        }
     }
 
-    /// The offset-map run records of the shard's log, oldest first, as
-    /// `(source_start, destination_start, length)` (a removal: −1, −1),
+    /// The node that coordinates the mirror when `owner` runs its
+    /// partition: `owner` itself for a whole mirror.
+    fn coordinator<'a>(&'a self, owner: &'a Owner) -> &'a Node {
+        self.coordinator.as_ref().map_or(&owner.node, |c| &c.node)
+    }
+
+    /// A mirror name whose topic-level records the partition's shard
+    /// would write (one routed to `host`).
+    fn routed_to_host(&self) -> String {
+        (0..)
+            .map(|i| format!("late-{i}"))
+            .find(|m| coordinator_partition(m, self.partitions) == self.host)
+            .unwrap()
+    }
+
+    /// The offset-map run records of the partition's shard, oldest first,
+    /// as `(source_start, destination_start, length)` (a removal: −1, −1),
     /// read without writing.
     async fn runs(&self) -> Vec<(i64, i64, i64)> {
-        let options = self.log_options();
+        let (options, shard) = (self.log_options(), self.host);
         tokio::task::spawn_blocking(move || {
-            let log = KafkaLog::open_read_only(&options, Some(0)).unwrap();
+            let log = KafkaLog::open_read_only(&options, Some(shard)).unwrap();
             log.read(0)
                 .unwrap()
                 .filter_map(|e| match e.unwrap().record {
@@ -119,6 +223,16 @@ impl Shard {
         })
         .await
         .unwrap()
+    }
+
+    /// Stops the coordinator and the follower, after A and B stopped.
+    async fn close(self) {
+        if let Some(c) = self.coordinator {
+            c.shards.shutdown().await;
+        }
+        if let Some((follower, _)) = self.follower {
+            follower.close().await;
+        }
     }
 }
 
@@ -220,38 +334,44 @@ impl SourceWriter {
     }
 }
 
-/// The mirror's one partition, once the node shows it (a node just
-/// started shows it once its MirrorActor has started it).
-async fn partition(node: &Node) -> PartitionDescription {
-    let start = Instant::now();
-    loop {
-        if let Some(p) = node
-            .describe(Some(MIRROR))
-            .await
-            .unwrap()
-            .into_iter()
-            .next()
-        {
-            return p;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30), "no partition");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+impl Shard {
+    /// The mirror's one partition as `node` describes it, if it runs there.
+    async fn described(&self, node: &Node) -> Option<PartitionDescription> {
+        let described = node.describe(None).await.ok()?;
+        described.into_iter().find(|p| p.mirror == self.mirror)
     }
-}
 
-async fn wait_for(node: &Node, what: &str, done: impl Fn(&PartitionDescription) -> bool) {
-    let start = Instant::now();
-    loop {
-        if let Ok(parts) = node.describe(Some(MIRROR)).await {
-            if parts.len() == 1 && done(&parts[0]) {
+    /// The mirror's one partition, once `node` shows it (a node just
+    /// started shows it once its MirrorActor has started it).
+    async fn partition(&self, node: &Node) -> PartitionDescription {
+        let start = Instant::now();
+        loop {
+            if let Some(p) = self.described(node).await {
+                return p;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "no partition");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn wait_for(
+        &self,
+        node: &Node,
+        what: &str,
+        done: impl Fn(&PartitionDescription) -> bool,
+    ) {
+        let start = Instant::now();
+        loop {
+            let p = self.described(node).await;
+            if p.as_ref().is_some_and(&done) {
                 return;
             }
             assert!(
                 start.elapsed() < Duration::from_secs(90),
-                "{what}: not after 90 s: {parts:#?}"
+                "{what}: not after 90 s: {p:#?}"
             );
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -265,9 +385,8 @@ async fn wait_until(what: &str, done: impl Fn() -> bool) {
 
 /// A starts the shard and copies `topic` under a continuous producer.
 async fn a_copies(shard: &Shard, proxy: &FaultProxy) -> (Owner, SourceWriter) {
-    create_topic(&bed().source, &shard.topic, 1, &[]);
     let a = shard.owner("A", through(proxy)).await;
-    let props = [
+    let mut props: std::collections::BTreeMap<String, String> = [
         ("bootstrap.servers", bed().source.as_str()),
         ("mirror.failed.retry.initial.backoff.ms", "100"),
         ("mirror.failed.retry.max.backoff.ms", "500"),
@@ -275,16 +394,24 @@ async fn a_copies(shard: &Shard, proxy: &FaultProxy) -> (Owner, SourceWriter) {
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    a.node.create_mirror(MIRROR, props).await.unwrap();
-    let writer = SourceWriter::start(&shard.topic).await;
-    a.node
-        .start_topics(MIRROR, std::slice::from_ref(&shard.topic), &[], None)
+    if shard.coordinator.is_some() {
+        props.insert(SPREAD_KEY.to_string(), "true".to_string());
+    }
+    let coordinator = shard.coordinator(&a);
+    coordinator
+        .create_mirror(&shard.mirror, props)
         .await
         .unwrap();
-    wait_for(&a.node, "A copies", |p| {
-        p.state == "MIRRORING" && p.destination_offset >= 50
-    })
-    .await;
+    let writer = SourceWriter::start(&shard.topic).await;
+    coordinator
+        .start_topics(&shard.mirror, std::slice::from_ref(&shard.topic), &[], None)
+        .await
+        .unwrap();
+    shard
+        .wait_for(&a.node, "A copies", |p| {
+            p.state == "MIRRORING" && p.destination_offset >= 50
+        })
+        .await;
     (a, writer)
 }
 
@@ -409,14 +536,15 @@ fn values(bootstrap: &str, topic: &str, n: usize) -> Vec<(i64, String)> {
 /// batch of an epoch below B's fence after B's marker.
 async fn settle_and_check(shard: &Shard, b: &Owner, writer: SourceWriter) {
     let written = writer.stop().await;
-    wait_for(&b.node, "B caught up", |p| {
-        p.state == "MIRRORING" && p.lag == 0 && p.source_offset > 0
-    })
-    .await;
+    shard
+        .wait_for(&b.node, "B caught up", |p| {
+            p.state == "MIRRORING" && p.lag == 0 && p.source_offset > 0
+        })
+        .await;
     let tp = TopicPartition::new(&shard.topic, 0);
     let source = values(&bed().source, &shard.topic, written);
     let destination = values(&bed().destination, &shard.topic, written);
-    let p = partition(&b.node).await;
+    let p = shard.partition(&b.node).await;
     println!(
         "source: {} records (end {}), destination: {} records (end {}), offsets_identical {}",
         source.len(),
@@ -429,7 +557,7 @@ async fn settle_and_check(shard: &Shard, b: &Owner, writer: SourceWriter) {
     let sv: Vec<&String> = source.iter().map(|r| &r.1).collect();
     let dv: Vec<&String> = destination.iter().map(|r| &r.1).collect();
     let lost = sv.iter().filter(|v| !dv.contains(v)).count();
-    let duplicated = dv.len() - dv.iter().collect::<std::collections::BTreeSet<_>>().len();
+    let duplicated = dv.len() - dv.iter().collect::<BTreeSet<_>>().len();
     println!("lost {lost}, duplicated {duplicated}");
     assert_eq!(dv, sv, "0 lost, 0 duplicated, order kept");
 
@@ -457,15 +585,9 @@ async fn settle_and_check(shard: &Shard, b: &Owner, writer: SourceWriter) {
     println!(
         "data batches: {} before B's marker at {fence_at} (epochs {:?}), {} after (epochs {:?})",
         before.len(),
-        before
-            .iter()
-            .map(|b| b.1)
-            .collect::<std::collections::BTreeSet<_>>(),
+        before.iter().map(|b| b.1).collect::<BTreeSet<_>>(),
         after.len(),
-        after
-            .iter()
-            .map(|b| b.1)
-            .collect::<std::collections::BTreeSet<_>>()
+        after.iter().map(|b| b.1).collect::<BTreeSet<_>>()
     );
     assert!(
         after.iter().all(|(_, e)| *e > fence_epoch),
@@ -478,7 +600,11 @@ async fn settle_and_check(shard: &Shard, b: &Owner, writer: SourceWriter) {
         let mut wrong = Vec::new();
         for ((s, v), (d, w)) in source.iter().zip(&destination) {
             assert_eq!(v, w);
-            let t = b.node.translate(MIRROR, &shard.topic, 0, *s).await.unwrap();
+            let t = shard
+                .coordinator(b)
+                .translate(&shard.mirror, &shard.topic, 0, *s)
+                .await
+                .unwrap();
             if (t.kind.as_str(), t.destination_offset) != ("exact", Some(*d)) {
                 wrong.push((*s, *d, t.kind, t.destination_offset));
             }
@@ -540,8 +666,17 @@ async fn settle_and_check(shard: &Shard, b: &Owner, writer: SourceWriter) {
 
 #[actix::test]
 async fn a_produce_held_past_a_takeover_is_refused_and_nothing_is_lost_or_doubled() {
+    held_past_a_takeover(Layout::Whole).await;
+}
+
+#[actix::test]
+async fn a_hosts_produce_held_past_a_takeover_is_refused_and_nothing_is_lost_or_doubled() {
+    held_past_a_takeover(Layout::Spread).await;
+}
+
+async fn held_past_a_takeover(layout: Layout) {
     capture_logs();
-    let shard = Shard::new("pause-ack");
+    let shard = Shard::new("pause-ack", layout).await;
     let proxy = FaultProxy::start(&bed().destination).await;
     let (a, writer) = a_copies(&shard, &proxy).await;
 
@@ -550,7 +685,7 @@ async fn a_produce_held_past_a_takeover_is_refused_and_nothing_is_lost_or_double
     proxy.hold(&[PRODUCE]);
     wait_until("A's produce is held", || proxy.held() > 0).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let a_at = partition(&a.node).await;
+    let a_at = shard.partition(&a.node).await;
     println!(
         "A paused between produce and ack: {} produce(s) held, A's view: destination end {}",
         proxy.held(),
@@ -561,40 +696,52 @@ async fn a_produce_held_past_a_takeover_is_refused_and_nothing_is_lost_or_double
     let b = shard
         .owner("B", ClientConfig::plaintext(&bed().destination))
         .await;
-    let b_started = partition(&b.node).await.destination_offset;
-    wait_for(&b.node, "B copies", |p| {
-        p.state == "MIRRORING" && p.destination_offset > b_started + 20
-    })
-    .await;
+    let b_started = shard.partition(&b.node).await.destination_offset;
+    shard
+        .wait_for(&b.node, "B copies", |p| {
+            p.state == "MIRRORING" && p.destination_offset > b_started + 20
+        })
+        .await;
     println!(
         "B took over and copies: destination end {}",
-        partition(&b.node).await.destination_offset
+        shard.partition(&b.node).await.destination_offset
     );
 
     // A's log is fenced too: a state write of A's is refused, not appended.
     let props = [("bootstrap.servers".to_string(), bed().source.clone())].into();
-    let refused = a.node.create_mirror("late", props).await;
+    let refused = a.node.create_mirror(&shard.routed_to_host(), props).await;
     println!("A's state write after the takeover: {refused:?}");
     assert!(refused.is_err(), "A's log still took a write");
 
     // A wakes up: its requests reach the broker after B's writes.
     release_a(&proxy, &shard.topic).await;
     settle_and_check(&shard, &b, writer).await;
-    b.node.shutdown().await;
-    a.node.shutdown().await;
+    b.shards.shutdown().await;
+    a.shards.shutdown().await;
+    shard.close().await;
 }
 
 #[actix::test]
 async fn a_run_recorded_but_not_produced_before_a_takeover_never_lands() {
+    recorded_not_produced(Layout::Whole).await;
+}
+
+#[actix::test]
+async fn a_run_a_host_recorded_but_did_not_produce_before_a_takeover_never_lands() {
+    recorded_not_produced(Layout::Spread).await;
+}
+
+async fn recorded_not_produced(layout: Layout) {
     capture_logs();
-    let shard = Shard::new("pause-run");
+    let shard = Shard::new("pause-run", layout).await;
     let proxy = FaultProxy::start(&bed().destination).await;
     let (a, writer) = a_copies(&shard, &proxy).await;
     let paused_at = writer.pause().await as i64;
-    wait_for(&a.node, "A caught up", |p| {
-        p.lag == 0 && p.source_offset == paused_at
-    })
-    .await;
+    shard
+        .wait_for(&a.node, "A caught up", |p| {
+            p.lag == 0 && p.source_offset == paused_at
+        })
+        .await;
 
     // Between recording a run and producing it: an aborted transaction on
     // the source (its marker is an offset kmirror does not copy) makes A
@@ -630,10 +777,11 @@ async fn a_run_recorded_but_not_produced_before_a_takeover_never_lands() {
     let b = shard
         .owner("B", ClientConfig::plaintext(&bed().destination))
         .await;
-    wait_for(&b.node, "B copies", |p| {
-        p.state == "MIRRORING" && p.destination_offset > opened.1 + 20
-    })
-    .await;
+    shard
+        .wait_for(&b.node, "B copies", |p| {
+            p.state == "MIRRORING" && p.destination_offset > opened.1 + 20
+        })
+        .await;
     let after: Vec<_> = shard
         .runs()
         .await
@@ -649,14 +797,24 @@ async fn a_run_recorded_but_not_produced_before_a_takeover_never_lands() {
 
     release_a(&proxy, &shard.topic).await;
     settle_and_check(&shard, &b, writer).await;
-    b.node.shutdown().await;
-    a.node.shutdown().await;
+    b.shards.shutdown().await;
+    a.shards.shutdown().await;
+    shard.close().await;
 }
 
 #[actix::test]
 async fn a_produce_released_between_the_new_owners_alignment_and_its_first_write_is_refused() {
+    released_after_alignment(Layout::Whole).await;
+}
+
+#[actix::test]
+async fn a_hosts_produce_released_between_the_new_hosts_alignment_and_its_first_write_is_refused() {
+    released_after_alignment(Layout::Spread).await;
+}
+
+async fn released_after_alignment(layout: Layout) {
     capture_logs();
-    let shard = Shard::new("pause-align");
+    let shard = Shard::new("pause-align", layout).await;
     let proxy = FaultProxy::start(&bed().destination).await;
     let (a, writer) = a_copies(&shard, &proxy).await;
     proxy.hold(&[PRODUCE]);
@@ -684,6 +842,7 @@ async fn a_produce_released_between_the_new_owners_alignment_and_its_first_write
         "B's first write lands where its alignment put it"
     );
     settle_and_check(&shard, &b, writer).await;
-    b.node.shutdown().await;
-    a.node.shutdown().await;
+    b.shards.shutdown().await;
+    a.shards.shutdown().await;
+    shard.close().await;
 }
