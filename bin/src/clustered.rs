@@ -98,6 +98,8 @@ async fn check_session_timeout(client: &KafkaClient, session: Duration) -> Resul
 pub struct Clustered {
     pub shards: Shards,
     pub status: watch::Receiver<ClusterStatus>,
+    /// The state topic, each shard a partition of it.
+    pub state_log: Arc<StateLogOptions>,
     membership: MembershipHandle,
     follower: tokio::task::JoinHandle<()>,
     stop: watch::Sender<bool>,
@@ -205,6 +207,7 @@ impl Clustered {
             None
         };
         let cluster_id = cluster.id.clone();
+        let state_log = Arc::new(log_options.clone());
         let open_log: kmirror_actors::shards::ShardLogOpener = Arc::new(move |shard| {
             let options = log_options.clone();
             let tid = state_transactional_id(&cluster_id, shard);
@@ -252,8 +255,11 @@ impl Clustered {
             generation: -1,
             ..ClusterStatus::default()
         });
-        *route.lock().expect("node route") =
-            Some(NodeHandle::clustered(shards.clone(), status.clone()));
+        *route.lock().expect("node route") = Some(NodeHandle::clustered(
+            shards.clone(),
+            status.clone(),
+            state_log.clone(),
+        ));
         let (stop, stopping) = watch::channel(false);
         let follower = actix::spawn(follow(
             Follow {
@@ -269,6 +275,7 @@ impl Clustered {
         Ok(Clustered {
             shards,
             status,
+            state_log,
             membership,
             follower,
             stop,

@@ -151,7 +151,9 @@ impl Running {
     fn handle(&self) -> NodeHandle {
         match self {
             Running::Single(node) => NodeHandle::new(node.clone()),
-            Running::Clustered(c) => NodeHandle::clustered(c.shards.clone(), c.status.clone()),
+            Running::Clustered(c) => {
+                NodeHandle::clustered(c.shards.clone(), c.status.clone(), c.state_log.clone())
+            }
         }
     }
 

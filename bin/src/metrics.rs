@@ -148,7 +148,11 @@ pub fn render(m: &NodeMetrics, memory: Option<&MemoryBudget>) -> String {
         );
     }
 
-    f.header("mirrors", "gauge", "Mirrors on this node.");
+    f.header(
+        "mirrors",
+        "gauge",
+        "Mirrors this node coordinates (a spread mirror's hosted partitions count in the partition figures).",
+    );
     f.sample("mirrors", &[], m.mirrors);
     f.header(
         "event_log_end_offset",

@@ -400,6 +400,34 @@ fn keyless_records_of_a_partition_hosted_elsewhere_are_copied_under_a_hold() {
         mirrored(&nodes[1], &mirror, 1, 4)
     });
     assert_copy_exact(&topic, 1);
+    // `/audit`, asked of any node, tells the topic's records from the
+    // coordinator's shard and the partition's from the shard it is placed
+    // in, each line naming its shard.
+    let placed = placement_shard(
+        &MirrorPartitionKey::new(mirror.as_str(), topic_id, 0),
+        true,
+        SHARDS,
+    );
+    let (status, body) = nodes[2].http(
+        "GET",
+        &format!("/audit?mirror={mirror}&topic={topic}&limit=1000"),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    let lines: Vec<Value> = serde_json::from_str(&body).unwrap();
+    let told = |shard: i32, kind: &str| {
+        lines
+            .iter()
+            .any(|l| l["shard"] == shard && l["type"] == kind)
+    };
+    let home = coordinator_partition(&mirror, SHARDS);
+    for (shard, kind) in [
+        (home, "MirrorTopicStateChange"),
+        (placed, "MirrorPartitionState"),
+        (placed, "OffsetMapRun"),
+    ] {
+        assert!(told(shard, kind), "no {kind} from shard {shard}: {body}");
+    }
     nodes[2].cli_ok(&["mirror", "stop", "--mirror", &mirror, "--topics", &topic]);
     assert_eq!(
         overrides().get("cleanup.policy").map(String::as_str),

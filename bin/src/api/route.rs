@@ -3,12 +3,14 @@
 //! cluster that coordinates the mirror; and the fan-out that lists every
 //! node's mirrors and partitions.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse};
 use kmirror_actors::node::{Node, NodeError};
 use kmirror_actors::shards::{ClusterStatus, Shards};
+use kmirror_actors::state_log::StateLogOptions;
 use serde::Serialize;
 
 use super::error::{ApiError, Reply};
@@ -33,6 +35,7 @@ enum Target {
     Clustered {
         shards: Shards,
         status: tokio::sync::watch::Receiver<ClusterStatus>,
+        state_log: Arc<StateLogOptions>,
     },
 }
 
@@ -86,11 +89,20 @@ impl NodeHandle {
         }
     }
 
-    /// A clustered node's shards and the membership's view of who owns
-    /// what. Must be called on the arbiter the shards start on.
-    pub fn clustered(shards: Shards, status: tokio::sync::watch::Receiver<ClusterStatus>) -> Self {
+    /// A clustered node's shards, the membership's view of who owns what,
+    /// and the state topic every shard is a partition of. Must be called on
+    /// the arbiter the shards start on.
+    pub fn clustered(
+        shards: Shards,
+        status: tokio::sync::watch::Receiver<ClusterStatus>,
+        state_log: Arc<StateLogOptions>,
+    ) -> Self {
         NodeHandle {
-            target: Target::Clustered { shards, status },
+            target: Target::Clustered {
+                shards,
+                status,
+                state_log,
+            },
             home: actix::Arbiter::current(),
         }
     }
@@ -111,7 +123,7 @@ impl NodeHandle {
     ) -> Result<Owner, ApiError> {
         let (shards, status) = match &self.target {
             Target::Single(node) => return Ok(Owner::Here(node.clone())),
-            Target::Clustered { shards, status } => (shards, status),
+            Target::Clustered { shards, status, .. } => (shards, status),
         };
         let shard = shards.shard_of(mirror);
         let status = status.borrow().clone();
@@ -194,6 +206,15 @@ impl NodeHandle {
                     .collect()
             }
             _ => Vec::new(),
+        }
+    }
+
+    /// The state topic, on a clustered node: where the shards this node
+    /// does not own are read from (read only).
+    pub(super) fn state_log(&self) -> Option<Arc<StateLogOptions>> {
+        match &self.target {
+            Target::Clustered { state_log, .. } => Some(state_log.clone()),
+            Target::Single(_) => None,
         }
     }
 

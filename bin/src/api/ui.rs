@@ -7,12 +7,18 @@
 //! `/audit` tells a mirror's records exactly as `kmirror log audit` does,
 //! by the same code (`log_cmd::audit::walk`), from the node's live log.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use actix_web::web::{self, Data, Query};
 use actix_web::{HttpRequest, HttpResponse};
 use kmirror_actors::node::NodeError;
-use kmirror_events::RecordType;
+use kmirror_actors::state_log::KafkaLog;
+use kmirror_events::{
+    coordinator_partition, placement_shard, MirrorPartitionKey, MirrorStateImage, RecordType,
+    TopicId,
+};
+use kmirror_store::EventLog;
 use serde::Deserialize;
 
 use super::error::{ApiError, Reply};
@@ -88,6 +94,10 @@ pub(super) async fn audit(node: Data<NodeHandle>, req: HttpRequest, q: Query<Aud
     let (log, image) = node
         .run(here, |n| async move { n.log_and_image().await })
         .await??;
+    // A spread mirror's partitions have their records in the shards they
+    // are placed in: those are read from the state topic to their ends
+    // (read only), beside the coordinator's live log.
+    let spread = node.state_log().filter(|_| image.spreads(&q.mirror));
     let lines = web::block(move || -> Result<Vec<serde_json::Value>, ApiError> {
         let names = names_of(&image);
         let topic_filter = match &q.topic {
@@ -103,6 +113,22 @@ pub(super) async fn audit(node: Data<NodeHandle>, req: HttpRequest, q: Query<Aud
                 Some(ids)
             }
         };
+        let mut logs: Vec<(Option<i32>, Arc<dyn EventLog>)> = vec![(None, log)];
+        if let Some(options) = &spread {
+            let own = coordinator_partition(&q.mirror, options.partitions);
+            logs[0].0 = Some(own);
+            for shard in placed_shards(&image, &q, topic_filter.as_deref(), options.partitions) {
+                if shard != own {
+                    let log = KafkaLog::open_read_only(options, Some(shard)).map_err(|e| {
+                        ApiError(NodeError::new(
+                            "KAFKA_STORAGE_ERROR",
+                            format!("reading state partition {shard}: {e}"),
+                        ))
+                    })?;
+                    logs.push((Some(shard), Arc::new(log)));
+                }
+            }
+        }
         let filter = AuditFilter {
             mirror: Some(q.mirror),
             topic_ids: topic_filter,
@@ -110,21 +136,35 @@ pub(super) async fn audit(node: Data<NodeHandle>, req: HttpRequest, q: Query<Aud
             types,
             ..AuditFilter::default()
         };
-        let mut newest: VecDeque<AuditLine> = VecDeque::with_capacity(limit);
-        walk(log.as_ref(), &names, &filter, true, false, |_, line| {
-            if newest.len() == limit {
-                newest.pop_front();
-            }
-            newest.extend(line);
-            Ok(())
-        })
-        .map_err(|e| {
-            ApiError(NodeError::new(
-                "KAFKA_STORAGE_ERROR",
-                format!("reading the event log: {e}"),
-            ))
-        })?;
-        Ok(newest.iter().map(AuditLine::to_json).collect())
+        let mut newest: Vec<VecDeque<AuditLine>> = Vec::new();
+        for (_, log) in &logs {
+            let mut lines = VecDeque::with_capacity(limit);
+            walk(log.as_ref(), &names, &filter, true, false, |_, line| {
+                if lines.len() == limit {
+                    lines.pop_front();
+                }
+                lines.extend(line);
+                Ok(())
+            })
+            .map_err(|e| {
+                ApiError(NodeError::new(
+                    "KAFKA_STORAGE_ERROR",
+                    format!("reading the event log: {e}"),
+                ))
+            })?;
+            newest.push(lines);
+        }
+        let shards: Vec<Option<i32>> = logs.iter().map(|(s, _)| *s).collect();
+        Ok(merge_newest(newest, limit)
+            .into_iter()
+            .map(|(i, line)| {
+                let mut json = line.to_json();
+                if let Some(shard) = shards[i] {
+                    json["shard"] = shard.into();
+                }
+                json
+            })
+            .collect())
     })
     .await
     .map_err(|e| {
@@ -134,4 +174,72 @@ pub(super) async fn audit(node: Data<NodeHandle>, req: HttpRequest, q: Query<Aud
         ))
     })??;
     Ok(HttpResponse::Ok().json(lines))
+}
+
+/// The shards other than the coordinator's that hold records `q` asks
+/// for: where each partition of the mirror's topics (those of `topics`,
+/// or all) is placed.
+fn placed_shards(
+    image: &MirrorStateImage,
+    q: &AuditQuery,
+    topics: Option<&[TopicId]>,
+    partitions: i32,
+) -> BTreeSet<i32> {
+    image
+        .topics_of(&q.mirror)
+        .filter(|t| topics.is_none_or(|ids| ids.contains(&t.change.topic_id)))
+        .flat_map(|t| {
+            (0..t.change.partition_count)
+                .filter(|p| q.partition.is_none_or(|want| want == *p))
+                .map(|p| {
+                    let key = MirrorPartitionKey::new(q.mirror.as_str(), t.change.topic_id, p);
+                    placement_shard(&key, true, partitions)
+                })
+        })
+        .collect()
+}
+
+/// The newest `limit` lines of several logs, oldest first, each with the
+/// index of its log. Each log's lines keep their log order (a shard's
+/// owners may stamp with clocks a little apart); between logs, the older
+/// head goes first.
+fn merge_newest(mut logs: Vec<VecDeque<AuditLine>>, limit: usize) -> Vec<(usize, AuditLine)> {
+    let mut merged = Vec::new();
+    loop {
+        let next = logs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| l.front().map(|line| (line.timestamp_ms, i)))
+            .min();
+        let Some((_, i)) = next else { break };
+        merged.extend(logs[i].pop_front().map(|line| (i, line)));
+    }
+    let skip = merged.len().saturating_sub(limit);
+    merged.split_off(skip)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(timestamp_ms: i64, offset: u64) -> AuditLine {
+        AuditLine {
+            offset,
+            timestamp_ms,
+            record_type: "OffsetMapRun",
+            text: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_newest_lines_of_several_shards_merge_by_time_each_in_its_log_order() {
+        // Shard 0's second owner stamped a little behind its first.
+        let a = VecDeque::from([line(10, 0), line(30, 1), line(25, 2)]);
+        let b = VecDeque::from([line(20, 0), line(40, 1)]);
+        let merged: Vec<(usize, u64)> = merge_newest(vec![a, b], 4)
+            .into_iter()
+            .map(|(i, l)| (i, l.offset))
+            .collect();
+        assert_eq!(merged, [(1, 0), (0, 1), (0, 2), (1, 1)]);
+    }
 }
