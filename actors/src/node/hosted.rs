@@ -401,25 +401,11 @@ impl Node {
         key: MirrorPartitionKey,
         asked: tokio::time::Instant,
     ) -> Result<bool, NodeError> {
-        let actor = match self
-            .inner
-            .mirrors
-            .lock()
-            .await
-            .running
-            .get(&key.mirror_name)
-        {
-            Some(running) => running.actor.clone(),
-            None => {
-                return Err(NodeError::new(
-                    "NOT_COORDINATOR",
-                    format!(
-                        "this node does not run mirror {:?} (it may have moved in a rebalance)",
-                        key.mirror_name
-                    ),
-                ))
-            }
-        };
+        // A mirror this shard cannot run says why (tried again first), one
+        // it does not know is unknown here: the shard itself was asked.
+        let actor = self
+            .of_running(&key.mirror_name, |r| r.actor.clone())
+            .await?;
         let pass = actor
             .send(FinalSync(key.clone()))
             .await

@@ -1027,6 +1027,30 @@ async fn a_spread_mirror_is_verified_and_translated_through_the_maps_where_its_p
     bed.close().await;
 }
 
+/// A final pass asked of a coordinator that cannot run the mirror (its
+/// source unreachable from there) is refused saying why, not as if the
+/// mirror had moved to another node.
+#[actix::test]
+async fn a_final_pass_asked_where_the_mirror_cannot_run_says_why() {
+    let bed = Bed::new();
+    let (a, b, moved) = bed.split().await;
+    let own: BTreeSet<i32> = (0..SHARDS).filter(|s| *s != moved).collect();
+    a.reconcile(&BTreeSet::new()).await;
+    bed.cut("a", true);
+    a.reconcile(&own).await;
+    let coordinator = a.node_for("m").await.unwrap();
+    let hosted = key(placed_in(moved)[0]);
+    let e = coordinator
+        .final_sync_hosted(hosted, tokio::time::Instant::now())
+        .await
+        .unwrap_err();
+    assert_ne!(e.code, "NOT_COORDINATOR", "{e:?}");
+    assert!(e.message.contains("source unreachable from here"), "{e:?}");
+    a.shutdown().await;
+    b.shutdown().await;
+    bed.close().await;
+}
+
 /// The background check runs where each partition is placed: a host
 /// verifies the partitions it hosts (their maps are in its shard) and
 /// records each result there, as the coordinator does for its own.
