@@ -2,7 +2,7 @@
 
 use crate::{
     MirrorConfig, MirrorPartitionKey, MirrorStateImage, PartitionState, PatternError, RecordKey,
-    TopicId,
+    RecordType, TopicId,
 };
 
 /// Java's `String.hashCode()`: `s[0]*31^(n-1) + … + s[n-1]` over UTF-16 code
@@ -132,6 +132,35 @@ impl RecordKey {
             | RecordKey::FailbackPlan(_)
             | RecordKey::SourceFence(_)
             | RecordKey::ShardRelease(_) => None,
+        }
+    }
+}
+
+impl RecordType {
+    /// Whether records of this type live with their partition wherever it
+    /// is placed ([`RecordKey::placed_partition`]): which shards a reader
+    /// of a spread mirror's records of this type must read.
+    pub fn placed(self) -> bool {
+        use RecordType as T;
+        match self {
+            T::LastMirrorEpochs
+            | T::MirrorPartitionState
+            | T::MirrorProducer
+            | T::SourceEpochs
+            | T::VerifyResult
+            | T::FailoverReport
+            | T::OffsetMapRun
+            | T::GapDetected
+            | T::OffsetMapHole => true,
+            T::MirrorTopicStateChange
+            | T::MirrorConfig
+            | T::GroupOffsetSync
+            | T::TopicConfigSync
+            | T::AclSync
+            | T::MirrorTopicDestination
+            | T::FailbackPlan
+            | T::SourceFence
+            | T::ShardRelease => false,
         }
     }
 }

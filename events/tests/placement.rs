@@ -31,6 +31,13 @@ fn fold(
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
+    /// A record's type says whether it is placed with its partition, as
+    /// its key does.
+    #[test]
+    fn a_records_type_says_where_it_is_placed(r in any_record()) {
+        prop_assert_eq!(r.record_type().placed(), r.key().placed_partition().is_some(), "{:?}", r);
+    }
+
     /// A partition's own command writes only records placed with that
     /// partition, and its host, deciding it over its own records and the
     /// coordinator's topic records, decides exactly what one log holding
@@ -70,6 +77,23 @@ proptest! {
                 (_, Err(_)) => {}
             }
         }
+    }
+}
+
+/// The types `any_record` does not make, as tombstones.
+#[test]
+fn reports_and_releases_are_placed_as_their_keys_say() {
+    let key = MirrorPartitionKey::new("m", TopicId([1; 16]), 0);
+    for r in [
+        Record::FailoverReport(key.clone(), None),
+        Record::VerifyResult(key, None),
+        Record::ShardRelease(ShardReleaseKey { shard: 0 }, None),
+    ] {
+        assert_eq!(
+            r.record_type().placed(),
+            r.key().placed_partition().is_some(),
+            "{r:?}"
+        );
     }
 }
 

@@ -73,7 +73,8 @@ pub enum Placement {
     /// through `followed`. With `host` (the config this host was started
     /// for), another shard coordinates the mirror: its topics are read
     /// there as this node follows it, and discovery, the metadata sync and
-    /// the verify are the coordinator's.
+    /// the on-demand verify are the coordinator's (the background check
+    /// runs here too, over the partitions placed here).
     Spread {
         shard: i32,
         partitions: i32,

@@ -1078,7 +1078,11 @@ async fn a_spread_mirrors_background_check_runs_where_each_partition_is_placed()
         all.sort();
         all
     };
-    until(async || verified().await.iter().all(|(_, v)| *v == Some((3, 0)))).await;
+    until(async || {
+        let all = verified().await;
+        all.len() == PARTITIONS as usize && all.iter().all(|(_, v)| *v == Some((3, 0)))
+    })
+    .await;
     // Then every partition has its result, the hosted ones included, each
     // recorded in the shard it is placed in
     let all = verified().await;

@@ -209,9 +209,6 @@ pub async fn background(
     let mut last: Option<Instant> = None;
     loop {
         tokio::time::sleep(BACKGROUND_POLL).await;
-        let Ok(image) = coordinator.send(ReadImage).await else {
-            return;
-        };
         let coordinated = match &hosted {
             Some(followed) => match followed.coordinator_of(&mirror) {
                 Some(shard) if shard.caught_up() => Some(shard),
@@ -219,8 +216,24 @@ pub async fn background(
             },
             None => None,
         };
-        let topics = coordinated.as_deref().map_or(&*image, |s| &s.image);
+        // A host reads its own image only when a check is due: a read
+        // every poll would cut its coordinator's lazy batching short.
+        let own = match coordinated {
+            Some(_) => None,
+            None => match coordinator.send(ReadImage).await {
+                Ok(image) => Some(image),
+                Err(_) => return,
+            },
+        };
+        let Some(topics) = coordinated.as_deref().map(|s| &s.image).or(own.as_deref()) else {
+            return;
+        };
         let Some(config) = topics.mirror(&mirror) else {
+            // A host waits: a mirror deleted and made again under its name
+            // may keep this host (its actor stops otherwise, and this with it).
+            if hosted.is_some() {
+                continue;
+            }
             return;
         };
         let Ok(Some(every)) = kmirror_events::verify_interval(config) else {
@@ -244,6 +257,13 @@ pub async fn background(
             .map(|e| e.change.clone())
             .collect();
         topics.sort_by(|a, b| a.topic_name.cmp(&b.topic_name));
+        let image = match own {
+            Some(image) => image,
+            None => match coordinator.send(ReadImage).await {
+                Ok(image) => image,
+                Err(_) => return,
+            },
+        };
         for t in topics {
             for p in 0..t.partition_count {
                 let key = MirrorPartitionKey::new(mirror.as_str(), t.topic_id, p);

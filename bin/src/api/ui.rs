@@ -5,7 +5,9 @@
 //! asset server, no CDN, so it works on an air-gapped host. It only polls
 //! the public JSON endpoints, so anything it shows a script can read too.
 //! `/audit` tells a mirror's records exactly as `kmirror log audit` does,
-//! by the same code (`log_cmd::audit::walk`), from the node's live log.
+//! by the same code (`log_cmd::audit::walk`), from the coordinator's live
+//! log (and a spread mirror's from the shards its partitions are placed
+//! in, read from the state topic).
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -54,15 +56,17 @@ pub(super) async fn page() -> HttpResponse {
         .body(PAGE)
 }
 
+fn record_types() -> impl Iterator<Item = RecordType> {
+    (0..=u8::MAX).filter_map(RecordType::from_u8)
+}
+
 fn record_type_names() -> Vec<&'static str> {
-    (0..=u8::MAX)
-        .filter_map(RecordType::from_u8)
-        .map(RecordType::name)
-        .collect()
+    record_types().map(RecordType::name).collect()
 }
 
 /// The newest records of a mirror (a topic, a partition), oldest first,
-/// each as `{"offset", "timestamp_ms", "time", "type", "text"}`.
+/// each as `{"offset", "timestamp_ms", "time", "type", "text"}`, and, for
+/// a spread mirror, the `"shard"` (state-topic partition) whose offset it is.
 pub(super) async fn audit(node: Data<NodeHandle>, req: HttpRequest, q: Query<AuditQuery>) -> Reply {
     let q = q.into_inner();
     let limit = q.limit.unwrap_or(DEFAULT_AUDIT_LIMIT);
@@ -117,7 +121,8 @@ pub(super) async fn audit(node: Data<NodeHandle>, req: HttpRequest, q: Query<Aud
         if let Some(options) = &spread {
             let own = coordinator_partition(&q.mirror, options.partitions);
             logs[0].0 = Some(own);
-            for shard in placed_shards(&image, &q, topic_filter.as_deref(), options.partitions) {
+            let topics = topic_filter.as_deref();
+            for shard in placed_shards(&image, &q, topics, &types, options.partitions) {
                 if shard != own {
                     let log = KafkaLog::open_read_only(options, Some(shard)).map_err(|e| {
                         ApiError(NodeError::new(
@@ -176,23 +181,38 @@ pub(super) async fn audit(node: Data<NodeHandle>, req: HttpRequest, q: Query<Aud
     Ok(HttpResponse::Ok().json(lines))
 }
 
-/// The shards other than the coordinator's that hold records `q` asks
-/// for: where each partition of the mirror's topics (those of `topics`,
-/// or all) is placed.
+/// The shards where the partition records `q` asks for are placed: those
+/// of each partition of the topics `topics` names (whichever mirror holds
+/// them now), or of the mirror's topics; none when only topic-level
+/// `types` are asked for (the coordinator's shard holds those).
 fn placed_shards(
     image: &MirrorStateImage,
     q: &AuditQuery,
     topics: Option<&[TopicId]>,
+    types: &[String],
     partitions: i32,
 ) -> BTreeSet<i32> {
-    image
-        .topics_of(&q.mirror)
-        .filter(|t| topics.is_none_or(|ids| ids.contains(&t.change.topic_id)))
-        .flat_map(|t| {
-            (0..t.change.partition_count)
+    let placed_type = |name: &String| record_types().any(|t| t.name() == name && t.placed());
+    if !types.is_empty() && !types.iter().any(placed_type) {
+        return BTreeSet::new();
+    }
+    let counts: Vec<(TopicId, i32)> = match topics {
+        Some(ids) => ids
+            .iter()
+            .filter_map(|id| Some((*id, image.topic(id)?.change.partition_count)))
+            .collect(),
+        None => image
+            .topics_of(&q.mirror)
+            .map(|t| (t.change.topic_id, t.change.partition_count))
+            .collect(),
+    };
+    counts
+        .into_iter()
+        .flat_map(|(id, count)| {
+            (0..count)
                 .filter(|p| q.partition.is_none_or(|want| want == *p))
-                .map(|p| {
-                    let key = MirrorPartitionKey::new(q.mirror.as_str(), t.change.topic_id, p);
+                .map(move |p| {
+                    let key = MirrorPartitionKey::new(q.mirror.as_str(), id, p);
                     placement_shard(&key, true, partitions)
                 })
         })
