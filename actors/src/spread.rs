@@ -209,16 +209,29 @@ pub struct Hosting {
     pub hosted_copies: Option<AskHostedCopies>,
 }
 
-/// How one partition a node hosts stands for the keyless hold: what its
-/// host board says (`StatusBoard::keyless_partitions`), for a spread
-/// mirror's coordinator, whose board holds only its own. By partition, so
-/// that one reported twice (two members listed at one address after a
-/// restart, a shard handed over meanwhile) is not counted for another.
+/// How one partition a node hosts stands: what its host board says, for
+/// a spread mirror's coordinator, whose board holds only its own — for
+/// the keyless hold (`StatusBoard::keyless_partitions`) and a switchover's
+/// drain. By partition, so that one reported twice (two members listed at
+/// one address after a restart, a shard handed over meanwhile) is not
+/// counted for another.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HostedCopy {
     pub topic_id: TopicId,
     pub partition: i32,
     pub copy: KeylessCopy,
+    /// Absent from the answer of a node from before it was reported.
+    #[serde(default)]
+    pub position: Option<HostedPosition>,
+}
+
+/// Where a hosted partition's copy is: what a switchover drains it by.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HostedPosition {
+    pub state: kmirror_events::PartitionState,
+    /// The next source offset to mirror.
+    pub source_offset: i64,
+    pub error: Option<String>,
 }
 
 /// Asks every node (this process's shards and every other member)

@@ -91,9 +91,6 @@ impl Node {
         let offset = options
             .state_validation_offset
             .unwrap_or(image.end_offset());
-        if options.fence_source {
-            Self::refuse_spread(&image, mirror, "a switchover (--fence-source)")?;
-        }
         let found = Self::resolve(&image, mirror, topics)?;
         let ids: Vec<TopicId> = found.iter().map(|(id, _)| *id).collect();
         let names = || found.iter().map(|(_, n)| n.clone()).collect();

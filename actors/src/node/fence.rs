@@ -13,11 +13,12 @@
 //! so does the node's shutdown, which cuts the waits short.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kmirror_events::{
     AclEntry, Command, MirrorPartitionKey, MirrorStateImage, PartitionState, SourceFence,
-    SourceFenceKey, TopicId,
+    SourceFenceKey, TopicId, SPREAD_KEY,
 };
 
 use super::{kafka, FenceReport, Node, NodeError, UnfenceReport};
@@ -25,6 +26,7 @@ use crate::cluster::{acl_binding, acl_entry, AclBinding, SourceCluster};
 use crate::kafka::fetch::TopicPartition;
 use crate::kafka::{KafkaError, ResponseError};
 use crate::partition::StatusBoard;
+use crate::spread::{AskHostedCopies, HostedPosition};
 
 /// With an ACL fence: how long the source's end offsets must stay unchanged
 /// after the fence is in force, so produces accepted just before it are
@@ -123,7 +125,7 @@ impl Node {
         mirror: &str,
         board: &StatusBoard,
         source: &dyn SourceCluster,
-        image: &MirrorStateImage,
+        image: &Arc<MirrorStateImage>,
         found: &[(TopicId, String)],
         offset: u64,
         (timeout, quiet): (Duration, Duration),
@@ -132,11 +134,29 @@ impl Node {
         let ids: Vec<TopicId> = found.iter().map(|(id, _)| *id).collect();
         check_lock(image, &ids, offset)?;
         let keys = partition_keys(image, mirror, found);
+        // A spread mirror's partitions are judged by the states recorded
+        // where they are placed, and drained as their hosts report them.
+        let spread = image.spreads(mirror);
+        let hosts = match (spread, &self.inner.settings.ask_hosted_copies) {
+            (false, _) => None,
+            (true, Some(ask)) => Some((ask, mirror)),
+            (true, None) => {
+                return Err(NodeError::new(
+                    "INVALID_REQUEST",
+                    format!(
+                        "a switchover (--fence-source) of {mirror:?} ({SPREAD_KEY}=true) drains partitions other nodes host, and this node cannot ask them"
+                    ),
+                ))
+            }
+        };
+        let placed = self
+            .placed_records(image.clone(), keys.iter().map(|(k, _)| k), spread)
+            .await?;
         let not_mirroring: Vec<String> = keys
             .iter()
             .filter_map(|(k, name)| {
                 let desired = image.topic(&k.topic_id).map(|t| t.change.desired_state);
-                let state = image.partition_state_or_unknown(k);
+                let state = placed.of(k).partition_state_or_unknown(k);
                 (state != PartitionState::Mirroring || desired != Some(PartitionState::Mirroring))
                     .then(|| format!("{name}-{} ({state})", k.partition))
             })
@@ -170,7 +190,7 @@ impl Node {
             let (targets, quiet) =
                 wait_quiet(source, &tps, settle, (deadline, &go_on), mode).await?;
             let targets = keys.iter().map(|(k, _)| k.clone()).zip(targets).collect();
-            drain(board, &targets, (deadline, &go_on), &keys).await?;
+            drain(board, &targets, (deadline, &go_on), &keys, hosts).await?;
             Ok::<_, NodeError>(quiet)
         }
         .await;
@@ -417,12 +437,16 @@ async fn wait_quiet(
     }
 }
 
-/// Waits until every partition has mirrored up to its target.
+/// Waits until every partition's next source offset reaches its target.
+/// Each partition is read where it runs: the coordinator's board, and for
+/// a spread mirror (`hosts`) every host's as it answers (a partition
+/// reported twice counts at the lower offset, and FAILED if either is).
 async fn drain(
     board: &StatusBoard,
     targets: &BTreeMap<MirrorPartitionKey, i64>,
     (deadline, go_on): Bound<'_>,
     keys: &[(MirrorPartitionKey, String)],
+    hosts: Option<(&AskHostedCopies, &str)>,
 ) -> Result<(), NodeError> {
     let name = |k: &MirrorPartitionKey| {
         keys.iter()
@@ -430,28 +454,61 @@ async fn drain(
             .map_or_else(|| k.topic_id.to_string(), |(_, n)| n.clone())
     };
     loop {
-        let statuses = board.statuses();
+        let mut positions: BTreeMap<MirrorPartitionKey, HostedPosition> = board
+            .statuses()
+            .into_iter()
+            .map(|s| {
+                let position = HostedPosition {
+                    state: s.state,
+                    source_offset: s.progress.source_offset,
+                    error: s.error,
+                };
+                (s.key, position)
+            })
+            .collect();
+        let mut silent = None;
+        if let Some((ask, mirror)) = hosts {
+            match ask(mirror.to_string()).await {
+                Ok(copies) => {
+                    for c in copies {
+                        let Some(p) = c.position else { continue };
+                        let key = MirrorPartitionKey::new(mirror, c.topic_id, c.partition);
+                        let worse = positions.get(&key).is_none_or(|q| {
+                            p.state == PartitionState::Failed
+                                || (q.state != PartitionState::Failed
+                                    && p.source_offset < q.source_offset)
+                        });
+                        if worse {
+                            positions.insert(key, p);
+                        }
+                    }
+                }
+                Err(e) => silent = Some(e),
+            }
+        }
         let mut behind = Vec::new();
         for (key, target) in targets {
-            let Some(s) = statuses.iter().find(|s| &s.key == key) else {
+            let Some(p) = positions.get(key) else {
                 behind.push(format!("{}-{} (not running)", name(key), key.partition));
                 continue;
             };
-            if s.state == PartitionState::Failed {
+            if p.state == PartitionState::Failed {
                 return Err(NodeError::new(
                     "INVALID_CLUSTER_MIRROR_STATES",
                     format!(
                         "partition {}-{} FAILED while draining: {}",
-                        s.topic,
+                        name(key),
                         key.partition,
-                        s.error.as_deref().unwrap_or("no error recorded")
+                        p.error.as_deref().unwrap_or("no error recorded")
                     ),
                 ));
             }
-            if s.progress.source_offset < *target {
+            if p.source_offset < *target {
                 behind.push(format!(
                     "{}-{} at {} of {target}",
-                    s.topic, key.partition, s.progress.source_offset
+                    name(key),
+                    key.partition,
+                    p.source_offset
                 ));
             }
         }
@@ -460,10 +517,11 @@ async fn drain(
         }
         go_on()?;
         if Instant::now() >= deadline {
+            let silent = silent.map(|e| format!(" ({e})")).unwrap_or_default();
             return Err(NodeError::new(
                 "REQUEST_TIMED_OUT",
                 format!(
-                    "not drained to lag 0 before the timeout: {}",
+                    "not drained to lag 0 before the timeout: {}{silent}",
                     behind.join(", ")
                 ),
             ));

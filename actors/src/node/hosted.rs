@@ -423,15 +423,28 @@ impl Node {
     }
 
     /// How the partitions of `mirror` (spread, coordinated by another
-    /// shard) this node hosts stand for the keyless hold, partition by
-    /// partition, as its host board says: what the coordinator asks of every node
-    /// before it lets a hold go while the topic is mirrored. Nothing
-    /// hosted here: none.
+    /// shard) this node hosts stand, partition by partition, as its host
+    /// board says: what the coordinator asks of every node before it lets
+    /// a keyless hold go while the topic is mirrored, and while a
+    /// switchover drains. Nothing hosted here: none.
     pub async fn hosted_copies(&self, mirror: &str) -> Vec<crate::spread::HostedCopy> {
         let mirrors = self.inner.mirrors.lock().await;
         let Some(running) = mirrors.hosted.get(mirror) else {
             return Vec::new();
         };
+        let positions: BTreeMap<MirrorPartitionKey, crate::spread::HostedPosition> = running
+            .board
+            .statuses()
+            .into_iter()
+            .map(|s| {
+                let position = crate::spread::HostedPosition {
+                    state: s.state,
+                    source_offset: s.progress.source_offset,
+                    error: s.error,
+                };
+                (s.key, position)
+            })
+            .collect();
         let mut copies: Vec<_> = running
             .board
             .keyless_partitions()
@@ -440,6 +453,7 @@ impl Node {
                 topic_id: key.topic_id,
                 partition: key.partition,
                 copy,
+                position: positions.get(&key).cloned(),
             })
             .collect();
         copies.sort_by_key(|c| (c.topic_id, c.partition));

@@ -79,6 +79,20 @@ impl Bed {
         let (source, other) = (self.source.clone(), self.other.clone());
         let (logs, cut, me) = (self.logs.clone(), self.cut.clone(), member.to_string());
         let nodes = self.nodes.clone();
+        let every = self.nodes.clone();
+        // The daemon asks every member over HTTP.
+        let ask_hosted_copies: crate::spread::AskHostedCopies = Arc::new(move |mirror| {
+            let nodes = every.lock().unwrap().clone();
+            Box::pin(async move {
+                let mut copies = Vec::new();
+                for shards in nodes {
+                    for (_, n) in shards.nodes().await {
+                        copies.extend(n.hosted_copies(&mirror).await);
+                    }
+                }
+                Ok(copies)
+            })
+        });
         let ask_final_sync: crate::hosted_sync::AskFinalSync = Arc::new(move |key| {
             let nodes = nodes.lock().unwrap().clone();
             Box::pin(async move {
@@ -121,6 +135,7 @@ impl Bed {
                 followed,
                 accept_spread: follows,
                 ask_final_sync: Some(ask_final_sync),
+                ask_hosted_copies: Some(ask_hosted_copies),
                 ..NodeSettings::default()
             },
             open_log: Arc::new(move |shard| {
@@ -1027,6 +1042,49 @@ async fn a_spread_mirror_is_verified_and_translated_through_the_maps_where_its_p
     bed.close().await;
 }
 
+/// A switchover of a spread mirror drains every partition to the source's
+/// settled end wherever it is hosted — the hosts report where their
+/// copies are — and only then stops them all: nothing is left behind.
+#[actix::test]
+async fn a_switchover_of_a_spread_mirror_drains_the_partitions_every_node_hosts() {
+    // Given a spread mirror copying on two nodes, b hosting some of it,
+    // and records still arriving on every partition
+    let bed = Bed::new();
+    let (a, b, moved) = bed.split().await;
+    assert!(!placed_in(moved).is_empty());
+    let coordinator = a.node_for("m").await.unwrap();
+    bed.append(2);
+    // When it is switched over (the source has no authorizer: quiet mode)
+    let switchover = StopOptions {
+        fence_source: true,
+        quiet: Duration::from_millis(300),
+        timeout: Duration::from_secs(20),
+        ..StopOptions::default()
+    };
+    let report = coordinator
+        .stop_topics("m", &["orders".into()], switchover)
+        .await
+        .unwrap();
+    // Then every partition, hosted or not, was drained before it stopped
+    assert_eq!(
+        report.fence.as_ref().map(|f| f.mode.as_str()),
+        Some("quiet")
+    );
+    assert_eq!(report.partitions.len(), PARTITIONS as usize, "{report:?}");
+    for p in &report.partitions {
+        assert_eq!(p.state, "STOPPED", "{p:?}");
+        assert_eq!(p.source_offset, 5, "{p:?}");
+        assert!(
+            p.unmirrored.as_ref().is_none_or(|u| u.records == 0),
+            "{p:?}"
+        );
+    }
+    assert_eq!(bed.counts(), vec![5; PARTITIONS as usize]);
+    a.shutdown().await;
+    b.shutdown().await;
+    bed.close().await;
+}
+
 /// A final pass asked of a coordinator that cannot run the mirror (its
 /// source unreachable from there) is refused saying why, not as if the
 /// mirror had moved to another node.
@@ -1101,10 +1159,10 @@ async fn a_spread_mirrors_background_check_runs_where_each_partition_is_placed()
     bed.close().await;
 }
 
-/// What would reach only the partitions placed in the coordinator's shard
-/// is refused, and a refused failback changes nothing on the destination.
+/// A failback, which would reach only the partitions placed in the
+/// coordinator's shard, is refused and changes nothing on the destination.
 #[actix::test]
-async fn operations_not_built_across_shards_are_refused_for_a_spread_mirror() {
+async fn a_failback_of_a_spread_mirror_is_refused_and_changes_nothing() {
     let bed = Bed::new();
     crate::cluster::DestinationCluster::create_topic(&bed.dest, "orders", PARTITIONS, Vec::new())
         .await
@@ -1137,17 +1195,6 @@ async fn operations_not_built_across_shards_are_refused_for_a_spread_mirror() {
     for p in 0..PARTITIONS {
         assert_eq!(bed.dest.records(&orders(p)).len(), 1, "partition {p} kept");
     }
-
-    let topics = ["orders".to_string()];
-    let switchover = StopOptions {
-        fence_source: true,
-        ..StopOptions::default()
-    };
-    let e = coordinator
-        .stop_topics("m", &topics, switchover)
-        .await
-        .unwrap_err();
-    refused(e, "a switchover");
     a.shutdown().await;
     bed.close().await;
 }

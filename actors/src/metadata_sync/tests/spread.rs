@@ -178,6 +178,7 @@ async fn a_keyless_hold_on_a_spread_topic_is_let_go_once_every_host_caught_up() 
                         topic_id: ID,
                         partition,
                         copy,
+                        position: None,
                     })
                     .collect()
             })
