@@ -142,7 +142,7 @@ impl Node {
             (true, Some(ask)) => Some((ask, mirror)),
             (true, None) => {
                 return Err(NodeError::new(
-                    "INVALID_REQUEST",
+                    "INVALID_CONFIG",
                     format!(
                         "a switchover (--fence-source) of {mirror:?} ({SPREAD_KEY}=true) drains partitions other nodes host, and this node cannot ask them"
                     ),
@@ -171,6 +171,31 @@ impl Node {
             ));
         }
         let deadline = Instant::now() + timeout;
+        if hosts.is_some() {
+            // Every host must say where its copies are before the source's
+            // writers are stopped: the drain reads nothing else.
+            let unplaced = |why: String| {
+                NodeError::new(
+                    "COORDINATOR_NOT_AVAILABLE",
+                    format!("--fence-source drains every partition where it runs: {why}; nothing was fenced or stopped"),
+                )
+            };
+            let Positions { positions, silent } = read_positions(board, hosts, deadline).await;
+            if let Some(e) = silent {
+                return Err(unplaced(format!("not every node answered ({e})")));
+            }
+            let missing: Vec<String> = keys
+                .iter()
+                .filter(|(k, _)| !positions.contains_key(k))
+                .map(|(k, name)| format!("{name}-{}", k.partition))
+                .collect();
+            if !missing.is_empty() {
+                return Err(unplaced(format!(
+                    "no node runs {} now (its host down or starting it, or a kmirror from before hosts reported positions)",
+                    missing.join(", ")
+                )));
+            }
+        }
         let (mode, created, settle) = match source.describe_acls().await {
             Ok(present) => {
                 let created = self.fence(mirror, source, found, &present, deadline).await?;
@@ -437,10 +462,75 @@ async fn wait_quiet(
     }
 }
 
-/// Waits until every partition's next source offset reaches its target.
-/// Each partition is read where it runs: the coordinator's board, and for
-/// a spread mirror (`hosts`) every host's as it answers (a partition
-/// reported twice counts at the lower offset, and FAILED if either is).
+/// Every partition's position where it runs, as last asked.
+struct Positions {
+    positions: BTreeMap<MirrorPartitionKey, HostedPosition>,
+    /// Why the hosts' answers are missing, when they are.
+    silent: Option<String>,
+}
+
+/// The coordinator's board, and for a spread mirror (`hosts`) every
+/// host's as it answers before `deadline`: a partition reported twice
+/// counts at the lower offset, and FAILED if either is (so a stale FAILED
+/// of a shard's previous owner, mid-handover, fails a switchover: safe,
+/// if needless). A host that reports no position (a kmirror from before)
+/// leaves its partitions out.
+async fn read_positions(
+    board: &StatusBoard,
+    hosts: Option<(&AskHostedCopies, &str)>,
+    deadline: Instant,
+) -> Positions {
+    let mut positions: BTreeMap<MirrorPartitionKey, HostedPosition> = board
+        .statuses()
+        .into_iter()
+        .map(|s| {
+            let position = HostedPosition {
+                state: s.state,
+                source_offset: s.progress.source_offset,
+                error: s.error,
+            };
+            (s.key, position)
+        })
+        .collect();
+    let Some((ask, mirror)) = hosts else {
+        return Positions {
+            positions,
+            silent: None,
+        };
+    };
+    let wait = deadline.saturating_duration_since(Instant::now());
+    let copies = match tokio::time::timeout(wait, ask(mirror.to_string())).await {
+        Ok(Ok(copies)) => copies,
+        Ok(Err(e)) => {
+            return Positions {
+                positions,
+                silent: Some(e),
+            }
+        }
+        Err(_) => {
+            let silent = Some("the timeout passed while the nodes were asked".to_string());
+            return Positions { positions, silent };
+        }
+    };
+    for c in copies {
+        let Some(p) = c.position else { continue };
+        let key = MirrorPartitionKey::new(mirror, c.topic_id, c.partition);
+        let worse = positions.get(&key).is_none_or(|q| {
+            p.state == PartitionState::Failed
+                || (q.state != PartitionState::Failed && p.source_offset < q.source_offset)
+        });
+        if worse {
+            positions.insert(key, p);
+        }
+    }
+    Positions {
+        positions,
+        silent: None,
+    }
+}
+
+/// Waits until every partition's next source offset reaches its target,
+/// each read where it runs ([`read_positions`]).
 async fn drain(
     board: &StatusBoard,
     targets: &BTreeMap<MirrorPartitionKey, i64>,
@@ -454,38 +544,8 @@ async fn drain(
             .map_or_else(|| k.topic_id.to_string(), |(_, n)| n.clone())
     };
     loop {
-        let mut positions: BTreeMap<MirrorPartitionKey, HostedPosition> = board
-            .statuses()
-            .into_iter()
-            .map(|s| {
-                let position = HostedPosition {
-                    state: s.state,
-                    source_offset: s.progress.source_offset,
-                    error: s.error,
-                };
-                (s.key, position)
-            })
-            .collect();
-        let mut silent = None;
-        if let Some((ask, mirror)) = hosts {
-            match ask(mirror.to_string()).await {
-                Ok(copies) => {
-                    for c in copies {
-                        let Some(p) = c.position else { continue };
-                        let key = MirrorPartitionKey::new(mirror, c.topic_id, c.partition);
-                        let worse = positions.get(&key).is_none_or(|q| {
-                            p.state == PartitionState::Failed
-                                || (q.state != PartitionState::Failed
-                                    && p.source_offset < q.source_offset)
-                        });
-                        if worse {
-                            positions.insert(key, p);
-                        }
-                    }
-                }
-                Err(e) => silent = Some(e),
-            }
-        }
+        go_on()?;
+        let Positions { positions, silent } = read_positions(board, hosts, deadline).await;
         let mut behind = Vec::new();
         for (key, target) in targets {
             let Some(p) = positions.get(key) else {
@@ -517,7 +577,9 @@ async fn drain(
         }
         go_on()?;
         if Instant::now() >= deadline {
-            let silent = silent.map(|e| format!(" ({e})")).unwrap_or_default();
+            let silent = silent
+                .map(|e| format!(" (not every node answered: {e})"))
+                .unwrap_or_default();
             return Err(NodeError::new(
                 "REQUEST_TIMED_OUT",
                 format!(

@@ -401,11 +401,22 @@ impl Node {
         key: MirrorPartitionKey,
         asked: tokio::time::Instant,
     ) -> Result<bool, NodeError> {
-        // A mirror this shard cannot run says why (tried again first), one
-        // it does not know is unknown here: the shard itself was asked.
-        let actor = self
-            .of_running(&key.mirror_name, |r| r.actor.clone())
-            .await?;
+        // A mirror this shard cannot run says why (tried again first, within
+        // the pass's time), one it does not know is unknown here: the shard
+        // itself was asked.
+        let limit = asked + HOSTED_FINAL_SYNC_LIMIT;
+        let running = self.of_running(&key.mirror_name, |r| r.actor.clone());
+        let actor = tokio::time::timeout_at(limit, running)
+            .await
+            .map_err(|_| {
+                NodeError::new(
+                    "REQUEST_TIMED_OUT",
+                    format!(
+                        "mirror {:?} did not start here within the final pass's {HOSTED_FINAL_SYNC_LIMIT:?}",
+                        key.mirror_name
+                    ),
+                )
+            })??;
         let pass = actor
             .send(FinalSync(key.clone()))
             .await
@@ -413,7 +424,7 @@ impl Node {
         // Aborted however this ends: a no-op once the pass is over, and
         // its end otherwise (the deadline passed, the caller went away).
         let _abandon = AbortOnDrop(pass.abort.clone());
-        match tokio::time::timeout_at(asked + HOSTED_FINAL_SYNC_LIMIT, pass.done).await {
+        match tokio::time::timeout_at(limit, pass.done).await {
             Ok(synced) => Ok(synced.unwrap_or(false)),
             Err(_) => {
                 tracing::warn!(partition = ?key, "the final group-offset pass its host asked for did not end within {HOSTED_FINAL_SYNC_LIMIT:?}; abandoned (with the passes run together with it)");

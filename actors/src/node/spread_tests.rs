@@ -1053,19 +1053,32 @@ async fn a_switchover_of_a_spread_mirror_drains_the_partitions_every_node_hosts(
     let (a, b, moved) = bed.split().await;
     assert!(!placed_in(moved).is_empty());
     let coordinator = a.node_for("m").await.unwrap();
+    bed.dest.hold_acks(true);
     bed.append(2);
     // When it is switched over (the source has no authorizer: quiet mode)
-    let switchover = StopOptions {
-        fence_source: true,
-        quiet: Duration::from_millis(300),
-        timeout: Duration::from_secs(20),
-        ..StopOptions::default()
-    };
-    let report = coordinator
-        .stop_topics("m", &["orders".into()], switchover)
-        .await
-        .unwrap();
-    // Then every partition, hosted or not, was drained before it stopped
+    // while no copy is acknowledged
+    let switching = tokio::spawn({
+        let coordinator = coordinator.clone();
+        async move {
+            coordinator
+                .stop_topics("m", &["orders".into()], switchover())
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Then it waits, stopping nothing, until every copy is acknowledged
+    assert!(!switching.is_finished());
+    for p in 0..PARTITIONS {
+        let shard = placement_shard(&key(p), true, SHARDS);
+        let image = bed.logs[shard as usize].load_image().unwrap();
+        assert_eq!(
+            image.partition_state(&key(p)).map(|s| s.state),
+            Some(kmirror_events::PartitionState::Mirroring)
+        );
+    }
+    bed.dest.hold_acks(false);
+    let report = switching.await.unwrap().unwrap();
+    // and every partition, hosted or not, was drained before it stopped
     assert_eq!(
         report.fence.as_ref().map(|f| f.mode.as_str()),
         Some("quiet")
@@ -1080,6 +1093,42 @@ async fn a_switchover_of_a_spread_mirror_drains_the_partitions_every_node_hosts(
         );
     }
     assert_eq!(bed.counts(), vec![5; PARTITIONS as usize]);
+    a.shutdown().await;
+    b.shutdown().await;
+    bed.close().await;
+}
+
+fn switchover() -> StopOptions {
+    StopOptions {
+        fence_source: true,
+        quiet: Duration::from_millis(300),
+        timeout: Duration::from_secs(20),
+        ..StopOptions::default()
+    }
+}
+
+/// A switchover whose hosts cannot all say where their copies are is
+/// refused before the source's writers are stopped: nothing changes.
+#[actix::test]
+async fn a_switchover_is_refused_before_the_fence_while_a_host_runs_nothing() {
+    let bed = Bed::new();
+    let (a, b, moved) = bed.split().await;
+    assert!(freeze(&b).await > 0);
+    let coordinator = a.node_for("m").await.unwrap();
+    let e = coordinator
+        .stop_topics("m", &["orders".into()], switchover())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, "COORDINATOR_NOT_AVAILABLE", "{e:?}");
+    for p in placed_in(moved) {
+        assert!(e.message.contains(&format!("orders-{p}")), "{e:?}");
+    }
+    let image = coordinator.image().await.unwrap();
+    let topic = image.topic_by_name("m", "orders").unwrap();
+    assert_eq!(
+        topic.change.desired_state,
+        kmirror_events::PartitionState::Mirroring
+    );
     a.shutdown().await;
     b.shutdown().await;
     bed.close().await;

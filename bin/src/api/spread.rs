@@ -2,8 +2,9 @@
 //! what a request gathers from the nodes that host a mirror's partitions —
 //! the partitions no node describes, filled in; a recover and a stop's dry
 //! run, asked of every host (`POST /hosted/{name}/{operation}`), and how
-//! the partitions each host runs stand for a keyless hold, asked by the
-//! coordinator's metadata sync — and what a host asks of the coordinator:
+//! the partitions each host runs stand, asked by the coordinator's
+//! metadata sync for a keyless hold and by a switchover's drain — and what
+//! a host asks of the coordinator:
 //! a stopping partition's final group-offset pass (`POST
 //! /hosted/{name}/final-sync`).
 
@@ -101,9 +102,10 @@ pub(crate) fn final_sync_asker(route: NodeRoute, auth: ClientAuth) -> AskFinalSy
 }
 
 /// How a spread mirror's coordinator asks every node how the partitions
-/// it hosts stand for a keyless hold (`kmirror_actors::spread`): this
-/// process's shards and every other member (`POST /hosted/{name}/copies`),
-/// each given [`FAN_OUT_TIMEOUT`], as the metadata sync waits for them.
+/// it hosts stand, for a keyless hold and a switchover's drain (each of
+/// its polls; `kmirror_actors::spread`): this process's shards and every
+/// other member (`POST /hosted/{name}/copies`), each given
+/// [`FAN_OUT_TIMEOUT`].
 pub(crate) fn hosted_copies_asker(route: NodeRoute, auth: ClientAuth) -> AskHostedCopies {
     Arc::new(move |mirror: String| {
         let (route, auth) = (route.clone(), auth.clone());
@@ -242,7 +244,7 @@ const HOSTED_OPERATIONS: &[&str] = &["recover", "preview-stop", "copies"];
 /// node: an operator's goes to the coordinator, which asks every host):
 /// the FAILED partitions this node hosts of it recovered, the failover
 /// reports a stop would record of those it hosts, or how they stand for
-/// a keyless hold (`Node::hosted_copies`).
+/// a keyless hold and a switchover's drain (`Node::hosted_copies`).
 pub(super) async fn hosted_operation(
     node: Data<NodeHandle>,
     req: HttpRequest,
