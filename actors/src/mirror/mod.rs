@@ -340,9 +340,7 @@ impl MirrorActor {
             act.handle(Reconcile, ctx)
         }));
     }
-}
 
-impl MirrorActor {
     /// The background check of the partitions run here, a host's too
     /// (their maps are in its shard). Spawned in this context: it ends
     /// when the mirror stops.
