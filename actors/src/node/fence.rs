@@ -480,18 +480,7 @@ async fn read_positions(
     hosts: Option<(&AskHostedCopies, &str)>,
     deadline: Instant,
 ) -> Positions {
-    let mut positions: BTreeMap<MirrorPartitionKey, HostedPosition> = board
-        .statuses()
-        .into_iter()
-        .map(|s| {
-            let position = HostedPosition {
-                state: s.state,
-                source_offset: s.progress.source_offset,
-                error: s.error,
-            };
-            (s.key, position)
-        })
-        .collect();
+    let mut positions = board.positions();
     let Some((ask, mirror)) = hosts else {
         return Positions {
             positions,

@@ -443,19 +443,7 @@ impl Node {
         let Some(running) = mirrors.hosted.get(mirror) else {
             return Vec::new();
         };
-        let positions: BTreeMap<MirrorPartitionKey, crate::spread::HostedPosition> = running
-            .board
-            .statuses()
-            .into_iter()
-            .map(|s| {
-                let position = crate::spread::HostedPosition {
-                    state: s.state,
-                    source_offset: s.progress.source_offset,
-                    error: s.error,
-                };
-                (s.key, position)
-            })
-            .collect();
+        let positions = running.board.positions();
         let mut copies: Vec<_> = running
             .board
             .keyless_partitions()

@@ -22,6 +22,7 @@ use kmirror_events::{
 use super::context::Progress;
 use super::risk::{Risk, RiskView};
 use crate::kafka::produce::is_keyless_refusal;
+use crate::spread::HostedPosition;
 
 /// A partition's state and live figures, as describe and metrics show them.
 #[derive(Clone, Debug)]
@@ -97,6 +98,22 @@ pub struct StatusBoard {
 }
 
 impl StatusBoard {
+    /// Where each partition's copy is: what a switchover drains by, read
+    /// from this board or reported by a host (`Node::hosted_copies`).
+    pub fn positions(&self) -> std::collections::BTreeMap<MirrorPartitionKey, HostedPosition> {
+        self.statuses()
+            .into_iter()
+            .map(|s| {
+                let position = HostedPosition {
+                    state: s.state,
+                    source_offset: s.progress.source_offset,
+                    error: s.error,
+                };
+                (s.key, position)
+            })
+            .collect()
+    }
+
     /// Every partition on the board, sorted by topic and partition.
     pub fn statuses(&self) -> Vec<PartitionStatus> {
         // The entries are copied out first: the read lock is not held while
